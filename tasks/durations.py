@@ -1,0 +1,41 @@
+"""Human durations: ``500ms``, ``2s``, ``30m``, ``24h``, ``1d`` or plain seconds."""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["format_duration", "parse_duration"]
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+
+
+def parse_duration(value: str | int | float) -> float:
+    """Seconds in ``value``; raises ValueError naming the accepted forms."""
+    if isinstance(value, bool):
+        raise ValueError(f"not a duration: {value!r}")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    else:
+        match = _PATTERN.match(value)
+        if not match:
+            raise ValueError(
+                f"not a duration: {value!r} (use e.g. 500ms, 2s, 30m, 24h or plain seconds)"
+            )
+        seconds = float(match.group(1)) * _UNITS[match.group(2) or "s"]
+    if seconds < 0:
+        raise ValueError(f"duration must not be negative: {value!r}")
+    return seconds
+
+
+def format_duration(seconds: float) -> str:
+    """Short human form: ``850ms``, ``42s``, ``12m``, ``1h05m``."""
+    if seconds < 1:
+        return f"{round(seconds * 1000)}ms"
+    if seconds < 60:
+        return f"{round(seconds)}s"
+    minutes = round(seconds / 60)
+    if minutes < 60:
+        return f"{minutes}m"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"

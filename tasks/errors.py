@@ -1,0 +1,106 @@
+"""Nightshift's error tree.
+
+    NightshiftError
+    ├── CatalogueError          bad catalogue: carries file, line, job and field
+    ├── InputFileError          bad batch input file: carries every bad line
+    ├── LockHeldError           another night of this catalogue is alive
+    └── BackendError            talking to an external job system
+        ├── TransientBackendError   worth retrying (timeouts, 429/5xx, a CLI that failed to start)
+        └── PermanentBackendError   retrying will not help (bad request, auth, unknown job)
+
+Backends translate SDK and subprocess errors into these (``raise ... from exc``); nothing
+else in the project catches third-party exceptions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = [
+    "BackendError",
+    "CatalogueError",
+    "CatalogueProblem",
+    "InputFileError",
+    "InputProblem",
+    "LockHeldError",
+    "NightshiftError",
+    "PermanentBackendError",
+    "TransientBackendError",
+]
+
+
+class NightshiftError(Exception):
+    """Base of every error Nightshift raises on purpose."""
+
+
+@dataclass(frozen=True)
+class CatalogueProblem:
+    """One thing wrong with a catalogue, located as precisely as we can."""
+
+    message: str
+    line: int | None = None
+    job: str | None = None
+    field: str | None = None
+
+    def render(self, path: Path | str) -> str:
+        where = f"{path}:{self.line}" if self.line else str(path)
+        parts = [where]
+        if self.job:
+            parts.append(f"job {self.job!r}")
+        if self.field:
+            parts.append(f"field {self.field!r}")
+        return ": ".join(parts) + f": {self.message}"
+
+
+class CatalogueError(NightshiftError):
+    """The catalogue is invalid; nothing was run."""
+
+    def __init__(self, path: Path | str, problems: list[CatalogueProblem]) -> None:
+        self.path = Path(path)
+        self.problems = problems
+        lines = [p.render(path) for p in problems]
+        super().__init__("invalid catalogue:\n  " + "\n  ".join(lines))
+
+
+@dataclass(frozen=True)
+class InputProblem:
+    """One bad line of a batch input file."""
+
+    line: int
+    reason: str
+
+
+@dataclass
+class InputFileError(NightshiftError):
+    """A batch input file has bad lines; nothing was submitted."""
+
+    path: Path
+    problems: list[InputProblem] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        lines = [f"{self.path}:{p.line}: {p.reason}" for p in self.problems]
+        return f"{len(self.problems)} bad line(s) in {self.path}:\n  " + "\n  ".join(lines)
+
+
+class LockHeldError(NightshiftError):
+    """Another night of the same catalogue holds the lease."""
+
+    def __init__(self, key: str, owner: str, expires_in_s: float) -> None:
+        self.key, self.owner, self.expires_in_s = key, owner, expires_in_s
+        super().__init__(
+            f"another night of {key!r} is running ({owner}); "
+            f"its lease expires in {expires_in_s:.0f}s unless renewed"
+        )
+
+
+class BackendError(NightshiftError):
+    """A backend call failed."""
+
+
+class TransientBackendError(BackendError):
+    """A backend call failed in a way worth retrying."""
+
+
+class PermanentBackendError(BackendError):
+    """A backend call failed in a way retrying will not fix."""
