@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import SecretStr
+from pydantic import SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = ["Settings", "load_settings"]
@@ -26,6 +26,12 @@ class Settings(BaseSettings):
     gemini_api_version: str = "v1beta"
     gemini_api_key: SecretStr | None = None
     gemini_api_key_block: str | None = None  # name of a Prefect Secret block holding the key
+
+    @field_validator("state_dir")
+    @classmethod
+    def _absolute(cls, value: Path) -> Path:
+        # jobs run in other working directories; their paths must not depend on ours
+        return value.expanduser().resolve()
 
     def ledger_url(self) -> str:
         """The ledger's database URL, defaulting to SQLite under state_dir."""

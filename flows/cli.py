@@ -1,0 +1,166 @@
+"""``nightshift``: run a night locally, validate a catalogue, or run the sandboxed demo."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["main"]
+
+EXIT_LOCKED = 3
+EXIT_BAD_CATALOGUE = 4
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``nightshift`` console script."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    if not args.verbose:
+        # the live table is the display; Prefect's own INFO lines stay in the run's logs
+        os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+        os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    # the temporary server takes ~15 s on a new database, more on a busy 2-core machine
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+    if args.command == "validate":
+        return _validate(args.catalog)
+    if args.command == "demo":
+        from flows.demo import run_demo
+
+        return run_demo(args.scenario, as_json=args.json, workdir=args.workdir)
+    return run_catalogue(args.catalog, only=args.only, as_json=args.json, night=args.night)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="nightshift", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true", help="show Prefect's logs")
+    sub = parser.add_subparsers(dest="command")
+    run = sub.add_parser(
+        "run", help="run the nightly flow locally (exit 0 ok, 2 partial, 1 failed)"
+    )
+    run.add_argument("--catalog", default="nightshift.yaml", help="catalogue file")
+    run.add_argument("--only", nargs="+", metavar="LABEL", help="run only these jobs")
+    run.add_argument("--night", help="the night's date (default: today); reruns reuse it")
+    run.add_argument("--json", action="store_true", help="print one summary object at the end")
+    check = sub.add_parser("validate", help="validate a catalogue (exit 4 when invalid)")
+    check.add_argument("--catalog", default="nightshift.yaml")
+    demo = sub.add_parser("demo", help="a sandboxed night on local emulators, no keys needed")
+    demo.add_argument("--scenario", choices=["calm", "rough"], default="calm")
+    demo.add_argument("--workdir", help="where the sandbox lives (default: a temp dir)")
+    demo.add_argument("--json", action="store_true")
+    for p in (run, check, demo):
+        p.add_argument("-v", "--verbose", action="store_true", help="show Prefect's logs")
+    return parser
+
+
+def _validate(path: str) -> int:
+    from tasks.catalogue import load_catalogue
+    from tasks.errors import CatalogueError
+
+    try:
+        catalogue = load_catalogue(path)
+    except CatalogueError as exc:
+        print(exc, file=sys.stderr)
+        return EXIT_BAD_CATALOGUE
+    print(f"{path}: ok, {len(catalogue.jobs)} jobs")
+    return 0
+
+
+def run_catalogue(
+    path: str, *, only: list[str] | None = None, as_json: bool = False, night: str | None = None
+) -> int:
+    """Run one night of ``path`` in this process and return the exit code."""
+    from rich.console import Console
+
+    from tasks.catalogue import load_catalogue
+    from tasks.errors import CatalogueError, NightshiftError
+    from tasks.plan import plan_night
+
+    err = Console(stderr=True)
+    try:
+        catalogue = load_catalogue(path)
+        labels = plan_night(catalogue, only).labels
+    except CatalogueError as exc:
+        err.print(str(exc), markup=False, highlight=False)
+        return EXIT_BAD_CATALOGUE
+    except ValueError as exc:  # --only names a job the catalogue does not have
+        err.print(f"{path}: {exc}", markup=False, highlight=False)
+        return EXIT_BAD_CATALOGUE
+
+    from flows.live import LiveTable
+    from flows.nightly import LIVE_OBSERVERS, nightly, run_dir_for
+    from tasks.errors import LockHeldError
+    from tasks.settings import load_settings
+
+    settings = load_settings()
+    night = night or _today()
+    run_dir = run_dir_for(settings, night)
+    table = LiveTable(labels, err)
+    LIVE_OBSERVERS.append(table.update)
+    try:
+        with table.shown(enabled=err.is_terminal):
+            state = nightly(
+                catalog=str(path), only=only, night=night, run_dir=str(run_dir), return_state=True
+            )
+    finally:
+        LIVE_OBSERVERS.remove(table.update)
+    summary_file = run_dir / "summary.json"
+    if not summary_file.exists():
+        error: Any = state.result(raise_on_failure=False)
+        if isinstance(error, LockHeldError):
+            err.print(f"refused: {error}", markup=False, highlight=False)
+            return EXIT_LOCKED
+        if isinstance(error, CatalogueError):
+            err.print(str(error), markup=False, highlight=False)
+            return EXIT_BAD_CATALOGUE
+        if isinstance(error, NightshiftError):
+            err.print(f"error: {error}", markup=False, highlight=False)
+            return 1
+        err.print(f"the night crashed: {state.message}", markup=False, highlight=False)
+        return 1
+    summary = json.loads(summary_file.read_text(encoding="utf-8"))
+    if as_json:
+        print(json.dumps(summary))
+    else:
+        _print_summary(summary, run_dir)
+    return int(summary["exit_code"])
+
+
+def _print_summary(summary: dict[str, Any], run_dir: Path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from tasks.durations import format_duration
+
+    table = Table(title=f"night: {summary['severity']}")
+    for column in ("job", "state", "duration", "attempts", "detail"):
+        table.add_column(column)
+    for job in summary["jobs"]:
+        style = "green" if job["state"] == "succeeded" else "red"
+        table.add_row(
+            job["label"],
+            f"[{style}]{job['state']}[/{style}]",
+            format_duration(job["duration_s"]),
+            str(job["attempts"]),
+            (job.get("detail") or "")[:80],
+        )
+    console = Console()
+    console.print(table)
+    console.print(f"summary and log tails: {run_dir}", markup=False, highlight=False)
+
+
+def _today() -> str:
+    from datetime import date
+
+    return date.today().isoformat()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,293 @@
+"""The job catalogue: one YAML file, validated with pydantic, errors located by line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+
+from tasks.durations import parse_duration
+from tasks.errors import CatalogueError, CatalogueProblem
+
+__all__ = [
+    "BACKENDS",
+    "Catalogue",
+    "CliJob",
+    "CommandJob",
+    "Defaults",
+    "GeminiBatchJob",
+    "Job",
+    "load_catalogue",
+    "parse_catalogue",
+]
+
+BACKENDS = ("command", "cli", "gemini_batch")
+LABEL_PATTERN = r"^[a-z0-9:_.-]+$"
+
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PollSettings(_Strict):
+    """Exponential backoff between status checks."""
+
+    initial: Duration = 2.0
+    factor: float = Field(2.0, ge=1.0)
+    max: Duration = 30.0
+
+
+class Defaults(_Strict):
+    """Night-wide defaults; every key optional."""
+
+    retries: int = Field(2, ge=0, le=10)
+    retry_delay: Duration = 2.0
+    poll: PollSettings = PollSettings()
+    stagger: Duration = 0.5
+    deadline: Duration = 3600.0
+    queued_timeout: Duration = 900.0
+    sla: Duration = 86400.0
+    sla_fallback_at: float = Field(0.8, gt=0, le=1)
+
+
+class _JobBase(_Strict):
+    label: str = Field(pattern=LABEL_PATTERN)
+    depends_on: list[str] = []
+    timeout: Duration | None = None
+    queued_timeout: Duration | None = None
+
+
+class CommandJob(_JobBase):
+    """A local detached process."""
+
+    backend: Literal["command"]
+    argv: list[str] = Field(min_length=1)
+    cwd: str | None = None
+    env: dict[str, str] = {}
+
+
+class CliJob(_JobBase):
+    """A job of the agy-style job CLI."""
+
+    backend: Literal["cli"]
+    task: str = Field(min_length=1)
+    model: str = "gemini-3.5-flash"
+
+
+class GeminiBatchJob(_JobBase):
+    """A Gemini Batch API job."""
+
+    backend: Literal["gemini_batch"]
+    model: str
+    input: str
+    output: str
+    sla: Duration | None = None
+    fallback: Literal["on_demand", "none"] = "on_demand"
+
+
+Job = Annotated[CommandJob | CliJob | GeminiBatchJob, Field(discriminator="backend")]
+
+
+class CliSettings(_Strict):
+    executable: str | None = None
+
+
+class GeminiSettings(_Strict):
+    base_url: str | None = None
+    api_version: str | None = None
+
+
+class Catalogue(_Strict):
+    """A validated catalogue."""
+
+    name: str | None = None
+    defaults: Defaults = Defaults()
+    limits: dict[Literal["command", "cli", "gemini_batch"], Annotated[int, Field(ge=1)]] = {}
+    cli: CliSettings = CliSettings()
+    gemini: GeminiSettings = GeminiSettings()
+    jobs: list[Job] = Field(min_length=1)
+    path: Path | None = Field(default=None, exclude=True)
+
+    def job(self, label: str) -> CommandJob | CliJob | GeminiBatchJob:
+        """The job called ``label``."""
+        return next(j for j in self.jobs if j.label == label)
+
+    @property
+    def key(self) -> str:
+        """What identifies "the same catalogue" for the one-night-at-a-time lease."""
+        if self.name:
+            return self.name
+        return str(self.path.resolve()) if self.path else "nightshift"
+
+
+def load_catalogue(path: str | Path) -> Catalogue:
+    """Read and validate a catalogue file; raise CatalogueError naming file, line, job, field."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise CatalogueError(path, [CatalogueProblem(f"cannot read: {exc.strerror}")]) from exc
+    return parse_catalogue(text, path)
+
+
+def parse_catalogue(text: str, path: str | Path = "<catalogue>") -> Catalogue:
+    """Validate catalogue YAML text; ``path`` is only used in error messages."""
+    path = Path(path)
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark else None
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise CatalogueError(path, [CatalogueProblem(f"not valid YAML: {problem}", line)]) from exc
+    if node is None:
+        raise CatalogueError(path, [CatalogueProblem("empty catalogue: no jobs", 1)])
+    lines: dict[tuple[Any, ...], int] = {}
+    data = _to_python(node, (), lines)
+    if not isinstance(data, dict):
+        raise CatalogueError(path, [CatalogueProblem("the top level must be a mapping", 1)])
+    try:
+        catalogue = Catalogue.model_validate({**data, "path": path})
+    except ValidationError as exc:
+        problems = [_locate(err, data, lines) for err in exc.errors()]
+        raise CatalogueError(path, problems) from None
+    problems = _graph_problems(catalogue, lines)
+    if problems:
+        raise CatalogueError(path, problems)
+    return catalogue
+
+
+def _to_python(node: yaml.Node, at: tuple[Any, ...], lines: dict[tuple[Any, ...], int]) -> Any:
+    """Build plain data from a YAML node, remembering the line of every key and item."""
+    lines[at] = node.start_mark.line + 1
+    if isinstance(node, yaml.MappingNode):
+        out: dict[Any, Any] = {}
+        for key_node, value_node in node.value:
+            key = yaml.SafeLoader(key_node.value).construct_object(key_node)
+            lines[(*at, key)] = key_node.start_mark.line + 1
+            value = _to_python(value_node, (*at, key), lines)
+            lines[(*at, key)] = key_node.start_mark.line + 1
+            out[key] = value
+        return out
+    if isinstance(node, yaml.SequenceNode):
+        return [_to_python(item, (*at, i), lines) for i, item in enumerate(node.value)]
+    loader = yaml.SafeLoader("")
+    return loader.construct_object(node)
+
+
+def _locate(err: Any, data: dict[str, Any], lines: dict[tuple[Any, ...], int]) -> CatalogueProblem:
+    """Turn one pydantic error into a problem with line, job label and field."""
+    loc = [part for part in err["loc"] if part not in BACKENDS]
+    job = None
+    if len(loc) >= 2 and loc[0] == "jobs" and isinstance(loc[1], int):
+        raw = data.get("jobs") or []
+        item = raw[loc[1]] if loc[1] < len(raw) else None
+        label = item.get("label") if isinstance(item, dict) else None
+        job = str(label) if label else f"#{loc[1] + 1}"
+        field_parts = loc[2:]
+    else:
+        field_parts = loc
+    line = None
+    for cut in range(len(loc), 0, -1):
+        if tuple(loc[:cut]) in lines:
+            line = lines[tuple(loc[:cut])]
+            break
+    message = err["msg"]
+    if err["type"] == "extra_forbidden":
+        message = "unknown key"
+    elif err["type"] == "missing":
+        message = "required field is missing"
+    elif err["type"] == "union_tag_invalid":
+        message = f"unknown backend; use one of: {', '.join(BACKENDS)}"
+        field_parts = ["backend"]
+    elif err["type"] == "union_tag_not_found":
+        message = f"missing 'backend'; use one of: {', '.join(BACKENDS)}"
+        field_parts = ["backend"]
+    elif err["type"] == "string_pattern_mismatch" and field_parts[-1:] == ["label"]:
+        message = "labels use only a-z, 0-9 and : _ . -"
+    elif message.startswith("Value error, "):
+        message = message.removeprefix("Value error, ")
+    field_name = ".".join(str(p) for p in field_parts) or None
+    return CatalogueProblem(message, line, job, field_name)
+
+
+def _graph_problems(
+    catalogue: Catalogue, lines: dict[tuple[Any, ...], int]
+) -> list[CatalogueProblem]:
+    """Duplicate labels, unknown depends_on targets and cycles."""
+    problems: list[CatalogueProblem] = []
+    seen: dict[str, int] = {}
+    for i, job in enumerate(catalogue.jobs):
+        if job.label in seen:
+            first = lines.get(("jobs", seen[job.label], "label"))
+            problems.append(
+                CatalogueProblem(
+                    f"duplicate label (first defined on line {first})",
+                    lines.get(("jobs", i, "label")),
+                    job.label,
+                    "label",
+                )
+            )
+        else:
+            seen[job.label] = i
+        for d, dep in enumerate(job.depends_on):
+            if dep not in {j.label for j in catalogue.jobs}:
+                problems.append(
+                    CatalogueProblem(
+                        f"unknown job {dep!r}",
+                        lines.get(("jobs", i, "depends_on", d)),
+                        job.label,
+                        "depends_on",
+                    )
+                )
+            elif dep == job.label:
+                problems.append(
+                    CatalogueProblem(
+                        "a job cannot depend on itself",
+                        lines.get(("jobs", i, "depends_on", d)),
+                        job.label,
+                        "depends_on",
+                    )
+                )
+    if problems:
+        return problems
+    cycle = _find_cycle({j.label: list(j.depends_on) for j in catalogue.jobs})
+    if cycle:
+        index = next(i for i, j in enumerate(catalogue.jobs) if j.label == cycle[0])
+        problems.append(
+            CatalogueProblem(
+                "dependency cycle: " + " -> ".join([*cycle, cycle[0]]),
+                lines.get(("jobs", index, "depends_on")),
+                cycle[0],
+                "depends_on",
+            )
+        )
+    return problems
+
+
+def _find_cycle(graph: dict[str, list[str]]) -> list[str] | None:
+    """One cycle in ``graph`` (label -> dependencies) as a list of labels, or None."""
+    white, grey, black = 0, 1, 2
+    colour = dict.fromkeys(graph, white)
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        colour[node] = grey
+        stack.append(node)
+        for dep in graph[node]:
+            if colour[dep] == grey:
+                return stack[stack.index(dep) :]
+            if colour[dep] == white and (found := visit(dep)):
+                return found
+        stack.pop()
+        colour[node] = black
+        return None
+
+    for node in graph:
+        if colour[node] == white and (found := visit(node)):
+            return found
+    return None

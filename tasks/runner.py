@@ -1,0 +1,269 @@
+"""Run one job of a night: submit (or re-attach), watch, collect, record. No Prefect here."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from tasks.backends.base import Backend, ExternalState, JobSpec, JobStatus
+from tasks.catalogue import Catalogue, CommandJob, GeminiBatchJob
+from tasks.errors import BackendError, PermanentBackendError
+from tasks.gate import Admission, Deadline
+from tasks.ledger import Ledger
+from tasks.outcomes import JobOutcome, Outcome
+from tasks.polling import PollPolicy
+from tasks.watcher import Watcher, WatchRequest, WatchResult
+
+__all__ = ["NightContext", "end_job", "job_spec", "run_one_job", "safe_name"]
+
+LOG_TAIL_LINES = 40
+_LIVE = {"submitted", "queued", "running"}
+_FINAL_TO_OUTCOME = {
+    ExternalState.SUCCEEDED: Outcome.SUCCEEDED,
+    ExternalState.FAILED: Outcome.FAILED,
+    ExternalState.CANCELLED: Outcome.CANCELLED,
+}
+
+Observer = Callable[[str, str], None]
+
+
+@dataclass
+class NightContext:
+    """Everything the jobs of one night share. Built by the flow, used from task threads."""
+
+    catalogue: Catalogue
+    night: str
+    run_id: str
+    run_dir: Path
+    backends: dict[str, Backend]
+    ledger: Ledger
+    watcher: Watcher
+    admission: Admission
+    deadline_at: float  # on the watcher's clock
+    priorities: dict[str, int] = field(default_factory=dict)
+    observers: list[Observer] = field(default_factory=list)
+    on_finished: Callable[[JobOutcome], None] | None = None
+    external_ids: dict[str, str] = field(default_factory=dict)
+
+    def mark(self, label: str, state: str, external_id: str | None = None) -> None:
+        """Record a state change in the ledger and tell observers (the live table)."""
+        job = self.catalogue.job(label)
+        if external_id is not None:
+            self.external_ids[label] = external_id
+        external_id = external_id or self.external_ids.get(label)
+        self.ledger.transition(self.night, self.run_id, label, job.backend, external_id, state)
+        for observer in list(self.observers):
+            observer(label, state)
+
+
+def safe_name(label: str) -> str:
+    """A label as a file name."""
+    return label.replace(":", "_").replace("/", "_")
+
+
+def job_spec(catalogue: Catalogue, label: str) -> JobSpec:
+    """The backend's view of a catalogue job."""
+    job = catalogue.job(label)
+    options = job.model_dump(exclude={"label", "backend", "depends_on", "timeout"})
+    if isinstance(job, GeminiBatchJob):
+        options["sla"] = job.sla if job.sla is not None else catalogue.defaults.sla
+    if isinstance(job, CommandJob) and catalogue.path is not None and job.cwd is None:
+        # relative argv paths resolve against the catalogue's folder, not wherever we run from
+        options["cwd"] = str(catalogue.path.resolve().parent)
+    return JobSpec(label=label, backend=job.backend, options=options)
+
+
+def run_one_job(ctx: NightContext, label: str, attempt: int = 1) -> JobOutcome:
+    """Take one job from wherever tonight left it to a final outcome.
+
+    A job that already succeeded tonight is not run again; one still queued or running is
+    re-attached by its external id; anything else is submitted. Transient backend errors
+    propagate (the caller retries); permanent ones end the job as failed.
+    """
+    job = ctx.catalogue.job(label)
+    backend = ctx.backends[job.backend]
+    record = ctx.ledger.get_job(ctx.night, label)
+    if record is not None and record.state == Outcome.SUCCEEDED and record.external_id:
+        return _outcome_from_record(record)
+    spec = job_spec(ctx.catalogue, label)
+    started_wall = datetime.now(UTC)
+    priority = ctx.priorities.get(label, 0)
+    try:
+        with ctx.admission.slot(job.backend, priority, deadline=ctx.deadline_at):
+            if record is not None and record.external_id and record.state in _LIVE:
+                external_id = record.external_id
+                attempts = record.attempts
+                started_wall = record.submitted_at or started_wall
+            else:
+                attempts = (record.attempts if record else 0) + 1
+                ctx.mark(label, "submitting")
+                try:
+                    external_id = backend.submit(spec)
+                except PermanentBackendError as exc:
+                    return _finish(
+                        ctx, label, None, Outcome.FAILED, started_wall, attempts, str(exc)
+                    )
+                ctx.ledger.record_submit(ctx.night, label, job.backend, external_id, attempts)
+                ctx.mark(label, "submitted", external_id)
+            result = _watch(ctx, label, backend, external_id, started_wall)
+            return _conclude(ctx, label, backend, spec, external_id, result, started_wall, attempts)
+    except Deadline:
+        return _finish(
+            ctx, label, None, Outcome.TIMEOUT, started_wall, 0, "night deadline before submit"
+        )
+
+
+def _watch(
+    ctx: NightContext, label: str, backend: Backend, external_id: str, started: datetime
+) -> WatchResult | PermanentBackendError:
+    job = ctx.catalogue.job(label)
+    defaults = ctx.catalogue.defaults
+    now = ctx.watcher.now()
+    # timers count from submission, also for a re-attached job submitted by an earlier run
+    age = (datetime.now(UTC) - started).total_seconds()
+    origin = now - age
+    timeout_at = ctx.deadline_at
+    if job.timeout is not None:
+        timeout_at = min(timeout_at, origin + job.timeout)
+    queued_timeout = job.queued_timeout or defaults.queued_timeout
+    fallback_at = None
+    if isinstance(job, GeminiBatchJob) and job.fallback != "none":
+        sla = job.sla if job.sla is not None else defaults.sla
+        fallback_at = origin + sla * defaults.sla_fallback_at
+    request = WatchRequest(
+        label=label,
+        backend=backend,
+        external_id=external_id,
+        policy=PollPolicy(defaults.poll.initial, defaults.poll.factor, defaults.poll.max),
+        timeout_at=timeout_at,
+        queued_timeout_at=origin + queued_timeout,
+        fallback_at=fallback_at,
+        max_errors=defaults.retries,
+    )
+    try:
+        return ctx.watcher.watch(request).result()
+    except PermanentBackendError as exc:
+        return exc
+
+
+def _conclude(
+    ctx: NightContext,
+    label: str,
+    backend: Backend,
+    spec: JobSpec,
+    external_id: str,
+    result: WatchResult | PermanentBackendError,
+    started: datetime,
+    attempts: int,
+) -> JobOutcome:
+    if isinstance(result, PermanentBackendError):
+        return _finish(ctx, label, external_id, Outcome.FAILED, started, attempts, str(result))
+    data: dict[str, Any] = {}
+    detail = _status_detail(result.status)
+    if result.reason == "fallback":
+        ctx.mark(label, "fallback", external_id)
+        data = backend.fallback(spec, external_id)  # type: ignore[attr-defined]
+        outcome = Outcome.SUCCEEDED if data.get("ok") else Outcome.PARTIAL
+        detail = data.get("summary")
+    elif result.reason == "timeout":
+        outcome = Outcome.TIMEOUT
+        detail = _join(detail, result.cancel_error and f"cancel failed: {result.cancel_error}")
+    elif result.reason == "stuck_queued":
+        outcome = Outcome.STUCK_QUEUED
+        detail = _join(detail, result.cancel_error and f"cancel failed: {result.cancel_error}")
+    else:
+        assert result.status is not None
+        outcome = _FINAL_TO_OUTCOME[result.status.state]
+        collect = getattr(backend, "collect", None)
+        if collect is not None and result.status.state is not ExternalState.CANCELLED:
+            data = collect(spec, external_id)
+            if outcome is Outcome.SUCCEEDED and not data.get("ok", True):
+                outcome = Outcome.PARTIAL
+            detail = _join(detail, data.get("summary"))
+    return _finish(ctx, label, external_id, outcome, started, attempts, detail, data, backend)
+
+
+def end_job(ctx: NightContext, label: str, outcome: Outcome, detail: str | None) -> JobOutcome:
+    """End a job that never got (or lost) its external run: skipped, or failed by an error."""
+    return _finish(ctx, label, ctx.external_ids.get(label), outcome, datetime.now(UTC), 0, detail)
+
+
+def _finish(
+    ctx: NightContext,
+    label: str,
+    external_id: str | None,
+    outcome: Outcome,
+    started: datetime,
+    attempts: int,
+    detail: str | None,
+    data: dict[str, Any] | None = None,
+    backend: Backend | None = None,
+) -> JobOutcome:
+    finished = datetime.now(UTC)
+    tail_path = None
+    if outcome is not Outcome.SUCCEEDED and backend is not None and external_id is not None:
+        tail_path = _save_tail(ctx, label, backend, external_id)
+    job = ctx.catalogue.job(label)
+    result = JobOutcome(
+        label=label,
+        state=outcome,
+        duration_s=max(0.0, (finished - started).total_seconds()),
+        attempts=attempts,
+        external_id=external_id,
+        log_tail_path=tail_path,
+        backend=job.backend,
+        detail=detail,
+        data=data or {},
+    )
+    ctx.ledger.record_state(
+        ctx.night, label, outcome.value, finished_at=finished, detail=detail, data=data or None
+    )
+    ctx.mark(label, outcome.value, external_id)
+    if ctx.on_finished is not None:
+        ctx.on_finished(result)
+    return result
+
+
+def _save_tail(ctx: NightContext, label: str, backend: Backend, external_id: str) -> str | None:
+    try:
+        text = backend.logs(external_id, tail=LOG_TAIL_LINES)
+    except BackendError as exc:
+        text = f"(could not read the job's log: {exc})\n"
+    path = ctx.run_dir / "logs" / f"{safe_name(label)}.tail.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text if text.endswith("\n") or not text else text + "\n", encoding="utf-8")
+    return str(path)
+
+
+def _outcome_from_record(record: Any) -> JobOutcome:
+    duration = 0.0
+    if record.submitted_at and record.finished_at:
+        duration = (record.finished_at - record.submitted_at).total_seconds()
+    return JobOutcome(
+        label=record.label,
+        state=Outcome.SUCCEEDED,
+        duration_s=duration,
+        attempts=record.attempts,
+        external_id=record.external_id,
+        backend=record.backend,
+        detail="already succeeded earlier tonight",
+        data=record.data or {},
+    )
+
+
+def _status_detail(status: JobStatus | None) -> str | None:
+    if status is None:
+        return None
+    if status.detail:
+        return status.detail
+    if status.exit_code not in (None, 0):
+        return f"exit code {status.exit_code}"
+    return None
+
+
+def _join(*parts: str | None) -> str | None:
+    text = "; ".join(p for p in parts if p)
+    return text or None
