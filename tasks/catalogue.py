@@ -29,6 +29,14 @@ LABEL_PATTERN = r"^[a-z0-9:_.-]+$"
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 
 
+def _number_to_str(value: Any) -> Any:
+    # `argv: [sleep, 5]` should mean "5", but a YAML `true` is more likely a mistake
+    return str(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
+
+
+Arg = Annotated[str, BeforeValidator(_number_to_str)]
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -65,7 +73,7 @@ class CommandJob(_JobBase):
     """A local detached process."""
 
     backend: Literal["command"]
-    argv: list[str] = Field(min_length=1)
+    argv: list[Arg] = Field(min_length=1)
     cwd: str | None = None
     env: dict[str, str] = {}
 

@@ -1,0 +1,349 @@
+"""The dwell ledger and job records: every state change of every job, in SQLite or PostgreSQL.
+
+``transitions`` holds one row per state change (never sampled) with the seconds spent in the
+previous state; ``jobs`` holds one row per (night, label) so a rerun of a night can re-attach to a
+job still running, skip jobs that succeeded and redo only the failed ones.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import sqlalchemy as sa
+from sqlalchemy.pool import StaticPool
+
+__all__ = [
+    "AT",
+    "BACKEND",
+    "DWELL_S",
+    "HISTORY_COLUMNS",
+    "LABEL",
+    "NIGHT",
+    "RUN_ID",
+    "STATE",
+    "JobRecord",
+    "Ledger",
+    "Transition",
+    "UTCDateTime",
+    "make_engine",
+]
+
+# columns of Ledger.history(): one row per completed dwell
+NIGHT = "night"
+RUN_ID = "run_id"
+LABEL = "label"
+BACKEND = "backend"
+STATE = "state"  # the state the job dwelt in (the transition's from_state)
+DWELL_S = "dwell_s"  # seconds spent in STATE
+AT = "at"  # when the job left STATE (datetime64[us, UTC])
+HISTORY_COLUMNS = [NIGHT, RUN_ID, LABEL, BACKEND, STATE, DWELL_S, AT]
+
+_SQLITE_BUSY_MS = 30_000
+
+
+class UTCDateTime(sa.TypeDecorator[datetime]):
+    """Aware UTC datetimes in and out; SQLite stores naive UTC, so text order is time order."""
+
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r}: pass a timezone-aware one")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def make_engine(url: str) -> sa.Engine:
+    """An engine for ``url``; SQLite gets WAL, a busy timeout and BEGIN IMMEDIATE transactions."""
+    parsed = sa.make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        return sa.create_engine(url, pool_pre_ping=True)
+    database = parsed.database or ""
+    in_memory = database in ("", ":memory:")
+    if not in_memory and not database.startswith("file:"):
+        Path(database).parent.mkdir(parents=True, exist_ok=True)
+    engine = sa.create_engine(
+        url,
+        connect_args={"check_same_thread": False, "timeout": _SQLITE_BUSY_MS / 1000},
+        **({"poolclass": StaticPool} if in_memory else {}),
+    )
+
+    @sa.event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # hand transaction control to SQLAlchemy so our BEGIN IMMEDIATE is the only BEGIN
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute(f"PRAGMA busy_timeout = {_SQLITE_BUSY_MS}")
+        if not in_memory:
+            cursor.execute("PRAGMA journal_mode = WAL")
+            cursor.execute("PRAGMA synchronous = NORMAL")
+        cursor.close()
+
+    @sa.event.listens_for(engine, "begin")
+    def _on_begin(connection: Any) -> None:
+        # take the write lock up front: a deferred read-then-write transaction in WAL mode can
+        # fail with SQLITE_BUSY_SNAPSHOT, which the busy timeout does not retry
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+_metadata = sa.MetaData()
+
+_transitions = sa.Table(
+    "transitions",
+    _metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("night", sa.String(32), nullable=False),
+    sa.Column("run_id", sa.String(64), nullable=False),
+    sa.Column("label", sa.String(200), nullable=False),
+    sa.Column("backend", sa.String(64), nullable=False),
+    sa.Column("external_id", sa.String(500), nullable=True),
+    sa.Column("from_state", sa.String(32), nullable=True),
+    sa.Column("to_state", sa.String(32), nullable=False),
+    sa.Column("at", UTCDateTime(), nullable=False),
+    sa.Column("dwell_s", sa.Float, nullable=True),
+    sa.Index("ix_transitions_night_label", "night", "label", "id"),
+    sa.Index("ix_transitions_at", "at"),
+)
+
+_jobs = sa.Table(
+    "jobs",
+    _metadata,
+    sa.Column("night", sa.String(32), primary_key=True),
+    sa.Column("label", sa.String(200), primary_key=True),
+    sa.Column("backend", sa.String(64), nullable=True),  # None: failed before submit
+    sa.Column("external_id", sa.String(500), nullable=True),
+    sa.Column("state", sa.String(32), nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False, default=0),
+    sa.Column("submitted_at", UTCDateTime(), nullable=True),
+    sa.Column("finished_at", UTCDateTime(), nullable=True),
+    sa.Column("detail", sa.Text, nullable=True),
+    sa.Column("data", sa.Text, nullable=True),  # JSON object
+    sa.Index("ix_jobs_label_state", "label", "state"),
+)
+
+
+@dataclass(frozen=True)
+class Transition:
+    """One row of the dwell ledger."""
+
+    id: int
+    night: str
+    run_id: str
+    label: str
+    backend: str
+    external_id: str | None
+    from_state: str | None
+    to_state: str
+    at: datetime
+    dwell_s: float | None
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """What we last knew about one job of one night."""
+
+    night: str
+    label: str
+    backend: str | None
+    external_id: str | None
+    state: str
+    attempts: int
+    submitted_at: datetime | None
+    finished_at: datetime | None
+    detail: str | None
+    data: dict[str, Any] | None
+
+
+class Ledger:
+    """The dwell ledger and job records behind one database URL; safe across threads."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.engine = make_engine(url)
+        with self.engine.begin() as conn:
+            _metadata.create_all(conn)
+        self._lock = threading.Lock()
+        # (night, label) -> (state, at) of the job's latest transition written by this process
+        self._last: dict[tuple[str, str], tuple[str, datetime]] = {}
+
+    def close(self) -> None:
+        """Release the engine's connections."""
+        self.engine.dispose()
+
+    def transition(
+        self,
+        night: str,
+        run_id: str,
+        label: str,
+        backend: str,
+        external_id: str | None,
+        to_state: str,
+        at: datetime | None = None,
+    ) -> None:
+        """Record that a job entered ``to_state``; a repeat of its current state is ignored."""
+        at = _utc(at or _now())
+        to_state = str(to_state)
+        key = (night, label)
+        with self._lock, self.engine.begin() as conn:
+            previous = self._last.get(key)
+            if previous is None:
+                row = conn.execute(
+                    sa.select(_transitions.c.to_state, _transitions.c.at)
+                    .where(_transitions.c.night == night, _transitions.c.label == label)
+                    .order_by(_transitions.c.id.desc())
+                    .limit(1)
+                ).first()
+                previous = (row.to_state, row.at) if row else None
+            if previous is not None and previous[0] == to_state:
+                self._last[key] = previous
+                return
+            from_state, dwell_s = None, None
+            if previous is not None:
+                # clocks of different hosts may disagree a little; a dwell is never negative
+                from_state, dwell_s = previous[0], max(0.0, (at - previous[1]).total_seconds())
+            conn.execute(
+                sa.insert(_transitions).values(
+                    night=night,
+                    run_id=run_id,
+                    label=label,
+                    backend=backend,
+                    external_id=external_id,
+                    from_state=from_state,
+                    to_state=to_state,
+                    at=at,
+                    dwell_s=dwell_s,
+                )
+            )
+            self._last[key] = (to_state, at)
+
+    def dwells(self, night: str, label: str | None = None) -> list[Transition]:
+        """Every transition of ``night`` (optionally one job's), in the order they were written."""
+        query = sa.select(_transitions).where(_transitions.c.night == night)
+        if label is not None:
+            query = query.where(_transitions.c.label == label)
+        with self.engine.begin() as conn:
+            rows = conn.execute(query.order_by(_transitions.c.id)).all()
+        return [Transition(**row._asdict()) for row in rows]
+
+    def history(self, since: datetime) -> pd.DataFrame:
+        """Completed dwells that ended at or after ``since``, as HISTORY_COLUMNS."""
+        t = _transitions
+        query = (
+            sa.select(
+                t.c.night, t.c.run_id, t.c.label, t.c.backend, t.c.from_state, t.c.dwell_s, t.c.at
+            )
+            .where(t.c.from_state.is_not(None), t.c.at >= _utc(since))
+            .order_by(t.c.at, t.c.id)
+        )
+        with self.engine.begin() as conn:
+            rows = [tuple(row) for row in conn.execute(query)]
+        frame = pd.DataFrame(rows, columns=HISTORY_COLUMNS)
+        for column in (NIGHT, RUN_ID, LABEL, BACKEND, STATE):
+            frame[column] = frame[column].astype(str)
+        frame[DWELL_S] = frame[DWELL_S].astype(float)
+        frame[AT] = pd.to_datetime(frame[AT], utc=True).dt.as_unit("us")
+        return frame
+
+    def get_job(self, night: str, label: str) -> JobRecord | None:
+        """The record of one job of one night, or None if it never got one."""
+        with self.engine.begin() as conn:
+            row = conn.execute(
+                sa.select(_jobs).where(_jobs.c.night == night, _jobs.c.label == label)
+            ).first()
+        if row is None:
+            return None
+        values = row._asdict()
+        values["data"] = json.loads(values["data"]) if values["data"] is not None else None
+        return JobRecord(**values)
+
+    def record_submit(
+        self,
+        night: str,
+        label: str,
+        backend: str,
+        external_id: str,
+        attempts: int,
+        *,
+        at: datetime | None = None,
+        state: str = "queued",
+    ) -> None:
+        """Record a (re)submission; clears the finish time, detail and data of an earlier try."""
+        values: dict[str, Any] = {"backend": backend, "external_id": external_id}
+        values |= {"attempts": attempts, "state": str(state), "submitted_at": _utc(at or _now())}
+        self._upsert_job(night, label, values | dict.fromkeys(("finished_at", "detail", "data")))
+
+    def record_state(
+        self,
+        night: str,
+        label: str,
+        state: str,
+        finished_at: datetime | None = None,
+        detail: str | None = None,
+        data: dict[str, Any] | None = None,
+    ) -> None:
+        """Set a job's state; finished_at, detail and data change only when given."""
+        values: dict[str, Any] = {"state": str(state)}
+        if finished_at is not None:
+            values["finished_at"] = _utc(finished_at)
+        if detail is not None:
+            values["detail"] = detail
+        if data is not None:
+            values["data"] = json.dumps(data, sort_keys=True)
+        self._upsert_job(night, label, values)
+
+    def expected_durations(
+        self, labels: Iterable[str], since: datetime, *, succeeded: str = "succeeded"
+    ) -> dict[str, float]:
+        """Median seconds from submit to finish of each label's succeeded jobs since ``since``."""
+        wanted = sorted(set(labels))
+        if not wanted:
+            return {}
+        query = sa.select(_jobs.c.label, _jobs.c.submitted_at, _jobs.c.finished_at).where(
+            _jobs.c.label.in_(wanted),
+            _jobs.c.state == str(succeeded),
+            _jobs.c.submitted_at >= _utc(since),
+            _jobs.c.finished_at.is_not(None),
+        )
+        seconds: dict[str, list[float]] = {}
+        with self.engine.begin() as conn:
+            for label, submitted_at, finished_at in conn.execute(query):
+                seconds.setdefault(label, []).append((finished_at - submitted_at).total_seconds())
+        return {label: float(statistics.median(values)) for label, values in seconds.items()}
+
+    def _upsert_job(self, night: str, label: str, values: dict[str, Any]) -> None:
+        # under BEGIN IMMEDIATE (SQLite) the read-then-write is atomic; on PostgreSQL one
+        # (night, label) is only ever written by the single live night holding the lease
+        where = (_jobs.c.night == night, _jobs.c.label == label)
+        with self.engine.begin() as conn:
+            if conn.execute(sa.update(_jobs).where(*where).values(**values)).rowcount == 0:
+                row = {"night": night, "label": label, "attempts": 0, **values}
+                conn.execute(sa.insert(_jobs).values(row))
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _utc(value: datetime) -> datetime:
+    """``value`` in UTC; refuses naive datetimes, whose zone we would only be guessing."""
+    if value.tzinfo is None:
+        raise ValueError(f"naive datetime {value!r}: pass a timezone-aware one")
+    return value.astimezone(UTC)

@@ -1,0 +1,69 @@
+"""Admission: stagger between submissions, per-backend caps granted in priority order."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+
+import pytest
+
+from tasks.gate import Admission, Deadline
+
+
+def test_stagger_spaces_submissions() -> None:
+    gate = Admission(stagger=0.05)
+    stamps: list[float] = []
+    for _ in range(4):
+        with gate.slot("cli", 0):
+            stamps.append(time.monotonic())
+    gaps = [b - a for a, b in itertools.pairwise(stamps)]
+    assert all(gap >= 0.045 for gap in gaps), gaps
+
+
+def test_cap_grants_waiters_by_priority() -> None:
+    gate = Admission(stagger=0, caps={"cli": 1})
+    order: list[int] = []
+    release = threading.Event()
+    holder_in = threading.Event()
+
+    def holder() -> None:
+        with gate.slot("cli", priority=-1):
+            holder_in.set()
+            release.wait(5)
+
+    def job(priority: int) -> None:
+        with gate.slot("cli", priority):
+            order.append(priority)
+
+    first = threading.Thread(target=holder)
+    first.start()
+    holder_in.wait(5)
+    waiters = [threading.Thread(target=job, args=(p,)) for p in (3, 1, 2, 0)]
+    for w in waiters:
+        w.start()
+    # all four are queued behind the holder before it lets go
+    while len(gate._waiting.get("cli", [])) < 4:
+        time.sleep(0.001)
+    release.set()
+    for t in [first, *waiters]:
+        t.join(5)
+    assert order == [0, 1, 2, 3]
+
+
+def test_uncapped_backends_do_not_wait_for_capped_ones() -> None:
+    gate = Admission(stagger=0, caps={"cli": 1})
+    with gate.slot("cli", 0), gate.slot("command", 0):
+        pass
+
+
+def test_waiting_past_the_deadline_raises() -> None:
+    gate = Admission(stagger=0, caps={"cli": 1})
+    with (
+        gate.slot("cli", 0),
+        pytest.raises(Deadline),
+        gate.slot("cli", 1, deadline=time.monotonic() + 0.05),
+    ):
+        pass
+    with gate.slot("cli", 2):  # the abandoned waiter left no trace
+        pass
