@@ -87,7 +87,12 @@ def run_one_job(ctx: NightContext, label: str, attempt: int = 1) -> JobOutcome:
     backend = ctx.backends[job.backend]
     record = ctx.ledger.get_job(ctx.night, label)
     if record is not None and record.state == Outcome.SUCCEEDED and record.external_id:
-        return _outcome_from_record(record)
+        done = _outcome_from_record(record)
+        for observer in list(ctx.observers):
+            observer(label, done.state.value)
+        if ctx.on_finished is not None:
+            ctx.on_finished(done)
+        return done
     spec = job_spec(ctx.catalogue, label)
     started_wall = datetime.now(UTC)
     priority = ctx.priorities.get(label, 0)

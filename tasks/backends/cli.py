@@ -1,0 +1,176 @@
+"""Jobs run by an ``agy``-style CLI, spoken to only through its ``--json`` contract.
+
+Contract: ``run --detach --json`` prints ``{"job_id": ...}``; ``jobs get ID --json`` and
+``jobs list --json`` print job objects ``{job_id, state, exit_code, started_at, finished_at,
+task, model}``; exit code 75 means "temporarily unavailable". Human output is never parsed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from tasks.backends.base import ExternalState, JobSpec, JobStatus
+from tasks.errors import PermanentBackendError, TransientBackendError
+
+__all__ = ["CliBackend"]
+
+EX_TEMPFAIL = 75
+_T = TypeVar("_T", dict, list)
+_STATES = ", ".join(s.value for s in ExternalState)
+
+
+def _tail(text: str, lines: int = 10) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:]) or "(no output)"
+
+
+def _timestamp(value: Any, field: str, job_id: str) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except (TypeError, ValueError) as exc:
+        raise PermanentBackendError(
+            f"agy job {job_id}: {field} {value!r} is not an ISO timestamp"
+        ) from exc
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def _to_status(obj: Any) -> JobStatus:
+    """A contract job object as a JobStatus; anything off-contract is a PermanentBackendError."""
+    if not isinstance(obj, dict) or not isinstance(obj.get("job_id"), str):
+        raise PermanentBackendError(f"agy returned a job without a job_id: {obj!r:.200}")
+    job_id = obj["job_id"]
+    try:
+        state = ExternalState(str(obj.get("state")))
+    except ValueError as exc:
+        raise PermanentBackendError(
+            f"agy job {job_id}: state {obj.get('state')!r} is not one of {_STATES}"
+        ) from exc
+    code = obj.get("exit_code")
+    if code is not None and (isinstance(code, bool) or not isinstance(code, int)):
+        raise PermanentBackendError(f"agy job {job_id}: exit_code {code!r} is not an integer")
+    detail = f"exit code {code}" if state is ExternalState.FAILED and code is not None else None
+    return JobStatus(
+        state=state,
+        exit_code=code,
+        started_at=_timestamp(obj.get("started_at"), "started_at", job_id),
+        finished_at=_timestamp(obj.get("finished_at"), "finished_at", job_id),
+        detail=detail,
+        extra={"job_id": job_id, "task": obj.get("task"), "model": obj.get("model")},
+    )
+
+
+class CliBackend:
+    """Runs jobs through an agy-style CLI (list argv, never a shell)."""
+
+    name = "cli"
+
+    def __init__(
+        self,
+        executable: str | Sequence[str],
+        timeout_s: float = 30,
+        *,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.command = [executable] if isinstance(executable, str) else list(executable)
+        if not self.command:
+            raise ValueError("executable must not be empty")
+        self.timeout_s = timeout_s
+        self.env = {**os.environ, **env} if env is not None else None
+
+    def submit(self, spec: JobSpec) -> str:
+        """``agy run --detach --json --task T --model M``; returns the CLI's job id."""
+        task, model = spec.options.get("task"), spec.options.get("model")
+        if not isinstance(task, str) or not task:
+            raise PermanentBackendError(f"job {spec.label!r}: cli backend needs options.task")
+        args = ["run", "--detach", "--json", "--task", task]
+        if model is not None:
+            args += ["--model", str(model)]
+        obj = self._json(args, dict)
+        job_id = obj.get("job_id")
+        if not isinstance(job_id, str) or not job_id:
+            raise PermanentBackendError(f"agy run printed no job_id: {obj!r:.200}")
+        return job_id
+
+    def status(self, external_id: str) -> JobStatus:
+        """``agy jobs get ID --json``."""
+        return _to_status(self._json(["jobs", "get", self._check(external_id), "--json"], dict))
+
+    def status_many(self, external_ids: Iterable[str]) -> dict[str, JobStatus]:
+        """Many jobs in one ``agy jobs list --json``; ids it does not list are asked one by one."""
+        wanted = list(dict.fromkeys(external_ids))
+        if not wanted:
+            return {}
+        wanted_set = set(wanted)
+        found: dict[str, JobStatus] = {}
+        for obj in self._json(["jobs", "list", "--json"], list):
+            job = _to_status(obj)
+            if job.extra["job_id"] in wanted_set:
+                found[job.extra["job_id"]] = job
+        return {job_id: found.get(job_id) or self.status(job_id) for job_id in wanted}
+
+    def cancel(self, external_id: str) -> None:
+        """``agy jobs cancel ID``; the CLI leaves final jobs alone."""
+        self._run(["jobs", "cancel", self._check(external_id)])
+
+    def logs(self, external_id: str, tail: int = 40) -> str:
+        """``agy jobs logs ID --tail N`` (plain text, passed through)."""
+        out = self._run(["jobs", "logs", self._check(external_id), "--tail", str(int(tail))])
+        return out.rstrip("\n")
+
+    @staticmethod
+    def _check(external_id: str) -> str:
+        if not external_id or external_id.startswith("-"):
+            raise PermanentBackendError(f"not an agy job id: {external_id!r}")
+        return external_id
+
+    def _run(self, args: list[str]) -> str:
+        exe = self.command[0]
+        what = f"`{' '.join([exe, *args[:3]])}`"
+        try:
+            proc = subprocess.run(
+                [*self.command, *args],
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                encoding="utf-8",
+                errors="replace",
+                timeout=self.timeout_s,
+                env=self.env,
+            )
+        except FileNotFoundError as exc:
+            raise PermanentBackendError(
+                f"agy executable {exe!r} not found; set NIGHTSHIFT_AGY or the catalogue's "
+                "`cli: {executable: ...}` to the path of the agy CLI"
+            ) from exc
+        except subprocess.TimeoutExpired as exc:
+            raise TransientBackendError(f"{what} timed out after {self.timeout_s:g}s") from exc
+        except OSError as exc:
+            raise TransientBackendError(f"could not start {exe!r}: {exc}") from exc
+        if proc.returncode == EX_TEMPFAIL:
+            raise TransientBackendError(
+                f"{what} is temporarily unavailable (exit 75): {_tail(proc.stderr)}"
+            )
+        if proc.returncode != 0:
+            raise PermanentBackendError(f"{what} exited {proc.returncode}: {_tail(proc.stderr)}")
+        return proc.stdout
+
+    def _json(self, args: list[str], kind: type[_T]) -> _T:
+        out = self._run(args)
+        try:
+            obj = json.loads(out)
+        except ValueError as exc:
+            raise PermanentBackendError(
+                f"`{' '.join(args[:3])}` printed non-JSON output (does this agy support --json?): "
+                f"{_tail(out, 3)!r}"
+            ) from exc
+        if not isinstance(obj, kind):
+            raise PermanentBackendError(
+                f"`{' '.join(args[:3])}` printed a JSON {type(obj).__name__}, "
+                f"expected a {kind.__name__}"
+            )
+        return obj

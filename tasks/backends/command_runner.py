@@ -1,0 +1,218 @@
+"""Supervisor of one command job: runs argv detached and records its exit code atomically.
+
+Usage: ``python command_runner.py JOBDIR [--grace S] [--cwd DIR] -- ARGV...``
+
+Stdlib only and started by file path, so it works whatever the job's cwd, env or venv. It
+daemonizes (double fork) so the submitter never holds a zombie and the job outlives it. Files it
+writes in JOBDIR: runner.pid, child.pid, started_at, finished_at, exit_code (last, atomically).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "CANCEL",
+    "CHILD_PID",
+    "EXIT_CODE",
+    "FINISHED_AT",
+    "LOG",
+    "RUNNER_PID",
+    "STARTED_AT",
+    "group_alive",
+    "identity_alive",
+    "main",
+    "process_identity",
+    "write_atomic",
+]
+
+RUNNER_PID = "runner.pid"
+CHILD_PID = "child.pid"
+STARTED_AT = "started_at"
+FINISHED_AT = "finished_at"
+EXIT_CODE = "exit_code"
+CANCEL = "cancel"
+LOG = "output.log"
+
+# exit codes for "argv could not be started", as a shell would report them
+_NOT_FOUND, _NOT_EXECUTABLE = 127, 126
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so readers see either nothing or all of it."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _boot_id() -> str | None:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return None
+
+
+def _proc_stat(pid: int) -> tuple[str, str] | None:
+    """(state letter, start time in ticks) from /proc, or None where /proc is unavailable."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = raw[raw.rindex(")") + 2 :].split()
+    return fields[0], fields[19]
+
+
+def process_identity(pid: int) -> dict[str, Any]:
+    """What identifies ``pid`` across pid reuse and reboots."""
+    stat = _proc_stat(pid)
+    return {"pid": pid, "start": stat[1] if stat else None, "boot": _boot_id()}
+
+
+def identity_alive(ident: dict[str, Any]) -> bool:
+    """Whether the process recorded by process_identity() still runs (zombies count as dead)."""
+    pid = int(ident["pid"])
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # exists, owned by someone else
+    boot = _boot_id()
+    if ident.get("boot") and boot and ident["boot"] != boot:
+        return False
+    stat = _proc_stat(pid)
+    if stat is None:
+        return True
+    state, start = stat
+    return state not in ("Z", "X") and (ident.get("start") in (None, start))
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any process is left in process group ``pgid``."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _grace(jobdir: Path, default: float) -> float:
+    try:
+        return float(json.loads((jobdir / CANCEL).read_text())["grace_s"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return default
+
+
+class _Supervisor:
+    """Runs the child in its own process group and turns signals into a recorded result."""
+
+    def __init__(self, jobdir: Path, grace: float, cwd: str | None, argv: list[str]) -> None:
+        self.jobdir, self.grace, self.cwd, self.argv = jobdir, grace, cwd, argv
+        self.child: subprocess.Popen[bytes] | None = None
+        self.deadline: float | None = None
+        self.forwarded = False
+        self.timer: threading.Timer | None = None
+
+    def on_signal(self, signum: int, frame: object) -> None:
+        if self.deadline is None:
+            self.deadline = time.monotonic() + _grace(self.jobdir, self.grace)
+        self._forward()
+
+    def _forward(self) -> None:
+        if self.child is None or self.forwarded or self.deadline is None:
+            return
+        self.forwarded = True
+        _killpg(self.child.pid, signal.SIGTERM)
+        # escalate even while the main thread is blocked in wait()
+        delay = max(0.0, self.deadline - time.monotonic())
+        self.timer = threading.Timer(delay, _killpg, (self.child.pid, signal.SIGKILL))
+        self.timer.daemon = True
+        self.timer.start()
+
+    def run(self) -> int:
+        if (self.jobdir / CANCEL).exists():
+            return self._record(-signal.SIGTERM)
+        try:
+            self.child = subprocess.Popen(
+                self.argv, cwd=self.cwd, stdin=subprocess.DEVNULL, start_new_session=True
+            )
+        except OSError as exc:
+            print(f"nightshift: cannot start {self.argv[0]!r}: {exc}", file=sys.stderr, flush=True)
+            code = _NOT_FOUND if isinstance(exc, FileNotFoundError) else _NOT_EXECUTABLE
+            return self._record(code)
+        write_atomic(self.jobdir / CHILD_PID, json.dumps(process_identity(self.child.pid)))
+        write_atomic(self.jobdir / STARTED_AT, f"{time.time()!r}\n")
+        self._forward()  # a signal that arrived while we were starting the child
+        code = self.child.wait()
+        if self.deadline is not None:
+            # cancelled: leftovers of the group get the rest of the grace, then SIGKILL
+            while group_alive(self.child.pid) and time.monotonic() < self.deadline:
+                time.sleep(0.05)
+            _killpg(self.child.pid, signal.SIGKILL)
+            end = time.monotonic() + 2.0
+            while group_alive(self.child.pid) and time.monotonic() < end:
+                time.sleep(0.02)
+        if self.timer is not None:
+            self.timer.cancel()
+        return self._record(code)
+
+    def _record(self, code: int) -> int:
+        write_atomic(self.jobdir / FINISHED_AT, f"{time.time()!r}\n")
+        write_atomic(self.jobdir / EXIT_CODE, f"{code}\n")
+        return 0
+
+
+def _parse(args: list[str]) -> tuple[Path, float, str | None, list[str]]:
+    if "--" not in args:
+        raise SystemExit("usage: command_runner.py JOBDIR [--grace S] [--cwd DIR] -- ARGV...")
+    split = args.index("--")
+    head, argv = args[:split], args[split + 1 :]
+    if not head or not argv:
+        raise SystemExit("command_runner: need JOBDIR and a non-empty ARGV")
+    opts = dict(zip(head[1::2], head[2::2], strict=False))
+    return Path(head[0]).resolve(), float(opts.get("--grace", 5.0)), opts.get("--cwd"), argv
+
+
+def main(args: list[str] | None = None) -> int:
+    """Daemonize, supervise argv, record its exit code; returns this process's exit code."""
+    jobdir, grace, cwd, argv = _parse(sys.argv[1:] if args is None else args)
+    sup = _Supervisor(jobdir, grace, cwd, argv)
+    # installed before the fork so a cancel can never hit a supervisor without its handler
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, sup.on_signal)
+    pid = os.fork()
+    if pid:
+        write_atomic(jobdir / RUNNER_PID, json.dumps(process_identity(pid)))
+        os._exit(0)
+    os.setsid()
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    log = os.open(jobdir / LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(devnull, 0)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(devnull)
+    os.close(log)
+    return sup.run()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,147 @@
+"""The nightly flow under a real Prefect server, with real subprocesses and the fake agy CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flows.nightly import nightly
+from tasks.ledger import Ledger
+from tasks.settings import load_settings
+
+pytestmark = pytest.mark.usefixtures("prefect_server")
+
+PY = "python3"
+HEADER = """\
+defaults:
+  poll: {initial: 0.2s, factor: 2, max: 1s}
+  stagger: 0.05s
+  retry_delay: 0.1s
+  deadline: %(deadline)s
+  queued_timeout: 3s
+jobs:
+"""
+
+
+def ok_command(label: str, extra: str = "") -> str:
+    return f"  - {{label: {label}, backend: command, argv: [{PY}, -c, 'print(1)']{extra}}}\n"
+
+
+def cli(label: str, task: str, extra: str = "") -> str:
+    return f"  - {{label: {label}, backend: cli, task: '{task}'{extra}}}\n"
+
+
+def write(tmp: Path, body: str, deadline: str = "60s") -> Path:
+    path = tmp / "nightshift.yaml"
+    path.write_text(HEADER % {"deadline": deadline} + body)
+    return path
+
+
+def run(path: Path, tmp: Path, **params: Any) -> tuple[Any, dict[str, Any]]:
+    run_dir = tmp / "run"
+    state = nightly(catalog=str(path), run_dir=str(run_dir), return_state=True, **params)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    return state, summary
+
+
+def states(summary: dict[str, Any]) -> dict[str, str]:
+    return {job["label"]: job["state"] for job in summary["jobs"]}
+
+
+def test_a_mixed_night_of_twelve_jobs(sandbox: Path) -> None:
+    body = (
+        cli("gen:a", "article a [queue=0.2 run=0.5]")
+        + cli("gen:b", "article b [queue=0.1 run=1]")
+        + cli("gen:broken", "article c [run=0.3 exit=3]")
+        + cli("gen:stuck", "article d [stuck]")
+        + f"  - {{label: audit:slow, backend: command, argv: [{PY}, -c, "
+        "'import time; print(\"auditing\", flush=True); time.sleep(120)']}\n"
+        + ok_command("reindex")
+        + ok_command("cost:rollup")
+        + cli("chain:gen", "gen [run=0.3]")
+        + ok_command("chain:link", ", depends_on: [chain:gen]")
+        + ok_command("chain:publish", ", depends_on: [chain:link]")
+        + f"  - {{label: fetch:feed, backend: command, argv: [{PY}, -c, "
+        "'import sys; print(\"feed down\"); sys.exit(1)']}\n"
+        + ok_command("summarize:feed", ", depends_on: [fetch:feed]")
+    )
+    state, summary = run(write(sandbox, body, deadline="8s"), sandbox)
+
+    assert state.is_failed()
+    assert summary["severity"] == "partial"
+    assert summary["exit_code"] == 2
+    assert states(summary) == {
+        "gen:a": "succeeded",
+        "gen:b": "succeeded",
+        "gen:broken": "failed",
+        "gen:stuck": "stuck_queued",
+        "audit:slow": "timeout",
+        "reindex": "succeeded",
+        "cost:rollup": "succeeded",
+        "chain:gen": "succeeded",
+        "chain:link": "succeeded",
+        "chain:publish": "succeeded",
+        "fetch:feed": "failed",
+        "summarize:feed": "skipped",
+    }
+    jobs = {job["label"]: job for job in summary["jobs"]}
+    # failed jobs keep a log tail next to the run
+    tail = Path(jobs["fetch:feed"]["log_tail_path"]).read_text()
+    assert "feed down" in tail
+    assert "auditing" in Path(jobs["audit:slow"]["log_tail_path"]).read_text()
+    assert jobs["gen:broken"]["detail"] == "exit code 3"
+    assert jobs["summarize:feed"]["detail"] == "fetch:feed failed"
+    assert jobs["gen:a"]["external_id"] and jobs["gen:a"]["attempts"] == 1
+    assert jobs["audit:slow"]["duration_s"] >= 7
+
+    # every transition went to the ledger, in order, with dwell times
+    ledger = Ledger(load_settings().ledger_url())
+    night = ledger.dwells(summary["started_at"][:10], "gen:a")
+    assert [t.to_state for t in night][-3:] == ["queued", "running", "succeeded"] or [
+        t.to_state for t in night
+    ][-2:] == ["running", "succeeded"]
+    assert all(t.dwell_s is not None for t in night[1:])
+
+
+def test_all_ok_is_completed_and_exit_0(sandbox: Path) -> None:
+    body = ok_command("a") + cli("b", "b [run=0.2]") + ok_command("c", ", depends_on: [a]")
+    state, summary = run(write(sandbox, body), sandbox)
+    assert state.is_completed()
+    assert (summary["severity"], summary["exit_code"]) == ("ok", 0)
+
+
+def test_all_failed_is_exit_1(sandbox: Path) -> None:
+    body = cli("a", "a [run=0.1 exit=2]") + (
+        f"  - {{label: b, backend: command, argv: [{PY}, -c, 'raise SystemExit(5)']}}\n"
+    )
+    state, summary = run(write(sandbox, body), sandbox)
+    assert state.is_failed()
+    assert (summary["severity"], summary["exit_code"]) == ("failed", 1)
+
+
+def test_a_rerun_redoes_only_failed_work(sandbox: Path) -> None:
+    body = ok_command("good") + (
+        f"  - {{label: flaky, backend: command, argv: [{PY}, -c, "
+        "'import os,sys; sys.exit(0 if os.path.exists(\"fixed\") else 1)']}\n"
+    )
+    path = write(sandbox, body)
+    _, first = run(path, sandbox, night="2026-11-28")
+    assert states(first) == {"good": "succeeded", "flaky": "failed"}
+    (sandbox / "fixed").touch()  # the job runs in the catalogue's folder
+    state, second = run(path, sandbox, night="2026-11-28")
+    assert state.is_completed()
+    before = {j["label"]: j for j in first["jobs"]}
+    after = {j["label"]: j for j in second["jobs"]}
+    assert after["good"]["external_id"] == before["good"]["external_id"]  # not re-submitted
+    assert after["good"]["detail"] == "already succeeded earlier tonight"
+    assert after["flaky"]["external_id"] != before["flaky"]["external_id"]
+    assert after["flaky"]["attempts"] == 2
+
+
+def test_transient_cli_errors_are_retried(sandbox: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGY_FAIL_CALLS", "2")
+    state, summary = run(write(sandbox, cli("a", "a [run=0.1]")), sandbox)
+    assert state.is_completed(), summary
