@@ -68,11 +68,14 @@ def job_spec(catalogue: Catalogue, label: str) -> JobSpec:
     """The backend's view of a catalogue job."""
     job = catalogue.job(label)
     options = job.model_dump(exclude={"label", "backend", "depends_on", "timeout"})
+    # relative paths in a catalogue mean "next to the catalogue", not "wherever we run from"
+    home = catalogue.path.resolve().parent if catalogue.path is not None else Path.cwd()
     if isinstance(job, GeminiBatchJob):
         options["sla"] = job.sla if job.sla is not None else catalogue.defaults.sla
-    if isinstance(job, CommandJob) and catalogue.path is not None and job.cwd is None:
-        # relative argv paths resolve against the catalogue's folder, not wherever we run from
-        options["cwd"] = str(catalogue.path.resolve().parent)
+        options["input"] = str(home / job.input)
+        options["output"] = str(home / job.output)
+    if isinstance(job, CommandJob):
+        options["cwd"] = str(home / job.cwd) if job.cwd else str(home)
     return JobSpec(label=label, backend=job.backend, options=options)
 
 

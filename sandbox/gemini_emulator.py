@@ -1,0 +1,442 @@
+"""A local Gemini API emulator (batches, generateContent, files) for tests and the demo.
+
+Each batch follows a ``BatchScript`` chosen by its displayName (else the default script).
+Durations are emulated seconds, divided by ``time_scale``. ``drop_rows`` removes results from
+the END of the output (inline results are matched by order, so only a tail can go missing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import json
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+__all__ = ["BatchScript", "GeminiEmulator", "fake_response", "main"]
+
+_FINAL = {"SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED"}
+_STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED",
+           404: "NOT_FOUND", 429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE",
+           504: "DEADLINE_EXCEEDED"}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class BatchScript:
+    """How one batch behaves; ``final="stuck"`` never leaves PENDING/RUNNING."""
+
+    queued_s: float = 0.0
+    running_s: float = 0.0
+    final: str = "SUCCEEDED"  # SUCCEEDED|FAILED|CANCELLED|EXPIRED|stuck|any other state name
+    drop_rows: int = 0
+    drop_keys: tuple[str, ...] | list[str] = ()
+    error_keys: tuple[str, ...] | list[str] = ()
+    error_indices: tuple[int, ...] | list[int] = ()
+    error_code: int = 500
+    done_on_cancel: int = 0  # rows with results when cancelled while RUNNING
+    fail_message: str = "emulated batch failure"
+
+
+def _prompt(request: dict[str, Any]) -> str:
+    texts = [p.get("text", "") for c in request.get("contents") or [] for p in c.get("parts") or []]
+    return " ".join(t for t in texts if t)
+
+
+def fake_response(request: dict[str, Any]) -> dict[str, Any]:
+    """Deterministic GenerateContentResponse JSON for a request."""
+    prompt = _prompt(request)
+    text = f"answer to: {prompt[:40]}"
+    p_tok, c_tok = max(1, len(prompt) // 4), max(1, len(text) // 4)
+    return {
+        "candidates": [
+            {"content": {"role": "model", "parts": [{"text": text}]}, "finishReason": "STOP"}
+        ],
+        "usageMetadata": {
+            "promptTokenCount": p_tok,
+            "candidatesTokenCount": c_tok,
+            "totalTokenCount": p_tok + c_tok,
+        },
+        "modelVersion": "emulated",
+    }
+
+
+def _now_iso() -> str:
+    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
+
+
+@dataclass
+class _Batch:
+    name: str
+    model: str
+    display_name: str
+    script: BatchScript
+    rows: list[tuple[str, dict[str, Any]]]
+    inline: bool
+    started: float
+    create_time: str = field(default_factory=_now_iso)
+    cancelled_at: float | None = None
+    end_time: str | None = None
+    output_file: str | None = None
+
+
+class GeminiEmulator:
+    """Serve the Gemini REST endpoints on 127.0.0.1 from a background thread."""
+
+    def __init__(
+        self,
+        *,
+        time_scale: float = 1.0,
+        default_script: BatchScript | None = None,
+        api_key: str | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.time_scale = time_scale
+        self.default_script = default_script or BatchScript()
+        self.api_key = api_key  # when set, a different key gets 401
+        self.counts: Counter[str] = Counter()
+        self.calls: list[tuple[str, str, int]] = []  # (endpoint, path, status)
+        self.last_body: dict[str, Any] = {}  # endpoint -> last JSON body it received
+        self._host, self._port, self._clock = host, port, clock
+        self._scripts: dict[str, BatchScript] = {}
+        self._errors: dict[str, deque[tuple[int, str | None]]] = {}
+        self._batches: dict[str, _Batch] = {}
+        self._files: dict[str, dict[str, Any]] = {}
+        self._uploads: dict[str, dict[str, Any]] = {}
+        self._ids = itertools.count(1)
+        self._lock = threading.RLock()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- control surface -------------------------------------------------------------
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:PORT`` of the running server."""
+        if self._server is None:
+            raise RuntimeError("emulator not started")
+        return f"http://{self._host}:{self._server.server_address[1]}"
+
+    def start(self) -> GeminiEmulator:
+        """Bind and serve in a daemon thread."""
+        self._server = ThreadingHTTPServer((self._host, self._port), _handler_for(self))
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(0.05,), daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and close the socket."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def __enter__(self) -> GeminiEmulator:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def reset(self) -> None:
+        """Forget batches, files, scripts, queued errors and counts (keep serving)."""
+        with self._lock:
+            for store in (self._scripts, self._errors, self._batches, self._files, self._uploads):
+                store.clear()
+            self.counts.clear()
+            self.calls.clear()
+            self.last_body.clear()
+
+    def script_batch(self, display_name: str, script: BatchScript) -> None:
+        """Use ``script`` for batches created with this displayName."""
+        with self._lock:
+            self._scripts[display_name] = script
+
+    def inject_errors(
+        self, statuses: Iterable[int], endpoint: str = "*", message: str | None = None
+    ) -> None:
+        """Answer the next requests (to ``endpoint`` or any) with these HTTP statuses."""
+        with self._lock:
+            queue = self._errors.setdefault(endpoint, deque())
+            queue.extend((s, message) for s in statuses)
+
+    def count(self, endpoint: str | None = None) -> int:
+        """Requests seen for one endpoint (e.g. ``batches.create``), or in total."""
+        with self._lock:
+            return sum(self.counts.values()) if endpoint is None else self.counts[endpoint]
+
+    def batch_state(self, name: str) -> str:
+        """Current REST state name of a batch (``BATCH_STATE_...``)."""
+        with self._lock:
+            return self._state(self._batches[name])
+
+    # -- behaviour -------------------------------------------------------------------
+    def _elapsed(self, batch: _Batch) -> float:
+        until = batch.cancelled_at if batch.cancelled_at is not None else self._clock()
+        return (until - batch.started) * self.time_scale
+
+    def _state(self, batch: _Batch) -> str:
+        if batch.cancelled_at is not None:
+            return "BATCH_STATE_CANCELLED"
+        s, elapsed = batch.script, self._elapsed(batch)
+        if elapsed < s.queued_s:
+            return "BATCH_STATE_PENDING"
+        if s.final == "stuck" or elapsed < s.queued_s + s.running_s:
+            return "BATCH_STATE_RUNNING"
+        return s.final if s.final.startswith("BATCH_STATE_") else f"BATCH_STATE_{s.final}"
+
+    def _results(self, batch: _Batch, state: str) -> list[dict[str, Any]] | None:
+        s = batch.script
+        rows = list(enumerate(batch.rows))
+        if state == "BATCH_STATE_CANCELLED":
+            rows = rows[: s.done_on_cancel] if batch.cancelled_at is not None else []
+        elif state != "BATCH_STATE_SUCCEEDED":
+            return None
+        rows = [(i, kr) for i, kr in rows if kr[0] not in s.drop_keys]
+        if s.drop_rows:
+            rows = rows[: max(0, len(rows) - s.drop_rows)]
+        if not rows and state == "BATCH_STATE_CANCELLED":
+            return None
+        out = []
+        for i, (key, request) in rows:
+            if key in s.error_keys or i in s.error_indices:
+                err = {"code": s.error_code, "message": f"emulated row error for {key}"}
+                out.append({"key": key, "error": err})
+            else:
+                out.append({"key": key, "response": fake_response(request)})
+        return out
+
+    def _operation(self, batch: _Batch) -> dict[str, Any]:
+        state = self._state(batch)
+        meta: dict[str, Any] = {
+            "@type": "type.googleapis.com/google.ai.generativelanguage.v1main.GenerateContentBatch",
+            "model": batch.model,
+            "displayName": batch.display_name,
+            "state": state,
+            "createTime": batch.create_time,
+            "updateTime": _now_iso(),
+        }
+        op: dict[str, Any] = {"name": batch.name, "metadata": meta}
+        if state.removeprefix("BATCH_STATE_") in _FINAL:
+            batch.end_time = batch.end_time or _now_iso()
+            meta["endTime"] = op["metadata"]["updateTime"] = batch.end_time
+            op["done"] = True
+            results = self._results(batch, state)
+            if results is not None and batch.inline:
+                rows = [{k: v for k, v in r.items() if k != "key"} for r in results]
+                for row, r in zip(rows, results, strict=True):
+                    row["metadata"] = {"key": r["key"]}
+                meta["output"] = {"inlinedResponses": {"inlinedResponses": rows}}
+            elif results is not None:
+                if batch.output_file is None:
+                    body = "".join(json.dumps(r) + "\n" for r in results).encode()
+                    batch.output_file = self._new_file(body, "application/jsonl")["name"]
+                meta["output"] = {"responsesFile": batch.output_file}
+            if state == "BATCH_STATE_FAILED":
+                op["error"] = {"code": 500, "message": batch.script.fail_message}
+        return op
+
+    def _new_file(self, data: bytes, mime: str, display: str | None = None) -> dict[str, Any]:
+        name = f"files/f{next(self._ids):06d}"
+        meta = {"name": name, "displayName": display or name, "mimeType": mime,
+                "sizeBytes": str(len(data)), "state": "ACTIVE", "createTime": _now_iso(),
+                "uri": f"{self.base_url}/v1beta/{name}", "source": "UPLOADED"}  # fmt: skip
+        self._files[name] = {"meta": meta, "data": data}
+        return meta
+
+    def _create_batch(self, model: str, body: dict[str, Any]) -> tuple[int, Any]:
+        spec = body.get("batch") or {}
+        cfg = spec.get("inputConfig") or {}
+        display = spec.get("displayName") or "batch"
+        if "requests" in cfg:
+            reqs = (cfg["requests"] or {}).get("requests") or []
+            rows = [
+                ((r.get("metadata") or {}).get("key", str(i)), r.get("request") or {})
+                for i, r in enumerate(reqs)
+            ]
+            inline = True
+        elif "fileName" in cfg:
+            file = self._files.get(cfg["fileName"])
+            if file is None:
+                return _error(400, f"input file {cfg['fileName']} does not exist")
+            try:
+                records = [json.loads(x) for x in file["data"].decode().splitlines() if x.strip()]
+            except ValueError as exc:
+                return _error(400, f"input file {cfg['fileName']} is not valid JSONL: {exc}")
+            rows = [(str(r.get("key", i)), r.get("request") or {}) for i, r in enumerate(records)]
+            inline = False
+        else:
+            return _error(400, "batch.inputConfig must have requests or fileName")
+        if not rows:
+            return _error(400, "batch has no requests")
+        if any(not r.get("contents") for _, r in rows):
+            return _error(400, "every request needs contents")
+        script = self._scripts.get(display, self.default_script)
+        name = f"batches/b{next(self._ids):06d}"
+        batch = _Batch(name, f"models/{model}", display, script, rows, inline, self._clock())
+        self._batches[name] = batch
+        return 200, self._operation(batch)
+
+    def _list(self, query: dict[str, list[str]]) -> tuple[int, Any]:
+        size = int((query.get("pageSize") or ["50"])[0])
+        start = int((query.get("pageToken") or ["0"])[0])
+        names = sorted(self._batches, reverse=True)
+        page = [self._operation(self._batches[n]) for n in names[start : start + size]]
+        out: dict[str, Any] = {"operations": page}
+        if start + size < len(names):
+            out["nextPageToken"] = str(start + size)
+        return 200, out
+
+    def handle(self, method: str, path: str, headers: Any, body: bytes) -> tuple[int, Any, dict]:
+        """Route one request; returns (status, JSON or bytes, extra headers)."""
+        url = urlparse(path)
+        query = parse_qs(url.query)
+        parts = url.path.strip("/").split("/")
+        endpoint = _endpoint(method, parts, query)
+        with self._lock:
+            self.counts[endpoint] += 1
+            status, payload, extra = self._dispatch(endpoint, parts, query, headers, body)
+            self.calls.append((endpoint, path, status))
+            return status, payload, extra
+
+    def _dispatch(self, endpoint, parts, query, headers, body) -> tuple[int, Any, dict]:
+        if endpoint != "files.upload_bytes":
+            key = headers.get("x-goog-api-key")
+            if not key or (self.api_key is not None and key != self.api_key):
+                return (*_error(401, "API key not valid. Please pass a valid API key."), {})
+        for queue_name in (endpoint, "*"):
+            queue = self._errors.get(queue_name)
+            if queue:
+                code, message = queue.popleft()
+                extra = {"x-goog-upload-status": "final"} if "upload" in endpoint else {}
+                return (*_error(code, message or f"emulated HTTP {code}"), extra)
+        try:
+            data = json.loads(body) if body and endpoint != "files.upload_bytes" else {}
+        except ValueError:
+            return (*_error(400, "request body is not JSON"), {})
+        if data:
+            self.last_body[endpoint] = data
+        tail = parts[-1] if parts else ""
+        if endpoint == "batches.create":
+            return (*self._create_batch(tail.split(":")[0], data), {})
+        if endpoint == "models.generateContent":
+            return 200, fake_response(data), {}
+        if endpoint == "batches.list":
+            return (*self._list(query), {})
+        if endpoint in ("batches.get", "batches.cancel", "batches.delete"):
+            name = "batches/" + tail.split(":")[0]
+            batch = self._batches.get(name)
+            if batch is None:
+                return (*_error(404, f"Batch {name} not found"), {})
+            if endpoint == "batches.get":
+                return 200, self._operation(batch), {}
+            if endpoint == "batches.delete":
+                del self._batches[name]
+            elif self._state(batch).removeprefix("BATCH_STATE_") not in _FINAL:
+                batch.cancelled_at = self._clock()
+            return 200, {}, {}
+        if endpoint == "files.upload_start":
+            upload_id = f"u{next(self._ids):06d}"
+            meta = data.get("file") or {}
+            self._uploads[upload_id] = {"meta": meta, "data": b""}
+            url = f"{self.base_url}/upload/{parts[1]}/files?upload_id={upload_id}"
+            return 200, {}, {"x-goog-upload-url": url, "x-goog-upload-status": "active"}
+        if endpoint == "files.upload_bytes":
+            return self._upload_bytes(query, headers, body)
+        if endpoint in ("files.get", "files.download"):
+            name = "files/" + tail.split(":")[0]
+            file = self._files.get(name)
+            if file is None:
+                return (*_error(404, f"File {name} not found"), {})
+            return 200, file["data"] if endpoint == "files.download" else file["meta"], {}
+        return (*_error(404, f"no such endpoint: {endpoint}"), {})
+
+    def _upload_bytes(self, query, headers, body) -> tuple[int, Any, dict]:
+        upload = self._uploads.get((query.get("upload_id") or [""])[0])
+        if upload is None:
+            return (*_error(404, "unknown upload"), {"x-goog-upload-status": "final"})
+        upload["data"] += body
+        if "finalize" not in (headers.get("x-goog-upload-command") or ""):
+            return 200, {}, {"x-goog-upload-status": "active"}
+        meta = upload["meta"]
+        mime = meta.get("mime_type") or meta.get("mimeType") or "application/octet-stream"
+        display = meta.get("display_name") or meta.get("displayName")
+        info = self._new_file(upload["data"], mime, display)
+        return 200, {"file": info}, {"x-goog-upload-status": "final"}
+
+
+def _error(code: int, message: str) -> tuple[int, dict[str, Any]]:
+    status = _STATUS.get(code, "UNKNOWN")
+    return code, {"error": {"code": code, "message": message, "status": status}}
+
+
+def _endpoint(method: str, parts: list[str], query: dict[str, list[str]]) -> str:
+    tail = parts[-1] if parts else ""
+    if parts[:1] == ["upload"]:
+        return "files.upload_bytes" if "upload_id" in query else "files.upload_start"
+    if len(parts) >= 2 and parts[1] == "models" and tail.endswith(":batchGenerateContent"):
+        return "batches.create"
+    if len(parts) >= 2 and parts[1] == "models" and tail.endswith(":generateContent"):
+        return "models.generateContent"
+    if len(parts) >= 2 and parts[1] == "batches":
+        if len(parts) == 2:
+            return "batches.list"
+        if tail.endswith(":cancel"):
+            return "batches.cancel"
+        return "batches.delete" if method == "DELETE" else "batches.get"
+    if len(parts) >= 3 and parts[1] == "files":
+        return "files.download" if tail.endswith(":download") else "files.get"
+    return f"unknown {method} /{'/'.join(parts)}"
+
+
+def _handler_for(emu: GeminiEmulator) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _serve(self) -> None:
+            length = int(self.headers.get("content-length") or 0)
+            body = self.rfile.read(length) if length else b""
+            status, payload, extra = emu.handle(self.command, self.path, self.headers, body)
+            raw = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+            self.send_response(status)
+            ctype = "application/octet-stream" if isinstance(payload, bytes) else "application/json"
+            self.send_header("content-type", ctype)
+            self.send_header("content-length", str(len(raw)))
+            for name, value in extra.items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(raw)
+
+        do_GET = do_POST = do_DELETE = _serve
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return  # quiet: tests assert on emu.calls instead
+
+    return Handler
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve until Ctrl-C: ``python -m sandbox.gemini_emulator --port N --time-scale X``."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--time-scale", type=float, default=1.0)
+    args = parser.parse_args(argv)
+    with GeminiEmulator(host=args.host, port=args.port, time_scale=args.time_scale) as emu:
+        print(emu.base_url, flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            threading.Event().wait()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,193 @@
+"""The Gemini emulator, driven through the real google-genai client and raw HTTP."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from google import genai
+from google.genai import errors, types
+
+from sandbox.gemini_emulator import BatchScript, GeminiEmulator, fake_response
+
+KEY = "emu-test-key"
+MODEL = "gemini-2.5-flash"
+
+
+class FakeClock:
+    """A clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def emu(clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> Iterator[GeminiEmulator]:
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    with GeminiEmulator(time_scale=60, clock=clock) as emulator:
+        yield emulator
+
+
+@pytest.fixture
+def client(emu: GeminiEmulator) -> genai.Client:
+    retry = types.HttpRetryOptions(attempts=3, initial_delay=0.01, max_delay=0.02, jitter=0)
+    options = types.HttpOptions(base_url=emu.base_url, api_version="v1beta", retry_options=retry)
+    return genai.Client(vertexai=False, api_key=KEY, http_options=options)
+
+
+def inline(n: int) -> list[dict]:
+    return [{"contents": f"prompt {i}", "metadata": {"key": f"k{i}"}} for i in range(n)]
+
+
+def test_base_url_is_loopback(emu: GeminiEmulator) -> None:
+    assert emu.base_url.startswith("http://127.0.0.1:")
+
+
+def test_missing_api_key_is_401(emu: GeminiEmulator) -> None:
+    request = urllib.request.Request(f"{emu.base_url}/v1beta/batches", method="GET")
+    with pytest.raises(urllib.error.HTTPError) as info:
+        urllib.request.urlopen(request, timeout=5)
+    assert info.value.code == 401
+    assert emu.count("batches.list") == 1
+
+
+def test_batch_follows_its_script_in_scaled_time(emu, client, clock) -> None:
+    # 10 emulated minutes queued, 20 running; time_scale 60 -> 10 s and 20 s of clock
+    emu.script_batch("night", BatchScript(queued_s=600, running_s=1200))
+    job = client.batches.create(model=MODEL, src=inline(3), config={"display_name": "night"})
+    assert job.state == types.JobState.JOB_STATE_PENDING
+    clock.now += 11
+    assert client.batches.get(name=job.name).state == types.JobState.JOB_STATE_RUNNING
+    clock.now += 20
+    done = client.batches.get(name=job.name)
+    assert done.state == types.JobState.JOB_STATE_SUCCEEDED
+    assert done.end_time is not None
+    texts = [r.response.text for r in done.dest.inlined_responses]
+    assert texts == ["answer to: prompt 0", "answer to: prompt 1", "answer to: prompt 2"]
+
+
+def test_inline_drop_rows_removes_the_tail_and_errors_by_key_or_index(emu, client) -> None:
+    emu.script_batch("x", BatchScript(drop_rows=2, error_keys=["k1"], error_indices=[2]))
+    job = client.batches.create(model=MODEL, src=inline(6), config={"display_name": "x"})
+    rows = client.batches.get(name=job.name).dest.inlined_responses
+    assert len(rows) == 4
+    assert [r.error.code if r.error else None for r in rows] == [None, 500, 500, None]
+
+
+def test_default_script_applies_to_unscripted_batches(emu, client) -> None:
+    emu.default_script = BatchScript(final="EXPIRED")
+    job = client.batches.create(model=MODEL, src=inline(1))
+    got = client.batches.get(name=job.name)
+    assert got.state == types.JobState.JOB_STATE_EXPIRED and got.dest is None
+
+
+def test_stuck_batch_never_finishes_and_cancel_keeps_done_rows(emu, client, clock) -> None:
+    emu.script_batch("s", BatchScript(final="stuck", done_on_cancel=2))
+    job = client.batches.create(model=MODEL, src=inline(5), config={"display_name": "s"})
+    clock.now += 10**6
+    assert client.batches.get(name=job.name).state == types.JobState.JOB_STATE_RUNNING
+    client.batches.cancel(name=job.name)
+    got = client.batches.get(name=job.name)
+    assert got.state == types.JobState.JOB_STATE_CANCELLED
+    assert len(got.dest.inlined_responses) == 2
+
+
+def test_file_upload_batch_and_results_download(emu, client, tmp_path: Path) -> None:
+    source = tmp_path / "in.jsonl"
+    rows = [
+        {"key": f"r{i}", "request": {"contents": [{"parts": [{"text": f"q{i}"}]}]}} for i in "abc"
+    ]
+    source.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    emu.script_batch("f", BatchScript(drop_keys=["rb"], error_keys=["rc"]))
+    file = client.files.upload(file=source, config={"mime_type": "application/jsonl"})
+    assert file.name.startswith("files/") and file.mime_type == "application/jsonl"
+    job = client.batches.create(model=MODEL, src=file.name, config={"display_name": "f"})
+    out = client.batches.get(name=job.name).dest.file_name
+    lines = [json.loads(x) for x in client.files.download(file=out).decode().splitlines()]
+    assert [x["key"] for x in lines] == ["ra", "rc"]
+    assert lines[0]["response"]["usageMetadata"]["totalTokenCount"] > 0
+    assert lines[1]["error"]["code"] == 500
+    assert emu.count("files.upload_start") == emu.count("files.upload_bytes") == 1
+
+
+def test_create_rejects_unknown_input_file(emu, client) -> None:
+    with pytest.raises(errors.ClientError) as info:
+        client.batches.create(model=MODEL, src="files/nope")
+    assert info.value.code == 400 and "does not exist" in info.value.message
+
+
+def test_list_pages_and_delete(emu, client) -> None:
+    names = [client.batches.create(model=MODEL, src=inline(1)).name for _ in range(5)]
+    listed = [b.name for b in client.batches.list(config={"page_size": 2})]
+    assert sorted(listed) == sorted(names)
+    assert emu.count("batches.list") == 3
+    client.batches.delete(name=names[0])
+    with pytest.raises(errors.ClientError) as info:
+        client.batches.get(name=names[0])
+    assert info.value.code == 404
+
+
+def test_generate_content_is_deterministic_with_usage(emu, client) -> None:
+    response = client.models.generate_content(model=MODEL, contents="tell me about the night")
+    assert response.text == "answer to: tell me about the night"
+    usage = response.usage_metadata
+    assert usage.total_token_count == usage.prompt_token_count + usage.candidates_token_count
+    assert emu.count("models.generateContent") == 1
+
+
+def test_fake_response_truncates_the_prompt() -> None:
+    request = {"contents": [{"parts": [{"text": "x" * 100}]}]}
+    assert fake_response(request)["candidates"][0]["content"]["parts"][0]["text"] == (
+        "answer to: " + "x" * 40
+    )
+
+
+def test_injected_errors_per_endpoint_and_global(emu, client) -> None:
+    emu.inject_errors([503, 503], endpoint="models.generateContent")
+    assert client.models.generate_content(model=MODEL, contents="hi").text
+    assert emu.count("models.generateContent") == 3
+    emu.inject_errors([429])  # global: the next request of any kind
+    job = client.batches.create(model=MODEL, src=inline(1))
+    assert emu.count("batches.create") == 2 and job.name
+    emu.inject_errors([400], message="custom problem")
+    with pytest.raises(errors.ClientError, match="custom problem"):
+        client.batches.get(name=job.name)
+
+
+def test_wrong_key_is_401_when_the_emulator_knows_the_key(emu, client) -> None:
+    emu.api_key = "another-key"
+    with pytest.raises(errors.ClientError) as info:
+        client.models.generate_content(model=MODEL, contents="hi")
+    assert info.value.code == 401
+
+
+def test_module_entry_point_prints_its_base_url() -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sandbox.gemini_emulator", "--port", "0", "--time-scale", "100"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:")
+        request = urllib.request.Request(f"{url}/v1beta/batches", headers={"x-goog-api-key": "k"})
+        with urllib.request.urlopen(request, timeout=5) as reply:
+            assert json.load(reply) == {"operations": []}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=5)
