@@ -1,0 +1,1 @@
+"""How Nightshift's flows are served and deployed (schedules live in prefect.yaml)."""

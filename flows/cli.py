@@ -88,10 +88,10 @@ def run_catalogue(
         catalogue = load_catalogue(path)
         labels = plan_night(catalogue, only).labels
     except CatalogueError as exc:
-        err.print(str(exc), markup=False, highlight=False)
+        _say(str(exc))
         return EXIT_BAD_CATALOGUE
     except ValueError as exc:  # --only names a job the catalogue does not have
-        err.print(f"{path}: {exc}", markup=False, highlight=False)
+        _say(f"{path}: {exc}")
         return EXIT_BAD_CATALOGUE
 
     from flows.live import LiveTable
@@ -115,15 +115,15 @@ def run_catalogue(
     if not summary_file.exists():
         error: Any = state.result(raise_on_failure=False)
         if isinstance(error, LockHeldError):
-            err.print(f"refused: {error}", markup=False, highlight=False)
+            _say(f"refused: {error}")
             return EXIT_LOCKED
         if isinstance(error, CatalogueError):
-            err.print(str(error), markup=False, highlight=False)
+            _say(str(error))
             return EXIT_BAD_CATALOGUE
         if isinstance(error, NightshiftError):
-            err.print(f"error: {error}", markup=False, highlight=False)
+            _say(f"error: {error}")
             return 1
-        err.print(f"the night crashed: {state.message}", markup=False, highlight=False)
+        _say(f"the night crashed: {state.message}")
         return 1
     summary = json.loads(summary_file.read_text(encoding="utf-8"))
     if as_json:
@@ -131,6 +131,11 @@ def run_catalogue(
     else:
         _print_summary(summary, run_dir)
     return int(summary["exit_code"])
+
+
+def _say(message: str) -> None:
+    """An error or refusal for the engineer, on stderr, never wrapped."""
+    print(message, file=sys.stderr)
 
 
 def _print_summary(summary: dict[str, Any], run_dir: Path) -> None:

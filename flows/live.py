@@ -37,11 +37,16 @@ class LiveTable:
         self._states: dict[str, tuple[str, float]] = {
             label: ("waiting", time.monotonic()) for label in labels
         }
+        self._lines = False
 
     def update(self, label: str, state: str) -> None:
         """Note a job's new state and redraw."""
         with self._lock:
             self._states[label] = (state, time.monotonic())
+            done = sum(s in _FINAL for s, _ in self._states.values())
+        if self._lines and state in _FINAL:
+            # not a terminal (CI, a log file): one line per finished job instead of a table
+            self._console.print(f"[{done}/{len(self._states)}] {label}: {state}", highlight=False)
 
     def render(self) -> Table:
         """The table as it stands."""
@@ -62,7 +67,11 @@ class LiveTable:
     def shown(self, enabled: bool = True) -> Iterator[None]:
         """Draw the table while the block runs (only on a terminal)."""
         if not enabled:
-            yield
+            self._lines = True
+            try:
+                yield
+            finally:
+                self._lines = False
             return
         with Live(console=self._console, refresh_per_second=2, get_renderable=self.render):
             yield

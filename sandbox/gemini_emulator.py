@@ -23,70 +23,6 @@ from urllib.parse import parse_qs, urlparse
 
 __all__ = ["BatchScript", "GeminiEmulator", "fake_response", "main"]
 
-_FINAL = {"SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED"}
-_STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED",
-           404: "NOT_FOUND", 429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE",
-           504: "DEADLINE_EXCEEDED"}  # fmt: skip
-
-
-@dataclass(frozen=True)
-class BatchScript:
-    """How one batch behaves; ``final="stuck"`` never leaves PENDING/RUNNING."""
-
-    queued_s: float = 0.0
-    running_s: float = 0.0
-    final: str = "SUCCEEDED"  # SUCCEEDED|FAILED|CANCELLED|EXPIRED|stuck|any other state name
-    drop_rows: int = 0
-    drop_keys: tuple[str, ...] | list[str] = ()
-    error_keys: tuple[str, ...] | list[str] = ()
-    error_indices: tuple[int, ...] | list[int] = ()
-    error_code: int = 500
-    done_on_cancel: int = 0  # rows with results when cancelled while RUNNING
-    fail_message: str = "emulated batch failure"
-
-
-def _prompt(request: dict[str, Any]) -> str:
-    texts = [p.get("text", "") for c in request.get("contents") or [] for p in c.get("parts") or []]
-    return " ".join(t for t in texts if t)
-
-
-def fake_response(request: dict[str, Any]) -> dict[str, Any]:
-    """Deterministic GenerateContentResponse JSON for a request."""
-    prompt = _prompt(request)
-    text = f"answer to: {prompt[:40]}"
-    p_tok, c_tok = max(1, len(prompt) // 4), max(1, len(text) // 4)
-    return {
-        "candidates": [
-            {"content": {"role": "model", "parts": [{"text": text}]}, "finishReason": "STOP"}
-        ],
-        "usageMetadata": {
-            "promptTokenCount": p_tok,
-            "candidatesTokenCount": c_tok,
-            "totalTokenCount": p_tok + c_tok,
-        },
-        "modelVersion": "emulated",
-    }
-
-
-def _now_iso() -> str:
-    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
-
-
-@dataclass
-class _Batch:
-    name: str
-    model: str
-    display_name: str
-    script: BatchScript
-    rows: list[tuple[str, dict[str, Any]]]
-    inline: bool
-    started: float
-    create_time: str = field(default_factory=_now_iso)
-    cancelled_at: float | None = None
-    end_time: str | None = None
-    output_file: str | None = None
-
-
 class GeminiEmulator:
     """Serve the Gemini REST endpoints on 127.0.0.1 from a background thread."""
 
@@ -181,71 +117,6 @@ class GeminiEmulator:
             return self._state(self._batches[name])
 
     # -- behaviour -------------------------------------------------------------------
-    def _elapsed(self, batch: _Batch) -> float:
-        until = batch.cancelled_at if batch.cancelled_at is not None else self._clock()
-        return (until - batch.started) * self.time_scale
-
-    def _state(self, batch: _Batch) -> str:
-        if batch.cancelled_at is not None:
-            return "BATCH_STATE_CANCELLED"
-        s, elapsed = batch.script, self._elapsed(batch)
-        if elapsed < s.queued_s:
-            return "BATCH_STATE_PENDING"
-        if s.final == "stuck" or elapsed < s.queued_s + s.running_s:
-            return "BATCH_STATE_RUNNING"
-        return s.final if s.final.startswith("BATCH_STATE_") else f"BATCH_STATE_{s.final}"
-
-    def _results(self, batch: _Batch, state: str) -> list[dict[str, Any]] | None:
-        s = batch.script
-        rows = list(enumerate(batch.rows))
-        if state == "BATCH_STATE_CANCELLED":
-            rows = rows[: s.done_on_cancel] if batch.cancelled_at is not None else []
-        elif state != "BATCH_STATE_SUCCEEDED":
-            return None
-        rows = [(i, kr) for i, kr in rows if kr[0] not in s.drop_keys]
-        if s.drop_rows:
-            rows = rows[: max(0, len(rows) - s.drop_rows)]
-        if not rows and state == "BATCH_STATE_CANCELLED":
-            return None
-        out = []
-        for i, (key, request) in rows:
-            if key in s.error_keys or i in s.error_indices:
-                err = {"code": s.error_code, "message": f"emulated row error for {key}"}
-                out.append({"key": key, "error": err})
-            else:
-                out.append({"key": key, "response": fake_response(request)})
-        return out
-
-    def _operation(self, batch: _Batch) -> dict[str, Any]:
-        state = self._state(batch)
-        meta: dict[str, Any] = {
-            "@type": "type.googleapis.com/google.ai.generativelanguage.v1main.GenerateContentBatch",
-            "model": batch.model,
-            "displayName": batch.display_name,
-            "state": state,
-            "createTime": batch.create_time,
-            "updateTime": _now_iso(),
-        }
-        op: dict[str, Any] = {"name": batch.name, "metadata": meta}
-        if state.removeprefix("BATCH_STATE_") in _FINAL:
-            batch.end_time = batch.end_time or _now_iso()
-            meta["endTime"] = op["metadata"]["updateTime"] = batch.end_time
-            op["done"] = True
-            results = self._results(batch, state)
-            if results is not None and batch.inline:
-                rows = [{k: v for k, v in r.items() if k != "key"} for r in results]
-                for row, r in zip(rows, results, strict=True):
-                    row["metadata"] = {"key": r["key"]}
-                meta["output"] = {"inlinedResponses": {"inlinedResponses": rows}}
-            elif results is not None:
-                if batch.output_file is None:
-                    body = "".join(json.dumps(r) + "\n" for r in results).encode()
-                    batch.output_file = self._new_file(body, "application/jsonl")["name"]
-                meta["output"] = {"responsesFile": batch.output_file}
-            if state == "BATCH_STATE_FAILED":
-                op["error"] = {"code": 500, "message": batch.script.fail_message}
-        return op
-
     def _new_file(self, data: bytes, mime: str, display: str | None = None) -> dict[str, Any]:
         name = f"files/f{next(self._ids):06d}"
         meta = {"name": name, "displayName": display or name, "mimeType": mime,
@@ -373,56 +244,6 @@ class GeminiEmulator:
         display = meta.get("display_name") or meta.get("displayName")
         info = self._new_file(upload["data"], mime, display)
         return 200, {"file": info}, {"x-goog-upload-status": "final"}
-
-
-def _error(code: int, message: str) -> tuple[int, dict[str, Any]]:
-    status = _STATUS.get(code, "UNKNOWN")
-    return code, {"error": {"code": code, "message": message, "status": status}}
-
-
-def _endpoint(method: str, parts: list[str], query: dict[str, list[str]]) -> str:
-    tail = parts[-1] if parts else ""
-    if parts[:1] == ["upload"]:
-        return "files.upload_bytes" if "upload_id" in query else "files.upload_start"
-    if len(parts) >= 2 and parts[1] == "models" and tail.endswith(":batchGenerateContent"):
-        return "batches.create"
-    if len(parts) >= 2 and parts[1] == "models" and tail.endswith(":generateContent"):
-        return "models.generateContent"
-    if len(parts) >= 2 and parts[1] == "batches":
-        if len(parts) == 2:
-            return "batches.list"
-        if tail.endswith(":cancel"):
-            return "batches.cancel"
-        return "batches.delete" if method == "DELETE" else "batches.get"
-    if len(parts) >= 3 and parts[1] == "files":
-        return "files.download" if tail.endswith(":download") else "files.get"
-    return f"unknown {method} /{'/'.join(parts)}"
-
-
-def _handler_for(emu: GeminiEmulator) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def _serve(self) -> None:
-            length = int(self.headers.get("content-length") or 0)
-            body = self.rfile.read(length) if length else b""
-            status, payload, extra = emu.handle(self.command, self.path, self.headers, body)
-            raw = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-            self.send_response(status)
-            ctype = "application/octet-stream" if isinstance(payload, bytes) else "application/json"
-            self.send_header("content-type", ctype)
-            self.send_header("content-length", str(len(raw)))
-            for name, value in extra.items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(raw)
-
-        do_GET = do_POST = do_DELETE = _serve
-
-        def log_message(self, format: str, *args: Any) -> None:
-            return  # quiet: tests assert on emu.calls instead
-
-    return Handler
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -20,8 +20,8 @@ from sqlalchemy import Column, Connection, Engine, MetaData, String, Table, dele
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import OperationalError
 
+from tasks.db import UTCDateTime, make_engine
 from tasks.errors import LockHeldError
-from tasks.ledger import UTCDateTime, make_engine
 
 __all__ = ["Clock", "Lease", "default_owner"]
 

@@ -13,12 +13,12 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import sqlalchemy as sa
-from sqlalchemy.pool import StaticPool
+
+from tasks.db import UTCDateTime, make_engine
 
 __all__ = [
     "AT",
@@ -45,64 +45,6 @@ STATE = "state"  # the state the job dwelt in (the transition's from_state)
 DWELL_S = "dwell_s"  # seconds spent in STATE
 AT = "at"  # when the job left STATE (datetime64[us, UTC])
 HISTORY_COLUMNS = [NIGHT, RUN_ID, LABEL, BACKEND, STATE, DWELL_S, AT]
-
-_SQLITE_BUSY_MS = 30_000
-
-
-class UTCDateTime(sa.TypeDecorator[datetime]):
-    """Aware UTC datetimes in and out; SQLite stores naive UTC, so text order is time order."""
-
-    impl = sa.DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            raise ValueError(f"naive datetime {value!r}: pass a timezone-aware one")
-        value = value.astimezone(UTC)
-        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
-
-    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
-        if value is None:
-            return None
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
-def make_engine(url: str) -> sa.Engine:
-    """An engine for ``url``; SQLite gets WAL, a busy timeout and BEGIN IMMEDIATE transactions."""
-    parsed = sa.make_url(url)
-    if parsed.get_backend_name() != "sqlite":
-        return sa.create_engine(url, pool_pre_ping=True)
-    database = parsed.database or ""
-    in_memory = database in ("", ":memory:")
-    if not in_memory and not database.startswith("file:"):
-        Path(database).parent.mkdir(parents=True, exist_ok=True)
-    engine = sa.create_engine(
-        url,
-        connect_args={"check_same_thread": False, "timeout": _SQLITE_BUSY_MS / 1000},
-        **({"poolclass": StaticPool} if in_memory else {}),
-    )
-
-    @sa.event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
-        # hand transaction control to SQLAlchemy so our BEGIN IMMEDIATE is the only BEGIN
-        dbapi_connection.isolation_level = None
-        cursor = dbapi_connection.cursor()
-        cursor.execute(f"PRAGMA busy_timeout = {_SQLITE_BUSY_MS}")
-        if not in_memory:
-            cursor.execute("PRAGMA journal_mode = WAL")
-            cursor.execute("PRAGMA synchronous = NORMAL")
-        cursor.close()
-
-    @sa.event.listens_for(engine, "begin")
-    def _on_begin(connection: Any) -> None:
-        # take the write lock up front: a deferred read-then-write transaction in WAL mode can
-        # fail with SQLITE_BUSY_SNAPSHOT, which the busy timeout does not retry
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
-
-    return engine
-
 
 _metadata = sa.MetaData()
 

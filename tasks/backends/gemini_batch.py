@@ -6,7 +6,6 @@ or download, so those two are retried here.
 
 from __future__ import annotations
 
-import importlib
 import os
 import random
 import tempfile
@@ -17,16 +16,22 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from google import genai
-from google.genai import errors as genai_errors
 from google.genai import types
 
 from tasks.backends.base import ExternalState, JobSpec, JobStatus
+from tasks.backends.gemini_client import (
+    RetryPolicy,
+    SdkCaller,
+    build_gemini_client,
+    sdk_json,
+    sdk_state_name,
+)
 from tasks.batch_input import BatchRow, load_batch_input, render_rows, sdk_request
 from tasks.durations import parse_duration
-from tasks.errors import BackendError, PermanentBackendError, TransientBackendError
+from tasks.errors import BackendError, PermanentBackendError
 from tasks.pricing import job_cost
 from tasks.reconcile import (
     RowResult,
@@ -35,67 +40,15 @@ from tasks.reconcile import (
     render_results,
     summary_line,
 )
-from tasks.settings import Settings
 
 __all__ = ["GeminiBatchBackend", "GeminiJobOptions", "RetryPolicy", "build_gemini_client"]
 
-T = TypeVar("T")
 _STATES = {
     "PENDING": ExternalState.QUEUED, "QUEUED": ExternalState.QUEUED,
     "RUNNING": ExternalState.RUNNING, "SUCCEEDED": ExternalState.SUCCEEDED,
     "PARTIALLY_SUCCEEDED": ExternalState.SUCCEEDED, "FAILED": ExternalState.FAILED,
     "EXPIRED": ExternalState.FAILED, "CANCELLED": ExternalState.CANCELLED,
 }  # fmt: skip
-_TRANSIENT_CODES = frozenset({408, 429, 500, 502, 503, 504})
-
-
-def _transport_errors() -> tuple[type[Exception], ...]:
-    """Connection, timeout and protocol errors of whichever HTTP stack google-genai uses."""
-    found = []
-    for name in ("httpx2", "httpx"):  # google-genai >= 3.6 talks through httpx2
-        try:
-            found.append(importlib.import_module(name).TransportError)
-        except ImportError:
-            continue
-    return tuple(found)
-
-
-_TRANSPORT_ERRORS = _transport_errors()
-# everything an SDK call may raise that we translate (ValueError covers pydantic validation)
-_SDK_ERRORS: tuple[type[Exception], ...] = (
-    genai_errors.APIError,
-    *_TRANSPORT_ERRORS,
-    ValueError,
-    KeyError,
-)
-_EXCLUDE = {"sdk_http_response", "automatic_function_calling_history", "parsed"}
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Exponential backoff with jitter, shared by the SDK and our own byte transfers."""
-
-    attempts: int = 4
-    initial_delay_s: float = 1.0
-    max_delay_s: float = 30.0
-    exp_base: float = 2.0
-    jitter_s: float = 1.0
-
-    def http_retry_options(self) -> types.HttpRetryOptions:
-        """The same policy as google-genai HttpRetryOptions."""
-        return types.HttpRetryOptions(
-            attempts=self.attempts,
-            initial_delay=self.initial_delay_s,
-            max_delay=self.max_delay_s,
-            exp_base=self.exp_base,
-            jitter=self.jitter_s,
-            http_status_codes=sorted(_TRANSIENT_CODES),
-        )
-
-    def delay(self, retry: int, rand: float) -> float:
-        """Seconds before retry number ``retry`` (0-based); ``rand`` in [0, 1)."""
-        base = self.initial_delay_s * self.exp_base**retry
-        return min(self.max_delay_s, base + rand * self.jitter_s)
 
 
 @dataclass(frozen=True)
@@ -138,48 +91,8 @@ class GeminiJobOptions:
         return self.output.with_name(self.output.stem + ".retry.jsonl")
 
 
-def _resolve_api_key(settings: Settings) -> str:
-    if settings.gemini_api_key is not None:
-        return settings.gemini_api_key.get_secret_value()
-    if os.environ.get("GEMINI_API_KEY"):
-        return os.environ["GEMINI_API_KEY"]
-    if settings.gemini_api_key_block:
-        from prefect.blocks.system import Secret  # deferred: importing prefect costs ~1 s
-
-        secret: Any = Secret.load(settings.gemini_api_key_block)  # sync in a sync context
-        return str(secret.get())
-    raise PermanentBackendError(
-        "no Gemini API key: set NIGHTSHIFT_GEMINI_API_KEY, GEMINI_API_KEY or "
-        "NIGHTSHIFT_GEMINI_API_KEY_BLOCK (a Prefect Secret block)"
-    )
-
-
-def build_gemini_client(
-    settings: Settings, *, retry: RetryPolicy | None = None, timeout_s: float = 60.0
-) -> genai.Client:
-    """The one place a google-genai client is built (Gemini Developer API, never Vertex)."""
-    retry = retry or RetryPolicy()
-    options = types.HttpOptions(
-        base_url=settings.gemini_base_url,
-        api_version=settings.gemini_api_version,
-        timeout=int(timeout_s * 1000),
-        retry_options=retry.http_retry_options(),
-    )
-    return genai.Client(vertexai=False, api_key=_resolve_api_key(settings), http_options=options)
-
-
 def _now() -> str:
     return datetime.now(UTC).strftime("%H:%M:%S")
-
-
-def _state_name(state: Any) -> str:
-    raw = getattr(state, "value", state) or "UNSPECIFIED"
-    return str(raw).removeprefix("JOB_STATE_").removeprefix("BATCH_STATE_")
-
-
-def _as_json(model: Any) -> dict[str, Any]:
-    """An SDK pydantic object as REST-style JSON (camelCase, no SDK-only fields)."""
-    return dict(model.model_dump(mode="json", by_alias=True, exclude_none=True, exclude=_EXCLUDE))
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -212,9 +125,8 @@ class GeminiBatchBackend:
         rand: Callable[[], float] = random.random,
     ) -> None:
         self._client = client
-        self._retry = retry or RetryPolicy()
+        self._sdk = SdkCaller(client, retry or RetryPolicy(), sleep, rand)
         self._fallback_concurrency = max(1, fallback_concurrency)
-        self._sleep, self._rand = sleep, rand
         self._list_limit = list_limit  # batches status_many reads before asking one by one
         self._history: dict[str, list[str]] = {}
         self._submitted: dict[str, int] = {}
@@ -222,38 +134,6 @@ class GeminiBatchBackend:
 
     def __repr__(self) -> str:
         return f"GeminiBatchBackend(fallback_concurrency={self._fallback_concurrency})"
-
-    # -- error translation ---------------------------------------------------------------
-    def _scrub(self, text: str) -> str:
-        key = getattr(getattr(self._client, "_api_client", None), "api_key", None)
-        return text.replace(key, "***") if key else text
-
-    def _translate(self, what: str, exc: Exception) -> BackendError:
-        if isinstance(exc, genai_errors.APIError):
-            msg = self._scrub(f"{what}: HTTP {exc.code} {exc.status or ''}: {exc.message}")
-            transient = exc.code in _TRANSIENT_CODES or (exc.code or 0) >= 500
-            return (TransientBackendError if transient else PermanentBackendError)(msg)
-        if isinstance(exc, _TRANSPORT_ERRORS):
-            return TransientBackendError(self._scrub(f"{what}: {type(exc).__name__}: {exc}"))
-        return PermanentBackendError(self._scrub(f"{what}: {type(exc).__name__}: {exc}"))
-
-    def _call(self, what: str, fn: Callable[[], T]) -> T:
-        """Run an SDK call (the SDK retries it) and translate what escapes."""
-        try:
-            return fn()
-        except _SDK_ERRORS as exc:
-            raise self._translate(what, exc) from exc
-
-    def _call_retrying(self, what: str, fn: Callable[[], T]) -> T:
-        """Run a call the SDK does not retry (file bytes), with our own backoff."""
-        for retry in range(self._retry.attempts):
-            try:
-                return self._call(what, fn)
-            except TransientBackendError:
-                if retry + 1 >= self._retry.attempts:
-                    raise
-                self._sleep(self._retry.delay(retry, self._rand()))
-        raise AssertionError("unreachable")
 
     def _note(self, external_id: str, line: str) -> None:
         with self._lock:
@@ -273,19 +153,20 @@ class GeminiBatchBackend:
             upload_cfg = types.UploadFileConfig(
                 mime_type="application/jsonl", display_name=spec.label
             )
-            file = self._call_retrying(
+            file = self._sdk.call_retrying(
                 "upload input",
                 lambda: self._client.files.upload(file=opts.input, config=upload_cfg),
             )
             src, how = file.name, f"file {file.name}"
-        job = self._call(
+        job = self._sdk.call(
             "create batch",
             lambda: self._client.batches.create(model=opts.model, src=src, config=config),
         )
         external_id = str(job.name)
         with self._lock:
             self._submitted[external_id] = len(rows)
-        self._note(external_id, f"submitted {len(rows)} rows ({how}) -> {_state_name(job.state)}")
+        state = sdk_state_name(job.state)
+        self._note(external_id, f"submitted {len(rows)} rows ({how}) -> {state}")
         return external_id
 
     @staticmethod
@@ -298,7 +179,7 @@ class GeminiBatchBackend:
 
     def status(self, external_id: str) -> JobStatus:
         """Current state; unknown states count as running (poll with your own deadline)."""
-        job = self._call("get batch", lambda: self._client.batches.get(name=external_id))
+        job = self._sdk.call("get batch", lambda: self._client.batches.get(name=external_id))
         return self._to_status(external_id, job)
 
     def status_many(self, external_ids: Iterable[str]) -> dict[str, JobStatus]:
@@ -314,14 +195,14 @@ class GeminiBatchBackend:
                 if len(found) == len(wanted) or seen >= self._list_limit:
                     return
 
-        self._call("list batches", walk)
+        self._sdk.call("list batches", walk)
         out = {name: self._to_status(name, job) for name, job in found.items()}
         for name in wanted - set(found):
             out[name] = self.status(name)
         return out
 
     def _to_status(self, external_id: str, job: Any) -> JobStatus:
-        raw = _state_name(job.state)
+        raw = sdk_state_name(job.state)
         state = _STATES.get(raw, ExternalState.RUNNING)
         with self._lock:
             history = self._history.setdefault(external_id, [])
@@ -342,7 +223,7 @@ class GeminiBatchBackend:
 
     def cancel(self, external_id: str) -> None:
         """Cancel the batch; one already final is left alone by the API."""
-        self._call("cancel batch", lambda: self._client.batches.cancel(name=external_id))
+        self._sdk.call("cancel batch", lambda: self._client.batches.cancel(name=external_id))
         self._note(external_id, "cancel requested")
 
     def logs(self, external_id: str, tail: int = 40) -> str:
@@ -366,13 +247,13 @@ class GeminiBatchBackend:
             results: dict[str, RowResult] = {}
             for row, item in zip(rows, dest.inlined_responses, strict=False):
                 if item.response is not None:
-                    results[row.key] = {"response": _as_json(item.response)}
+                    results[row.key] = {"response": sdk_json(item.response)}
                 elif item.error is not None:
-                    results[row.key] = {"error": _as_json(item.error)}
+                    results[row.key] = {"error": sdk_json(item.error)}
             return results
         if dest.file_name:
             name = dest.file_name
-            data = self._call_retrying(
+            data = self._sdk.call_retrying(
                 "download results", lambda: self._client.files.download(file=name)
             )
             parsed, bad = parse_results_jsonl(data.decode("utf-8", errors="replace"))
@@ -417,8 +298,8 @@ class GeminiBatchBackend:
         """Once final: fetch results, write output + retry file, reconcile and price them."""
         opts = GeminiJobOptions.from_spec(spec)
         rows = load_batch_input(opts.input)
-        job = self._call("get batch", lambda: self._client.batches.get(name=external_id))
-        raw = _state_name(job.state)
+        job = self._sdk.call("get batch", lambda: self._client.batches.get(name=external_id))
+        raw = sdk_state_name(job.state)
         results = self._batch_results(job, rows)
         return self._finish(opts, external_id, rows, results, set(), raw == "SUCCEEDED")
 
@@ -430,13 +311,13 @@ class GeminiBatchBackend:
         """
         opts = GeminiJobOptions.from_spec(spec)
         rows = load_batch_input(opts.input)
-        job = self._call("get batch", lambda: self._client.batches.get(name=external_id))
-        if not _STATES.get(_state_name(job.state), ExternalState.RUNNING).final:
+        job = self._sdk.call("get batch", lambda: self._client.batches.get(name=external_id))
+        if not _STATES.get(sdk_state_name(job.state), ExternalState.RUNNING).final:
             try:
                 self.cancel(external_id)
             except BackendError as exc:  # answering the rows matters more than the cancel
                 self._note(external_id, f"cancel failed: {exc}")
-            job = self._call("get batch", lambda: self._client.batches.get(name=external_id))
+            job = self._sdk.call("get batch", lambda: self._client.batches.get(name=external_id))
         results = self._batch_results(job, rows)
         # rows that errored in the batch get one on-demand attempt too
         todo = [r for r in rows if (results.get(r.key) or {}).get("response") is None]
@@ -456,7 +337,7 @@ class GeminiBatchBackend:
     def _generate(self, model: str, row: BatchRow) -> RowResult:
         contents, config = sdk_request(row.request)
         try:
-            response = self._call(
+            response = self._sdk.call(
                 f"generate {row.key}",
                 lambda: self._client.models.generate_content(
                     model=model,
@@ -467,4 +348,4 @@ class GeminiBatchBackend:
         except BackendError as exc:
             code = getattr(exc.__cause__, "code", None) or 0
             return {"error": {"code": code, "message": str(exc)}}
-        return {"response": _as_json(response)}
+        return {"response": sdk_json(response)}

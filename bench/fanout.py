@@ -1,0 +1,110 @@
+"""Measure one night's fan-out: makespan vs. the slowest job and vs. the serial sum of jobs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+POLL = {"initial": 0.2, "factor": 2, "max": 1.0}
+STAGGER = 0.05
+
+
+def sleeps(n: int, scale: float) -> list[float]:
+    """n sleep lengths spread evenly from 1 s to 6 s, times scale."""
+    return [round(scale * (1 + 5 * i / max(1, n - 1)), 3) for i in range(n)]
+
+
+def catalogue_yaml(secs: list[float]) -> str:
+    deadline = 60 + 10 * max(secs)
+    lines = [
+        "defaults:",
+        f"  poll: {{initial: {POLL['initial']}s, factor: {POLL['factor']}, max: {POLL['max']}s}}",
+        f"  stagger: {STAGGER}s",
+        "  retries: 0",
+        f"  deadline: {deadline}s",
+        f"  queued_timeout: {deadline}s",
+        "jobs:",
+    ]
+    for i, s in enumerate(secs):
+        argv = f"[{json.dumps(sys.executable)}, -c, 'import time; time.sleep({s})']"
+        lines.append(f"  - {{label: job-{i:02d}, backend: command, argv: {argv}}}")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--jobs", type=int, default=12, help="independent jobs (default 12)")
+    parser.add_argument("--scale", type=float, default=1.0, help="multiply every sleep (1-6 s)")
+    args = parser.parse_args()
+    secs = sleeps(args.jobs, args.scale)
+    tmp = Path(tempfile.mkdtemp(prefix="nightshift-bench-"))
+    os.environ["NIGHTSHIFT_STATE_DIR"] = str(tmp / "state")
+    os.environ.pop("NIGHTSHIFT_DATABASE_URL", None)
+    os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    os.environ["NO_PROXY"] = os.environ["no_proxy"] = "127.0.0.1,localhost"
+    catalog = tmp / "nightshift.yaml"
+    catalog.write_text(catalogue_yaml(secs), encoding="utf-8")
+
+    from prefect.testing.utilities import prefect_test_harness
+
+    from flows.nightly import nightly
+    from tasks.ledger import Ledger
+    from tasks.settings import load_settings
+
+    night, run_dir = "2000-01-01", tmp / "run"
+    print(f"starting a temporary Prefect server; catalogue and state in {tmp}", flush=True)
+    with prefect_test_harness(server_startup_timeout=120):
+        t0 = time.monotonic()
+        state = nightly(catalog=str(catalog), run_dir=str(run_dir), night=night, return_state=True)
+        flow_wall = time.monotonic() - t0
+    summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+    jobs = summary["jobs"]
+    bad = [j["label"] + ": " + j["state"] for j in jobs if j["state"] != "succeeded"]
+    if bad:
+        print(f"flow state {state.type.value}; not all jobs succeeded: {bad}", file=sys.stderr)
+        return 1
+    ledger = Ledger(load_settings().ledger_url())
+    records = [ledger.get_job(night, j["label"]) for j in jobs]
+    ledger.close()
+    first_submit = min(r.submitted_at for r in records if r and r.submitted_at)
+    last_end = max(r.finished_at for r in records if r and r.finished_at)
+    makespan = (last_end - first_submit).total_seconds()
+    spans = [(r.finished_at - r.submitted_at).total_seconds() for r in records if r]
+    durations = [j["duration_s"] for j in jobs]
+    slowest = max(jobs, key=lambda j: j["duration_s"])
+    serial = sum(durations)
+
+    print(f"\n{len(jobs)} independent command jobs (python -c 'time.sleep(S)'), one night")
+    print(f"chosen sleeps (s): {secs}")
+    print(f"measured duration_s: {[round(d, 2) for d in durations]}")
+    print(
+        f"poll policy: initial {POLL['initial']}s x{POLL['factor']} up to {POLL['max']}s, "
+        f"stagger {STAGGER}s; polling adds up to one poll interval of latency per job"
+    )
+    print("duration_s = from the job task's start (before the stagger wait) to its recorded end")
+    print("makespan   = ledger: first job's submitted_at -> last job's finished_at")
+    print("(duration_s starts before the stagger wait and the spawn, so it can exceed makespan)")
+    print(f"\nmakespan                       {makespan:8.2f} s")
+    print(f"slowest job (measured)         {slowest['duration_s']:8.2f} s  ({slowest['label']})")
+    print(f"slowest job (ledger span)      {max(spans):8.2f} s  (submitted_at -> finished_at)")
+    print(f"slowest job (chosen sleep)     {max(secs):8.2f} s")
+    print(f"serial sum (measured)          {serial:8.2f} s")
+    print(f"serial sum (chosen sleeps)     {sum(secs):8.2f} s")
+    print(f"flow call wall time            {flow_wall:8.2f} s  (includes Prefect/flow overhead)")
+    print(f"summary.json started->finished {summary['started_at']} -> {summary['finished_at']}")
+    print(f"\nmakespan / slowest job (measured)  {makespan / slowest['duration_s']:.2f}")
+    print(f"makespan / slowest ledger span     {makespan / max(spans):.2f}")
+    print(f"makespan / slowest sleep           {makespan / max(secs):.2f}")
+    print(f"serial sum (measured) / makespan   {serial / makespan:.2f}")
+    print(f"serial sum (sleeps) / makespan     {sum(secs) / makespan:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""``nightshift`` as an engineer uses it: exit codes, --json, refusals, deployments."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from flows.cli import main
+from tasks.catalogue import load_catalogue
+from tasks.lease import Lease
+from tasks.ledger import Ledger
+from tasks.settings import load_settings
+
+REPO = Path(__file__).resolve().parents[1]
+CATALOGUE = """\
+name: cli-test
+defaults: {poll: {initial: 0.2s, max: 1s}, stagger: 0s}
+jobs:
+  - {label: "hello", backend: command, argv: [%(py)s, -c, "print('hello')"]}
+  - {label: "gen:a", backend: cli, task: "a [run=0.2]"}
+  - {label: "broken", backend: command, argv: [%(py)s, -c, "raise SystemExit(4)"]}
+"""
+
+
+@pytest.fixture
+def catalogue(sandbox: Path) -> Path:
+    path = sandbox / "nightshift.yaml"
+    path.write_text(CATALOGUE % {"py": json.dumps(sys.executable)})
+    return path
+
+
+@pytest.mark.usefixtures("prefect_server")
+def test_run_json_prints_one_summary_object(catalogue: Path, capsys) -> None:
+    code = main(["run", "--catalog", str(catalogue), "--json"])
+    out = capsys.readouterr().out
+    summary = json.loads(out)  # stdout is nothing but the object
+    assert code == 2 == summary["exit_code"]
+    assert summary["severity"] == "partial"
+    jobs = {job["label"]: job for job in summary["jobs"]}
+    assert set(jobs) == {"hello", "gen:a", "broken"}
+    keys = {"label", "state", "duration_s", "external_id", "attempts", "log_tail_path"}
+    assert keys <= set(jobs["broken"])
+    assert jobs["broken"]["state"] == "failed"
+    assert Path(jobs["broken"]["log_tail_path"]).exists()
+    assert jobs["hello"]["log_tail_path"] is None
+
+
+@pytest.mark.usefixtures("prefect_server")
+def test_only_runs_the_named_jobs(catalogue: Path, capsys) -> None:
+    assert main(["run", "--catalog", str(catalogue), "--only", "hello", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert [job["label"] for job in summary["jobs"]] == ["hello"]
+
+
+@pytest.mark.usefixtures("prefect_server")
+def test_a_second_night_is_refused_while_the_first_holds_the_lease(catalogue: Path, capsys):
+    ledger = Ledger(load_settings().ledger_url())
+    with Lease(ledger.engine, "cli-test", owner="other-host:123:abcd"):
+        code = main(["run", "--catalog", str(catalogue)])
+    assert code == 3
+    err = capsys.readouterr().err
+    assert "another night of 'cli-test' is running (other-host:123:abcd)" in err
+    assert not (Path(load_settings().state_dir) / "jobs").exists()  # nothing was submitted
+
+
+def test_bad_catalogue_exits_4_naming_file_line_job_and_field(sandbox: Path, capsys) -> None:
+    path = sandbox / "bad.yaml"
+    path.write_text("jobs:\n  - label: gen:a\n    backend: cli\n    task: x\n    modle: y\n")
+    assert main(["run", "--catalog", str(path)]) == 4
+    err = capsys.readouterr().err
+    assert f"{path}:5: job 'gen:a': field 'modle': unknown key" in err
+    assert main(["validate", "--catalog", str(path)]) == 4
+
+
+def test_unknown_only_label_exits_4(catalogue: Path, capsys) -> None:
+    assert main(["run", "--catalog", str(catalogue), "--only", "nope"]) == 4
+    assert "unknown job label(s): nope" in capsys.readouterr().err
+
+
+def test_the_example_catalogue_is_valid() -> None:
+    catalogue = load_catalogue(REPO / "nightshift.example.yaml")
+    assert {j.backend for j in catalogue.jobs} == {"cli", "command", "gemini_batch"}
+
+
+def test_prefect_yaml_deploys_the_nightly_flow_on_a_schedule() -> None:
+    from prefect.flows import load_flow_from_entrypoint
+
+    config = yaml.safe_load((REPO / "prefect.yaml").read_text())
+    (deployment,) = config["deployments"]
+    assert deployment["name"] == "nightly-batch-daily"
+    assert deployment["schedules"][0]["cron"] == "0 2 * * *"
+    assert deployment["concurrency_limit"] == {"limit": 1, "collision_strategy": "CANCEL_NEW"}
+    flow = load_flow_from_entrypoint(str(REPO / deployment["entrypoint"]))
+    assert flow.name == "nightly"
+    assert set(deployment["parameters"]) <= set(flow.parameters.properties)
