@@ -23,6 +23,7 @@ from prefect.states import Completed, Failed, State
 from prefect.task_runners import ThreadPoolTaskRunner
 from prefect.tasks import exponential_backoff
 
+from flows.limits import prefect_slots
 from tasks.backends import build_backends
 from tasks.catalogue import Catalogue, load_catalogue
 from tasks.errors import TransientBackendError
@@ -170,10 +171,16 @@ def _run_night(
         watcher=watcher,
         admission=Admission(catalogue.defaults.stagger, dict(catalogue.limits)),
         deadline_at=watcher.now() + catalogue.defaults.deadline,
-        priorities={label: i for i, label in enumerate(plan.independent)},
+        # chain steps rank after every mapped job: they wait for their turn, not the other way
+        priorities={label: i for i, label in enumerate(plan.labels)},
         observers=list(LIVE_OBSERVERS),
         on_finished=on_finished,
+        hold=prefect_slots(dict(catalogue.limits)),
     )
+    for backend in catalogue.limits:
+        # with a cap, jobs start longest-expected first: announce them in that order
+        ranks = [ctx.priorities[x] for x in plan.independent if catalogue.job(x).backend == backend]
+        ctx.admission.expect(backend, ranks)
     logger.info(
         "night %s: %d jobs, %d independent, %d chains",
         night,

@@ -15,13 +15,15 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
+from sandbox.gemini_batches import Batch, BatchScript, fake_response, is_final, now_iso
+from sandbox.gemini_routes import endpoint_name, error_reply, handler_for
+
 __all__ = ["BatchScript", "GeminiEmulator", "fake_response", "main"]
+
 
 class GeminiEmulator:
     """Serve the Gemini REST endpoints on 127.0.0.1 from a background thread."""
@@ -45,7 +47,7 @@ class GeminiEmulator:
         self._host, self._port, self._clock = host, port, clock
         self._scripts: dict[str, BatchScript] = {}
         self._errors: dict[str, deque[tuple[int, str | None]]] = {}
-        self._batches: dict[str, _Batch] = {}
+        self._batches: dict[str, Batch] = {}
         self._files: dict[str, dict[str, Any]] = {}
         self._uploads: dict[str, dict[str, Any]] = {}
         self._ids = itertools.count(1)
@@ -63,7 +65,7 @@ class GeminiEmulator:
 
     def start(self) -> GeminiEmulator:
         """Bind and serve in a daemon thread."""
-        self._server = ThreadingHTTPServer((self._host, self._port), _handler_for(self))
+        self._server = ThreadingHTTPServer((self._host, self._port), handler_for(self.handle))
         self._server.daemon_threads = True
         self._thread = threading.Thread(
             target=self._server.serve_forever, args=(0.05,), daemon=True
@@ -117,10 +119,19 @@ class GeminiEmulator:
             return self._state(self._batches[name])
 
     # -- behaviour -------------------------------------------------------------------
+    def _state(self, batch: Batch) -> str:
+        return batch.state(self._clock(), self.time_scale)
+
+    def _operation(self, batch: Batch) -> dict[str, Any]:
+        def save_output(body: bytes) -> str:
+            return str(self._new_file(body, "application/jsonl")["name"])
+
+        return batch.operation(self._state(batch), save_output)
+
     def _new_file(self, data: bytes, mime: str, display: str | None = None) -> dict[str, Any]:
         name = f"files/f{next(self._ids):06d}"
         meta = {"name": name, "displayName": display or name, "mimeType": mime,
-                "sizeBytes": str(len(data)), "state": "ACTIVE", "createTime": _now_iso(),
+                "sizeBytes": str(len(data)), "state": "ACTIVE", "createTime": now_iso(),
                 "uri": f"{self.base_url}/v1beta/{name}", "source": "UPLOADED"}  # fmt: skip
         self._files[name] = {"meta": meta, "data": data}
         return meta
@@ -139,22 +150,22 @@ class GeminiEmulator:
         elif "fileName" in cfg:
             file = self._files.get(cfg["fileName"])
             if file is None:
-                return _error(400, f"input file {cfg['fileName']} does not exist")
+                return error_reply(400, f"input file {cfg['fileName']} does not exist")
             try:
                 records = [json.loads(x) for x in file["data"].decode().splitlines() if x.strip()]
             except ValueError as exc:
-                return _error(400, f"input file {cfg['fileName']} is not valid JSONL: {exc}")
+                return error_reply(400, f"input file {cfg['fileName']} is not valid JSONL: {exc}")
             rows = [(str(r.get("key", i)), r.get("request") or {}) for i, r in enumerate(records)]
             inline = False
         else:
-            return _error(400, "batch.inputConfig must have requests or fileName")
+            return error_reply(400, "batch.inputConfig must have requests or fileName")
         if not rows:
-            return _error(400, "batch has no requests")
+            return error_reply(400, "batch has no requests")
         if any(not r.get("contents") for _, r in rows):
-            return _error(400, "every request needs contents")
+            return error_reply(400, "every request needs contents")
         script = self._scripts.get(display, self.default_script)
         name = f"batches/b{next(self._ids):06d}"
-        batch = _Batch(name, f"models/{model}", display, script, rows, inline, self._clock())
+        batch = Batch(name, f"models/{model}", display, script, rows, inline, self._clock())
         self._batches[name] = batch
         return 200, self._operation(batch)
 
@@ -173,7 +184,7 @@ class GeminiEmulator:
         url = urlparse(path)
         query = parse_qs(url.query)
         parts = url.path.strip("/").split("/")
-        endpoint = _endpoint(method, parts, query)
+        endpoint = endpoint_name(method, parts, query)
         with self._lock:
             self.counts[endpoint] += 1
             status, payload, extra = self._dispatch(endpoint, parts, query, headers, body)
@@ -184,17 +195,17 @@ class GeminiEmulator:
         if endpoint != "files.upload_bytes":
             key = headers.get("x-goog-api-key")
             if not key or (self.api_key is not None and key != self.api_key):
-                return (*_error(401, "API key not valid. Please pass a valid API key."), {})
+                return (*error_reply(401, "API key not valid. Please pass a valid API key."), {})
         for queue_name in (endpoint, "*"):
             queue = self._errors.get(queue_name)
             if queue:
                 code, message = queue.popleft()
                 extra = {"x-goog-upload-status": "final"} if "upload" in endpoint else {}
-                return (*_error(code, message or f"emulated HTTP {code}"), extra)
+                return (*error_reply(code, message or f"emulated HTTP {code}"), extra)
         try:
             data = json.loads(body) if body and endpoint != "files.upload_bytes" else {}
         except ValueError:
-            return (*_error(400, "request body is not JSON"), {})
+            return (*error_reply(400, "request body is not JSON"), {})
         if data:
             self.last_body[endpoint] = data
         tail = parts[-1] if parts else ""
@@ -208,12 +219,12 @@ class GeminiEmulator:
             name = "batches/" + tail.split(":")[0]
             batch = self._batches.get(name)
             if batch is None:
-                return (*_error(404, f"Batch {name} not found"), {})
+                return (*error_reply(404, f"Batch {name} not found"), {})
             if endpoint == "batches.get":
                 return 200, self._operation(batch), {}
             if endpoint == "batches.delete":
                 del self._batches[name]
-            elif self._state(batch).removeprefix("BATCH_STATE_") not in _FINAL:
+            elif not is_final(self._state(batch)):
                 batch.cancelled_at = self._clock()
             return 200, {}, {}
         if endpoint == "files.upload_start":
@@ -228,14 +239,14 @@ class GeminiEmulator:
             name = "files/" + tail.split(":")[0]
             file = self._files.get(name)
             if file is None:
-                return (*_error(404, f"File {name} not found"), {})
+                return (*error_reply(404, f"File {name} not found"), {})
             return 200, file["data"] if endpoint == "files.download" else file["meta"], {}
-        return (*_error(404, f"no such endpoint: {endpoint}"), {})
+        return (*error_reply(404, f"no such endpoint: {endpoint}"), {})
 
     def _upload_bytes(self, query, headers, body) -> tuple[int, Any, dict]:
         upload = self._uploads.get((query.get("upload_id") or [""])[0])
         if upload is None:
-            return (*_error(404, "unknown upload"), {"x-goog-upload-status": "final"})
+            return (*error_reply(404, "unknown upload"), {"x-goog-upload-status": "final"})
         upload["data"] += body
         if "finalize" not in (headers.get("x-goog-upload-command") or ""):
             return 200, {}, {"x-goog-upload-status": "active"}

@@ -36,6 +36,21 @@ class Admission:
         self._waiting: dict[str, list[tuple[float, int]]] = {}
         self._next_submit = 0.0
         self._ticket = 0
+        # priorities of jobs announced but not arrived yet: later ones must not overtake them
+        self._expected: dict[str, list[float]] = {}
+
+    def expect(self, backend: str, priorities: list[float]) -> None:
+        """Announce jobs that will ask for ``backend`` so a cap is granted strictly in order."""
+        with self._cond:
+            self._expected.setdefault(backend, []).extend(priorities)
+
+    def withdraw(self, backend: str, priority: float) -> None:
+        """An announced job will not ask after all (it already succeeded, or it crashed)."""
+        with self._cond:
+            expected = self._expected.get(backend, [])
+            if priority in expected:
+                expected.remove(priority)
+                self._cond.notify_all()
 
     @contextmanager
     def slot(self, backend: str, priority: float, deadline: float | None = None) -> Iterator[None]:
@@ -58,8 +73,15 @@ class Admission:
             me = (priority, self._ticket)
             queue = self._waiting.setdefault(backend, [])
             heapq.heappush(queue, me)
+            expected = self._expected.get(backend, [])
+            if priority in expected:
+                expected.remove(priority)
             try:
-                while not (queue[0] == me and self._in_use.get(backend, 0) < self._caps[backend]):
+                while not (
+                    queue[0] == me
+                    and self._in_use.get(backend, 0) < self._caps[backend]
+                    and all(p >= priority for p in expected)
+                ):
                     self._wait(deadline)
             except Deadline:
                 queue.remove(me)

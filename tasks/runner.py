@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -47,6 +48,8 @@ class NightContext:
     observers: list[Observer] = field(default_factory=list)
     on_finished: Callable[[JobOutcome], None] | None = None
     external_ids: dict[str, str] = field(default_factory=dict)
+    # holds a server-side slot of a capped backend while its job is in flight
+    hold: Callable[[str], AbstractContextManager[object]] = lambda _backend: nullcontext()
 
     def mark(self, label: str, state: str, external_id: str | None = None) -> None:
         """Record a state change in the ledger and tell observers (the live table)."""
@@ -88,6 +91,14 @@ def run_one_job(ctx: NightContext, label: str, attempt: int = 1) -> JobOutcome:
     """
     job = ctx.catalogue.job(label)
     backend = ctx.backends[job.backend]
+    try:
+        return _run(ctx, label, job, backend)
+    finally:
+        # no-op once the job was admitted; frees later jobs if this one never asks for a slot
+        ctx.admission.withdraw(job.backend, ctx.priorities.get(label, 0))
+
+
+def _run(ctx: NightContext, label: str, job: Any, backend: Backend) -> JobOutcome:
     record = ctx.ledger.get_job(ctx.night, label)
     if record is not None and record.state == Outcome.SUCCEEDED and record.external_id:
         done = _outcome_from_record(record)
@@ -97,10 +108,15 @@ def run_one_job(ctx: NightContext, label: str, attempt: int = 1) -> JobOutcome:
             ctx.on_finished(done)
         return done
     spec = job_spec(ctx.catalogue, label)
-    started_wall = datetime.now(UTC)
     priority = ctx.priorities.get(label, 0)
+    started_wall = datetime.now(UTC)
     try:
-        with ctx.admission.slot(job.backend, priority, deadline=ctx.deadline_at):
+        with (
+            ctx.admission.slot(job.backend, priority, deadline=ctx.deadline_at),
+            ctx.hold(job.backend),
+        ):
+            # a job's duration counts from its submission, not from its wait for a turn
+            started_wall = datetime.now(UTC)
             if record is not None and record.external_id and record.state in _LIVE:
                 external_id = record.external_id
                 attempts = record.attempts

@@ -67,3 +67,24 @@ def test_waiting_past_the_deadline_raises() -> None:
         pass
     with gate.slot("cli", 2):  # the abandoned waiter left no trace
         pass
+
+
+def test_announced_jobs_are_granted_strictly_in_order_whoever_arrives_first() -> None:
+    gate = Admission(stagger=0, caps={"cli": 1})
+    gate.expect("cli", [0, 1, 2])
+    order: list[int] = []
+
+    def job(priority: int) -> None:
+        with gate.slot("cli", priority):
+            order.append(priority)
+
+    late_starters = [threading.Thread(target=job, args=(p,)) for p in (2, 1)]
+    for t in late_starters:
+        t.start()
+    while len(gate._waiting.get("cli", [])) < 2:
+        time.sleep(0.001)
+    assert order == []  # 1 and 2 hold back for 0, which has not even arrived
+    gate.withdraw("cli", 0)  # 0 will not come after all (it succeeded earlier tonight)
+    for t in late_starters:
+        t.join(5)
+    assert order == [1, 2]

@@ -145,3 +145,34 @@ def test_transient_cli_errors_are_retried(sandbox: Path, monkeypatch: pytest.Mon
     monkeypatch.setenv("AGY_FAIL_CALLS", "2")
     state, summary = run(write(sandbox, cli("a", "a [run=0.1]")), sandbox)
     assert state.is_completed(), summary
+
+
+def test_a_cap_bounds_jobs_in_flight_and_starts_the_longest_first(sandbox: Path) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from prefect.client.orchestration import get_client
+
+    ledger = Ledger(load_settings().ledger_url())
+    long_ago = datetime.now(UTC) - timedelta(days=2)
+    for i, seconds in enumerate([10, 50, 30, 40, 20]):  # history: j1 is the longest
+        ledger.record_submit("2026-11-01", f"j{i}", "command", f"old-{i}", 1, at=long_ago)
+        done = long_ago + timedelta(seconds=seconds)
+        ledger.record_state("2026-11-01", f"j{i}", "succeeded", finished_at=done)
+    body = "".join(
+        f"  - {{label: j{i}, backend: command, argv: [{PY}, -c, 'import time; time.sleep(0.5)']}}\n"
+        for i in range(5)
+    )
+    path = write(sandbox, body)
+    path.write_text(path.read_text().replace("jobs:\n", "limits: {command: 2}\njobs:\n"))
+    state, _ = run(path, sandbox, night="2026-11-29")
+    assert state.is_completed()
+
+    rows = ledger.dwells("2026-11-29")
+    submitted = {t.label: t.at for t in rows if t.to_state == "submitted"}
+    ended = {t.label: t.at for t in rows if t.to_state == "succeeded"}
+    assert sorted(submitted, key=submitted.get) == ["j1", "j3", "j2", "j4", "j0"]
+    for label, start in submitted.items():
+        overlapping = [o for o in submitted if submitted[o] <= start < ended[o]]
+        assert len(overlapping) <= 2, (label, overlapping)
+    with get_client(sync_client=True) as client:
+        assert client.read_global_concurrency_limit_by_name("nightshift-command").limit == 2

@@ -1,0 +1,32 @@
+"""Per-backend caps as Prefect global concurrency limits, visible and enforced server-wide."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+
+from prefect.client.orchestration import get_client
+from prefect.concurrency.sync import concurrency
+
+__all__ = ["limit_name", "prefect_slots"]
+
+
+def limit_name(backend: str) -> str:
+    """The Prefect global concurrency limit that caps one backend."""
+    return f"nightshift-{backend}"
+
+
+def prefect_slots(limits: dict[str, int]) -> Callable[[str], AbstractContextManager[object]]:
+    """Create or resize the limits; return ``hold(backend)`` that occupies one slot."""
+    if limits:
+        with get_client(sync_client=True) as client:
+            for backend, cap in limits.items():
+                client.upsert_global_concurrency_limit_by_name(limit_name(backend), cap)
+
+    def hold(backend: str) -> AbstractContextManager[object]:
+        if backend not in limits:
+            return nullcontext()
+        # strict: a limit deleted under us is an error, not a silent free-for-all
+        return concurrency(limit_name(backend), occupy=1, strict=True)
+
+    return hold

@@ -1,0 +1,77 @@
+"""Gemini batch jobs inside a night: reconciliation in the join, the SLA fallback on time."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from flows.nightly import nightly
+from sandbox.gemini_emulator import BatchScript, GeminiEmulator
+
+pytestmark = pytest.mark.usefixtures("prefect_server")
+
+CATALOGUE = """\
+defaults: {poll: {initial: 0.2s, max: 0.5s}, stagger: 0s, deadline: 60s}
+jobs:
+  - label: report:dropped
+    backend: gemini_batch
+    model: gemini-2.5-flash
+    input: rows.jsonl
+    output: out/dropped.jsonl
+  - label: report:stuck
+    backend: gemini_batch
+    model: gemini-2.5-flash
+    input: rows.jsonl
+    output: out/stuck.jsonl
+    sla: 5s
+"""
+
+
+@pytest.fixture
+def emulator(sandbox: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[GeminiEmulator]:
+    with GeminiEmulator(api_key="test-key") as emu:
+        monkeypatch.setenv("NIGHTSHIFT_GEMINI_BASE_URL", emu.base_url)
+        monkeypatch.setenv("GEMINI_API_KEY", "test-key")
+        yield emu
+
+
+def test_dropped_rows_make_a_partial_job_and_a_stuck_batch_falls_back(
+    sandbox: Path, emulator: GeminiEmulator
+) -> None:
+    rows = [
+        {"key": f"r{i}", "request": {"contents": [{"parts": [{"text": f"row {i}"}]}]}}
+        for i in range(6)
+    ]
+    (sandbox / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (sandbox / "nightshift.yaml").write_text(CATALOGUE)
+    emulator.script_batch("report:dropped", BatchScript(running_s=0.5, drop_rows=3))
+    emulator.script_batch("report:stuck", BatchScript(final="stuck"))
+
+    run_dir = sandbox / "run"
+    state = nightly(
+        catalog=str(sandbox / "nightshift.yaml"), run_dir=str(run_dir), return_state=True
+    )
+    summary = json.loads((run_dir / "summary.json").read_text())
+    jobs = {job["label"]: job for job in summary["jobs"]}
+
+    assert state.is_failed()
+    assert summary["exit_code"] == 2
+    dropped = jobs["report:dropped"]
+    assert dropped["state"] == "partial"
+    assert dropped["data"]["reconciliation"]["missing"] == 3
+    assert dropped["data"]["reconciliation"]["submitted"] == 6
+    assert "3 missing" in dropped["detail"]
+    retry = (sandbox / "out" / "dropped.retry.jsonl").read_text().splitlines()
+    assert [json.loads(line)["key"] for line in retry] == ["r3", "r4", "r5"]
+
+    # 80 % of a 5 s SLA: the batch is cancelled and every row answered on demand
+    stuck = jobs["report:stuck"]
+    assert stuck["state"] == "succeeded", stuck
+    assert stuck["data"]["reconciliation"]["fallback"] == 6
+    assert stuck["duration_s"] < 5
+    answered = (sandbox / "out" / "stuck.jsonl").read_text().splitlines()
+    assert sorted(json.loads(line)["key"] for line in answered) == [f"r{i}" for i in range(6)]
+    assert emulator.count("models.generateContent") == 6
