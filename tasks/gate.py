@@ -56,50 +56,52 @@ class Admission:
     def slot(self, backend: str, priority: float, deadline: float | None = None) -> Iterator[None]:
         """Wait for a slot of ``backend`` (if capped) and the stagger; hold the slot inside."""
         capped = backend in self._caps
-        if capped:
-            self._acquire(backend, priority, deadline)
-        try:
-            self._stagger_wait(deadline)
-            yield
-        finally:
+        with self._cond:
             if capped:
-                with self._cond:
-                    self._in_use[backend] -= 1
-                    self._cond.notify_all()
-
-    def _acquire(self, backend: str, priority: float, deadline: float | None) -> None:
-        with self._cond:
-            self._ticket += 1
-            me = (priority, self._ticket)
-            queue = self._waiting.setdefault(backend, [])
-            heapq.heappush(queue, me)
-            expected = self._expected.get(backend, [])
-            if priority in expected:
-                expected.remove(priority)
-            try:
-                while not (
-                    queue[0] == me
-                    and self._in_use.get(backend, 0) < self._caps[backend]
-                    and all(p >= priority for p in expected)
-                ):
-                    self._wait(deadline)
-            except Deadline:
-                queue.remove(me)
-                heapq.heapify(queue)
-                self._cond.notify_all()
-                raise
-            heapq.heappop(queue)
-            self._in_use[backend] = self._in_use.get(backend, 0) + 1
-            self._cond.notify_all()
-
-    def _stagger_wait(self, deadline: float | None) -> None:
-        with self._cond:
+                self._acquire(backend, priority, deadline)
+            # the stagger turn is reserved in the same breath, so submissions keep grant order
             at = max(self._clock(), self._next_submit)
             if deadline is not None and at > deadline:
+                if capped:
+                    self._release(backend)
                 raise Deadline()
             self._next_submit = at + self._stagger
             while self._clock() < at:
                 self._cond.wait(timeout=at - self._clock())
+        try:
+            yield
+        finally:
+            if capped:
+                with self._cond:
+                    self._release(backend)
+
+    def _release(self, backend: str) -> None:
+        self._in_use[backend] -= 1
+        self._cond.notify_all()
+
+    def _acquire(self, backend: str, priority: float, deadline: float | None) -> None:
+        self._ticket += 1
+        me = (priority, self._ticket)
+        queue = self._waiting.setdefault(backend, [])
+        heapq.heappush(queue, me)
+        expected = self._expected.get(backend, [])
+        if priority in expected:
+            expected.remove(priority)
+        try:
+            while not (
+                queue[0] == me
+                and self._in_use.get(backend, 0) < self._caps[backend]
+                and all(p >= priority for p in expected)
+            ):
+                self._wait(deadline)
+        except Deadline:
+            queue.remove(me)
+            heapq.heapify(queue)
+            self._cond.notify_all()
+            raise
+        heapq.heappop(queue)
+        self._in_use[backend] = self._in_use.get(backend, 0) + 1
+        self._cond.notify_all()
 
     def _wait(self, deadline: float | None) -> None:
         if deadline is None:

@@ -168,7 +168,7 @@ def test_a_cap_bounds_jobs_in_flight_and_starts_the_longest_first(sandbox: Path)
     assert state.is_completed()
 
     rows = ledger.dwells("2026-11-29")
-    submitted = {t.label: t.at for t in rows if t.to_state == "submitted"}
+    submitted = {t.label: t.at for t in rows if t.to_state == "submitting"}
     ended = {t.label: t.at for t in rows if t.to_state == "succeeded"}
     assert sorted(submitted, key=submitted.get) == ["j1", "j3", "j2", "j4", "j0"]
     for label, start in submitted.items():
