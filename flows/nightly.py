@@ -95,7 +95,7 @@ def run_chain_task(name: str, labels: list[str], night_key: str) -> None:
     run_chain(name, labels, night_key, return_state=True)
 
 
-@flow(name="nightly", task_runner=ThreadPoolTaskRunner(max_workers=256))
+@flow(name="nightly", task_runner=ThreadPoolTaskRunner(max_workers=256))  # type: ignore[arg-type]
 def nightly(
     catalog: str = "nightshift.yaml",
     only: list[str] | None = None,
@@ -145,7 +145,7 @@ def _run_night(
     expected = ledger.expected_durations([j.label for j in catalogue.jobs], since)
     plan = plan_night(catalogue, only, expected)
     total = len(plan.labels)
-    progress_id = create_progress_artifact(0.0, description=f"0/{total} jobs finished")
+    progress_id: Any = create_progress_artifact(0.0, description=f"0/{total} jobs finished")
     results: dict[str, JobOutcome] = {}
     lock = threading.Lock()
 
@@ -159,6 +159,7 @@ def _run_night(
         logger.info("finished %s", outcome.line())
 
     key = f"{night}:{uuid.uuid4().hex[:8]}"
+    caps: dict[str, int] = {str(name): cap for name, cap in catalogue.limits.items()}
     watcher = Watcher(on_change=lambda label, state, _status: _NIGHTS[key].mark(label, state))
     backends = build_backends(catalogue, settings)
     _NIGHTS[key] = ctx = NightContext(
@@ -169,13 +170,13 @@ def _run_night(
         backends=backends,
         ledger=ledger,
         watcher=watcher,
-        admission=Admission(catalogue.defaults.stagger, dict(catalogue.limits)),
+        admission=Admission(catalogue.defaults.stagger, caps),
         deadline_at=watcher.now() + catalogue.defaults.deadline,
         # chain steps rank after every mapped job: they wait for their turn, not the other way
         priorities={label: i for i, label in enumerate(plan.labels)},
         observers=list(LIVE_OBSERVERS),
         on_finished=on_finished,
-        hold=prefect_slots(dict(catalogue.limits)),
+        hold=prefect_slots(caps),
     )
     for backend in catalogue.limits:
         # with a cap, jobs start longest-expected first: announce them in that order
@@ -199,8 +200,8 @@ def _run_night(
     finally:
         watcher.stop()
         _NIGHTS.pop(key, None)
-        for backend in backends.values():
-            close = getattr(backend, "close", None)
+        for client in backends.values():
+            close = getattr(client, "close", None)
             if close is not None:
                 close()
     for label in plan.labels:

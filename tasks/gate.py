@@ -5,7 +5,7 @@ from __future__ import annotations
 import heapq
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 __all__ = ["Admission", "Deadline"]
@@ -39,7 +39,7 @@ class Admission:
         # priorities of jobs announced but not arrived yet: later ones must not overtake them
         self._expected: dict[str, list[float]] = {}
 
-    def expect(self, backend: str, priorities: list[float]) -> None:
+    def expect(self, backend: str, priorities: Sequence[float]) -> None:
         """Announce jobs that will ask for ``backend`` so a cap is granted strictly in order."""
         with self._cond:
             self._expected.setdefault(backend, []).extend(priorities)
