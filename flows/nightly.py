@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import threading
 import uuid
 from datetime import UTC, date, datetime, timedelta
@@ -27,6 +26,7 @@ from flows.limits import prefect_slots
 from tasks.backends import build_backends
 from tasks.catalogue import Catalogue, load_catalogue
 from tasks.errors import TransientBackendError
+from tasks.files import write_atomic
 from tasks.gate import Admission
 from tasks.lease import Lease
 from tasks.ledger import Ledger
@@ -232,9 +232,7 @@ def _outcome_of(ctx: NightContext, label: str, future: PrefectFuture[Any]) -> Jo
 
 def _write_summary(path: Path, summary: NightSummary) -> None:
     """summary.json beside the log tails, written atomically."""
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(summary_json(summary), indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(summary_json(summary), indent=2) + "\n")
 
 
 def summary_json(summary: NightSummary) -> dict[str, Any]:

@@ -95,6 +95,9 @@ class GeminiBatchJob(_JobBase):
     output: str
     sla: Duration | None = None
     fallback: Literal["on_demand", "none"] = "on_demand"
+    # inputs up to both thresholds go inline; larger ones as an uploaded JSONL file
+    inline_threshold_rows: int = Field(1000, ge=0)
+    inline_threshold_bytes: int = Field(10 * 1024 * 1024, ge=0)
 
 
 Job = Annotated[CommandJob | CliJob | GeminiBatchJob, Field(discriminator="backend")]

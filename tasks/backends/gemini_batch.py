@@ -6,14 +6,11 @@ or download, so those two are retried here.
 
 from __future__ import annotations
 
-import os
 import random
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -29,9 +26,10 @@ from tasks.backends.gemini_client import (
     sdk_json,
     sdk_state_name,
 )
+from tasks.backends.gemini_options import GeminiJobOptions
 from tasks.batch_input import BatchRow, load_batch_input, render_rows, sdk_request
-from tasks.durations import parse_duration
-from tasks.errors import BackendError, PermanentBackendError
+from tasks.errors import BackendError
+from tasks.files import write_atomic
 from tasks.pricing import job_cost
 from tasks.reconcile import (
     RowResult,
@@ -51,62 +49,8 @@ _STATES = {
 }  # fmt: skip
 
 
-@dataclass(frozen=True)
-class GeminiJobOptions:
-    """The ``JobSpec.options`` of a gemini_batch job."""
-
-    model: str
-    input: Path
-    output: Path
-    sla_s: float | None = None
-    fallback: str = "on_demand"
-    inline_threshold_rows: int = 1000
-    inline_threshold_bytes: int = 10 * 1024 * 1024
-
-    @classmethod
-    def from_spec(cls, spec: JobSpec) -> GeminiJobOptions:
-        """Options from a spec; a missing field is a PermanentBackendError."""
-        opts = spec.options
-        missing = [k for k in ("model", "input", "output") if not opts.get(k)]
-        if missing:
-            raise PermanentBackendError(f"gemini job {spec.label!r}: options lack {missing}")
-        if opts.get("fallback", "on_demand") not in ("on_demand", "none"):
-            raise PermanentBackendError(
-                f"gemini job {spec.label!r}: fallback must be on_demand|none"
-            )
-        sla = opts.get("sla")
-        return cls(
-            model=str(opts["model"]),
-            input=Path(opts["input"]),
-            output=Path(opts["output"]),
-            sla_s=parse_duration(sla) if sla is not None else None,
-            fallback=opts.get("fallback", "on_demand"),
-            inline_threshold_rows=int(opts.get("inline_threshold_rows", 1000)),
-            inline_threshold_bytes=int(opts.get("inline_threshold_bytes", 10 * 1024 * 1024)),
-        )
-
-    @property
-    def retry_file(self) -> Path:
-        """``<output stem>.retry.jsonl`` beside the output."""
-        return self.output.with_name(self.output.stem + ".retry.jsonl")
-
-
 def _now() -> str:
     return datetime.now(UTC).strftime("%H:%M:%S")
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 class GeminiBatchBackend:
@@ -273,11 +217,11 @@ class GeminiBatchBackend:
     ) -> dict[str, Any]:
         keys = [r.key for r in rows]
         rec = reconcile(keys, results, fallback_keys)
-        _write_atomic(opts.output, render_results(keys, results))
+        write_atomic(opts.output, render_results(keys, results))
         retry_file: Path | None = opts.retry_file
         if rec.retry_keys:
             wanted = set(rec.retry_keys)
-            _write_atomic(opts.retry_file, render_rows([r for r in rows if r.key in wanted]))
+            write_atomic(opts.retry_file, render_rows([r for r in rows if r.key in wanted]))
         else:
             opts.retry_file.unlink(missing_ok=True)  # a stale retry file would mislead tomorrow
             retry_file = None
