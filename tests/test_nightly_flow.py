@@ -95,7 +95,7 @@ def test_a_mixed_night_of_twelve_jobs(sandbox: Path) -> None:
     assert jobs["gen:broken"]["detail"] == "exit code 3"
     assert jobs["summarize:feed"]["detail"] == "fetch:feed failed"
     assert jobs["gen:a"]["external_id"] and jobs["gen:a"]["attempts"] == 1
-    assert jobs["audit:slow"]["duration_s"] >= 14
+    assert jobs["audit:slow"]["duration_s"] >= 10  # ran until the deadline cancelled it
 
     # every transition went to the ledger, in order, with dwell times
     ledger = Ledger(load_settings().ledger_url())
