@@ -100,6 +100,7 @@ def run_catalogue(
     from tasks.settings import load_settings
 
     settings = load_settings()
+    _connect(err.is_terminal)
     night = night or _today()
     run_dir = run_dir_for(settings, night)
     table = LiveTable(labels, err)
@@ -131,6 +132,20 @@ def run_catalogue(
     else:
         _print_summary(summary, run_dir)
     return int(summary["exit_code"])
+
+
+def _connect(verbose: bool) -> None:
+    """Reach the Prefect API now (starting the temporary server if there is none configured).
+
+    Done before the live table is drawn: the server's start-up would otherwise break it up.
+    """
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL
+
+    if verbose and not PREFECT_API_URL.value():
+        _say("starting Prefect's temporary server (about 15 s; set PREFECT_API_URL to use yours)")
+    with get_client(sync_client=True) as client:
+        client.api_healthcheck()
 
 
 def _say(message: str) -> None:
