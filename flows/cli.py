@@ -81,16 +81,17 @@ def run_catalogue(
 
     from tasks.catalogue import load_catalogue
     from tasks.errors import CatalogueError, NightshiftError
-    from tasks.plan import plan_night
+    from tasks.plan import parse_night, plan_night, tonight
 
     err = Console(stderr=True)
     try:
+        night = parse_night(night) if night else tonight()
         catalogue = load_catalogue(path)
         labels = plan_night(catalogue, only).labels
     except CatalogueError as exc:
         _say(str(exc))
         return EXIT_BAD_CATALOGUE
-    except ValueError as exc:  # --only names a job the catalogue does not have
+    except ValueError as exc:  # --only names a job the catalogue lacks, or --night is no date
         _say(f"{path}: {exc}")
         return EXIT_BAD_CATALOGUE
 
@@ -101,7 +102,6 @@ def run_catalogue(
 
     settings = load_settings()
     _connect(err.is_terminal)
-    night = night or _today()
     run_dir = run_dir_for(settings, night)
     table = LiveTable(labels, err)
     LIVE_OBSERVERS.append(table.update)
@@ -174,12 +174,6 @@ def _print_summary(summary: dict[str, Any], run_dir: Path) -> None:
     console = Console()
     console.print(table)
     console.print(f"summary and log tails: {run_dir}", markup=False, highlight=False)
-
-
-def _today() -> str:
-    from datetime import date
-
-    return date.today().isoformat()
 
 
 if __name__ == "__main__":

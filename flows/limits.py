@@ -1,4 +1,8 @@
-"""Per-backend caps as Prefect global concurrency limits, visible and enforced server-wide."""
+"""Per-backend caps as Prefect global concurrency limits, visible and enforced server-wide.
+
+The limit is per backend, not per catalogue: two catalogues that share the job CLI share its
+cap too, and the last night to start sets its size.
+"""
 
 from __future__ import annotations
 
@@ -16,17 +20,22 @@ def limit_name(backend: str) -> str:
     return f"nightshift-{backend}"
 
 
-def prefect_slots(limits: dict[str, int]) -> Callable[[str], AbstractContextManager[object]]:
+def prefect_slots(
+    limits: dict[str, int],
+) -> Callable[[str, float], AbstractContextManager[object]]:
     """Create or resize the limits; return ``hold(backend)`` that occupies one slot."""
     if limits:
         with get_client(sync_client=True) as client:
             for backend, cap in limits.items():
                 client.upsert_global_concurrency_limit_by_name(limit_name(backend), cap)
 
-    def hold(backend: str) -> AbstractContextManager[object]:
+    def hold(backend: str, timeout_s: float) -> AbstractContextManager[object]:
         if backend not in limits:
             return nullcontext()
-        # strict: a limit deleted under us is an error, not a silent free-for-all
-        return concurrency(limit_name(backend), occupy=1, strict=True)
+        # strict: a limit deleted under us is an error, not a silent free-for-all; the wait
+        # ends at the night's deadline (TimeoutError) instead of outliving it
+        return concurrency(
+            limit_name(backend), occupy=1, strict=True, timeout_seconds=max(timeout_s, 0.1)
+        )
 
     return hold

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import uuid
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ from tasks.gate import Admission
 from tasks.lease import Lease
 from tasks.ledger import Ledger
 from tasks.outcomes import JobOutcome, NightSummary, Outcome, join
-from tasks.plan import plan_night
+from tasks.plan import parse_night, plan_night, tonight
 from tasks.runner import NightContext, Observer, end_job, run_one_job
 from tasks.settings import Settings, load_settings
 from tasks.watcher import Watcher
@@ -106,13 +106,13 @@ def nightly(
     logger = get_run_logger()
     settings = load_settings()
     catalogue = load_catalogue(catalog)
-    night = night or _default_night()
+    night = parse_night(night) if night else tonight(flow_run.scheduled_start_time)
     run_path = Path(run_dir) if run_dir else run_dir_for(settings, night)
     run_path.mkdir(parents=True, exist_ok=True)
     ledger = Ledger(settings.ledger_url())
     try:
-        with Lease(ledger.engine, catalogue.key):
-            summary = _run_night(catalogue, only, night, run_path, ledger, settings)
+        with Lease(ledger.engine, catalogue.key) as lease:
+            summary = _run_night(catalogue, only, night, run_path, ledger, settings, lease)
     finally:
         ledger.close()
     _write_summary(run_path / SUMMARY_FILE, summary)
@@ -138,6 +138,7 @@ def _run_night(
     run_path: Path,
     ledger: Ledger,
     settings: Settings,
+    lease: Lease,
 ) -> NightSummary:
     logger = get_run_logger()
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
@@ -177,6 +178,8 @@ def _run_night(
         observers=list(LIVE_OBSERVERS),
         on_finished=on_finished,
         hold=prefect_slots(caps),
+        # a stalled night whose lease ran out must not submit beside the night that took it
+        stop_reason=lambda: f"not submitted: {lease.lost}" if lease.lost else None,
     )
     for backend in catalogue.limits:
         # with a cap, jobs start longest-expected first: announce them in that order
@@ -259,9 +262,3 @@ def _publish(summary: NightSummary) -> None:
         for job in summary.jobs
     ]
     create_table_artifact(rows, key="nightly-summary", description=summary.headline())
-
-
-def _default_night() -> str:
-    """The night a run belongs to: the date of its scheduled start (stable across retries)."""
-    scheduled = flow_run.scheduled_start_time
-    return (scheduled.date() if scheduled else date.today()).isoformat()

@@ -6,7 +6,14 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
 from tasks.durations import parse_duration
 from tasks.errors import CatalogueError, CatalogueProblem
@@ -44,9 +51,15 @@ class _Strict(BaseModel):
 class PollSettings(_Strict):
     """Exponential backoff between status checks."""
 
-    initial: Duration = 2.0
+    initial: Annotated[Duration, Field(gt=0)] = 2.0
     factor: float = Field(2.0, ge=1.0)
     max: Duration = 30.0
+
+    @model_validator(mode="after")
+    def _max_not_below_initial(self) -> PollSettings:
+        if self.max < self.initial:
+            raise ValueError(f"max ({self.max:g}s) is below initial ({self.initial:g}s)")
+        return self
 
 
 class Defaults(_Strict):
@@ -158,7 +171,10 @@ def parse_catalogue(text: str, path: str | Path = "<catalogue>") -> Catalogue:
     if node is None:
         raise CatalogueError(path, [CatalogueProblem("empty catalogue: no jobs", 1)])
     lines: dict[tuple[Any, ...], int] = {}
-    data = _to_python(node, (), lines)
+    try:
+        data = _to_python(node, (), lines)
+    except _DuplicateKey as dup:
+        raise CatalogueError(path, [dup.problem(lines)]) from None
     if not isinstance(data, dict):
         raise CatalogueError(path, [CatalogueProblem("the top level must be a mapping", 1)])
     try:
@@ -172,6 +188,24 @@ def parse_catalogue(text: str, path: str | Path = "<catalogue>") -> Catalogue:
     return catalogue
 
 
+class _DuplicateKey(Exception):
+    """A mapping names the same key twice (YAML would silently keep the last)."""
+
+    def __init__(
+        self, key: Any, line: int, first: int, at: tuple[Any, ...], label: Any = None
+    ) -> None:
+        self.key, self.line, self.first, self.at, self.label = key, line, first, at, label
+
+    def problem(self, lines: dict[tuple[Any, ...], int]) -> CatalogueProblem:
+        job = None
+        if len(self.at) >= 2 and self.at[0] == "jobs":
+            job = str(self.label) if self.label else f"#{self.at[1] + 1}"
+        where = ".".join(str(p) for p in self.at[2:] if job) if job else ".".join(map(str, self.at))
+        name = f"{where}.{self.key}" if where else str(self.key)
+        message = f"duplicate key (first on line {self.first})"
+        return CatalogueProblem(message, self.line, job, name)
+
+
 def _to_python(node: yaml.Node, at: tuple[Any, ...], lines: dict[tuple[Any, ...], int]) -> Any:
     """Build plain data from a YAML node, remembering the line of every key and item."""
     lines[at] = node.start_mark.line + 1
@@ -179,6 +213,10 @@ def _to_python(node: yaml.Node, at: tuple[Any, ...], lines: dict[tuple[Any, ...]
         out: dict[Any, Any] = {}
         for key_node, value_node in node.value:
             key = yaml.SafeLoader(key_node.value).construct_object(key_node)
+            if key in out:
+                first = lines[(*at, key)]
+                label = out.get("label") if len(at) == 2 and at[0] == "jobs" else None
+                raise _DuplicateKey(key, key_node.start_mark.line + 1, first, at, label)
             lines[(*at, key)] = key_node.start_mark.line + 1
             value = _to_python(value_node, (*at, key), lines)
             lines[(*at, key)] = key_node.start_mark.line + 1
@@ -264,6 +302,19 @@ def _graph_problems(
                         "depends_on",
                     )
                 )
+    outputs: dict[str, str] = {}
+    for i, job in enumerate(catalogue.jobs):
+        if isinstance(job, GeminiBatchJob):
+            if job.output in outputs:
+                problems.append(
+                    CatalogueProblem(
+                        f"output {job.output!r} is also written by {outputs[job.output]!r}",
+                        lines.get(("jobs", i, "output")),
+                        job.label,
+                        "output",
+                    )
+                )
+            outputs.setdefault(job.output, job.label)
     if problems:
         return problems
     cycle = _find_cycle({j.label: list(j.depends_on) for j in catalogue.jobs})

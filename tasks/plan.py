@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, date, datetime
 
 from tasks.catalogue import Catalogue
 
-__all__ = ["Plan", "plan_night"]
+__all__ = ["Plan", "parse_night", "plan_night", "tonight"]
 
 
 @dataclass(frozen=True)
@@ -73,3 +74,19 @@ def _topological(labels: list[str], deps: dict[str, list[str]]) -> list[str]:
                 placed.add(label)
                 break
     return done
+
+
+def tonight(scheduled: datetime | None = None) -> str:
+    """The night a run belongs to: the UTC date of its scheduled start (stable across retries)."""
+    moment = scheduled or datetime.now(UTC)
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(UTC)
+    return moment.date().isoformat()
+
+
+def parse_night(value: str) -> str:
+    """A night given by hand: ``YYYY-MM-DD`` (it names ledger rows and a folder)."""
+    try:
+        return date.fromisoformat(value).isoformat()
+    except ValueError:
+        raise ValueError(f"--night must be a date like 2026-11-29, not {value!r}") from None

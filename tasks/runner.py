@@ -10,18 +10,21 @@ from pathlib import Path
 from typing import Any
 
 from tasks.backends.base import Backend, ExternalState, JobSpec, JobStatus
-from tasks.catalogue import Catalogue, CommandJob, GeminiBatchJob
+from tasks.catalogue import Catalogue, GeminiBatchJob
 from tasks.errors import BackendError, PermanentBackendError
 from tasks.gate import Admission, Deadline
+from tasks.jobspec import job_spec, safe_name
 from tasks.ledger import Ledger
 from tasks.outcomes import JobOutcome, Outcome
 from tasks.polling import PollPolicy
 from tasks.watcher import Watcher, WatchRequest, WatchResult
 
-__all__ = ["NightContext", "end_job", "job_spec", "run_one_job", "safe_name"]
+__all__ = ["LOST", "NightContext", "end_job", "run_one_job"]
 
 LOG_TAIL_LINES = 40
-_LIVE = {"submitted", "queued", "running"}
+# ledger states of a job that may still be alive out there: a rerun re-attaches, never re-submits
+LOST = "lost"
+_LIVE = {"submitted", "queued", "running", LOST}
 _FINAL_TO_OUTCOME = {
     ExternalState.SUCCEEDED: Outcome.SUCCEEDED,
     ExternalState.FAILED: Outcome.FAILED,
@@ -48,8 +51,10 @@ class NightContext:
     observers: list[Observer] = field(default_factory=list)
     on_finished: Callable[[JobOutcome], None] | None = None
     external_ids: dict[str, str] = field(default_factory=dict)
-    # holds a server-side slot of a capped backend while its job is in flight
-    hold: Callable[[str], AbstractContextManager[object]] = lambda _backend: nullcontext()
+    # holds a server-side slot of a capped backend while its job is in flight; (backend, timeout)
+    hold: Callable[[str, float], AbstractContextManager[object]] = lambda _b, _t: nullcontext()
+    # why no more jobs may be submitted (the night's lease was lost), or None
+    stop_reason: Callable[[], str | None] = lambda: None
 
     def mark(self, label: str, state: str, external_id: str | None = None) -> None:
         """Record a state change in the ledger and tell observers (the live table)."""
@@ -60,26 +65,6 @@ class NightContext:
         self.ledger.transition(self.night, self.run_id, label, job.backend, external_id, state)
         for observer in list(self.observers):
             observer(label, state)
-
-
-def safe_name(label: str) -> str:
-    """A label as a file name."""
-    return label.replace(":", "_").replace("/", "_")
-
-
-def job_spec(catalogue: Catalogue, label: str) -> JobSpec:
-    """The backend's view of a catalogue job."""
-    job = catalogue.job(label)
-    options = job.model_dump(exclude={"label", "backend", "depends_on", "timeout"})
-    # relative paths in a catalogue mean "next to the catalogue", not "wherever we run from"
-    home = catalogue.path.resolve().parent if catalogue.path is not None else Path.cwd()
-    if isinstance(job, GeminiBatchJob):
-        options["sla"] = job.sla if job.sla is not None else catalogue.defaults.sla
-        options["input"] = str(home / job.input)
-        options["output"] = str(home / job.output)
-    if isinstance(job, CommandJob):
-        options["cwd"] = str(home / job.cwd) if job.cwd else str(home)
-    return JobSpec(label=label, backend=job.backend, options=options)
 
 
 def run_one_job(ctx: NightContext, label: str, attempt: int = 1) -> JobOutcome:
@@ -113,7 +98,7 @@ def _run(ctx: NightContext, label: str, job: Any, backend: Backend) -> JobOutcom
     try:
         with (
             ctx.admission.slot(job.backend, priority, deadline=ctx.deadline_at),
-            ctx.hold(job.backend),
+            ctx.hold(job.backend, max(0.0, ctx.deadline_at - ctx.watcher.now())),
         ):
             # a job's duration counts from its submission, not from its wait for a turn
             started_wall = datetime.now(UTC)
@@ -123,6 +108,10 @@ def _run(ctx: NightContext, label: str, job: Any, backend: Backend) -> JobOutcom
                 started_wall = record.submitted_at or started_wall
             else:
                 attempts = (record.attempts if record else 0) + 1
+                if (reason := ctx.stop_reason()) is not None:
+                    return _finish(
+                        ctx, label, None, Outcome.FAILED, started_wall, attempts - 1, reason
+                    )
                 ctx.mark(label, "submitting")
                 try:
                     external_id = backend.submit(spec)
@@ -134,7 +123,7 @@ def _run(ctx: NightContext, label: str, job: Any, backend: Backend) -> JobOutcom
                 ctx.mark(label, "submitted", external_id)
             result = _watch(ctx, label, backend, external_id, started_wall)
             return _conclude(ctx, label, backend, spec, external_id, result, started_wall, attempts)
-    except Deadline:
+    except (Deadline, TimeoutError):  # TimeoutError: no Prefect slot before the deadline
         return _finish(
             ctx, label, None, Outcome.TIMEOUT, started_wall, 0, "night deadline before submit"
         )
@@ -192,12 +181,22 @@ def _conclude(
         data = backend.fallback(spec, external_id)  # type: ignore[attr-defined]
         outcome = Outcome.SUCCEEDED if data.get("ok") else Outcome.PARTIAL
         detail = data.get("summary")
-    elif result.reason == "timeout":
-        outcome = Outcome.TIMEOUT
-        detail = _join(detail, result.cancel_error and f"cancel failed: {result.cancel_error}")
-    elif result.reason == "stuck_queued":
-        outcome = Outcome.STUCK_QUEUED
-        detail = _join(detail, result.cancel_error and f"cancel failed: {result.cancel_error}")
+    elif result.reason in ("timeout", "stuck_queued"):
+        outcome = Outcome.TIMEOUT if result.reason == "timeout" else Outcome.STUCK_QUEUED
+        if result.cancel_error:
+            # it may still be running: keep it live in the ledger so a rerun re-attaches
+            detail = _join(detail, f"cancel failed: {result.cancel_error}")
+            return _finish(
+                ctx, label, external_id, outcome, started, attempts, detail, None, backend, LOST
+            )
+        collect = getattr(backend, "collect", None)
+        if collect is not None:
+            # keep what the cancelled job did finish; the rest goes to its dead-letter file
+            try:
+                data = collect(spec, external_id)
+                detail = _join(detail, data.get("summary"))
+            except BackendError as exc:
+                detail = _join(detail, f"collecting results failed: {exc}")
     else:
         assert result.status is not None
         outcome = _FINAL_TO_OUTCOME[result.status.state]
@@ -211,8 +210,25 @@ def _conclude(
 
 
 def end_job(ctx: NightContext, label: str, outcome: Outcome, detail: str | None) -> JobOutcome:
-    """End a job that never got (or lost) its external run: skipped, or failed by an error."""
-    return _finish(ctx, label, ctx.external_ids.get(label), outcome, datetime.now(UTC), 0, detail)
+    """End a job that never got (or lost) its external run: skipped, or failed by an error.
+
+    A job that was submitted but lost (its task gave up on an error) stays live in the ledger,
+    so a rerun re-attaches to it instead of starting a second copy.
+    """
+    external_id = ctx.external_ids.get(label)
+    record = ctx.ledger.get_job(ctx.night, label)
+    live = record is not None and record.state in _LIVE and external_id is not None
+    attempts = record.attempts if record is not None else 0
+    return _finish(
+        ctx,
+        label,
+        external_id,
+        outcome,
+        datetime.now(UTC),
+        attempts,
+        detail,
+        ledger_state=LOST if live else None,
+    )
 
 
 def _finish(
@@ -225,6 +241,7 @@ def _finish(
     detail: str | None,
     data: dict[str, Any] | None = None,
     backend: Backend | None = None,
+    ledger_state: str | None = None,
 ) -> JobOutcome:
     finished = datetime.now(UTC)
     tail_path = None
@@ -243,7 +260,12 @@ def _finish(
         data=data or {},
     )
     ctx.ledger.record_state(
-        ctx.night, label, outcome.value, finished_at=finished, detail=detail, data=data or None
+        ctx.night,
+        label,
+        ledger_state or outcome.value,
+        finished_at=finished,
+        detail=detail,
+        data=data or None,
     )
     ctx.mark(label, outcome.value, external_id)
     if ctx.on_finished is not None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -77,6 +77,7 @@ class Watcher:
         self._cond = threading.Condition()
         self._entries: list[WatchRequest] = []
         self._stopped = False
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="nightshift-status")
         self._thread = threading.Thread(target=self._loop, name="nightshift-watcher", daemon=True)
         self._thread.start()
 
@@ -105,59 +106,78 @@ class Watcher:
             self._stopped = True
             self._cond.notify_all()
         self._thread.join(timeout=10)
+        self._pool.shutdown(wait=False, cancel_futures=True)
         for entry in self._entries:
             if not entry.future.done():
                 entry.future.set_exception(RuntimeError("watcher stopped"))
 
     # -- the loop -----------------------------------------------------------------------
     def _loop(self) -> None:
-        while True:
+        try:
+            while True:
+                with self._cond:
+                    if self._stopped:
+                        return
+                    now = self._clock()
+                    due = [e for e in self._entries if e.wake_at() <= now]
+                    if not due:
+                        wake = min((e.wake_at() for e in self._entries), default=now + 3600)
+                        self._cond.wait(timeout=max(0.0, wake - now))
+                        continue
+                self._tick(due)
+        except BaseException as exc:  # a bug here must not leave every job waiting forever
             with self._cond:
-                if self._stopped:
-                    return
-                now = self._clock()
-                due = [e for e in self._entries if e.wake_at() <= now]
-                if not due:
-                    wake = min((e.wake_at() for e in self._entries), default=now + 3600)
-                    self._cond.wait(timeout=max(0.0, wake - now))
-                    continue
-            self._tick(due)
+                self._stopped = True
+                stranded, self._entries = self._entries, []
+            for entry in stranded:
+                if not entry.future.done():
+                    entry.future.set_exception(RuntimeError(f"watcher died: {exc!r}"))
+            raise
 
     def _tick(self, due: list[WatchRequest]) -> None:
         by_backend: dict[int, list[WatchRequest]] = {}
         for entry in due:
             by_backend.setdefault(id(entry.backend), []).append(entry)
-        for entries in by_backend.values():
-            statuses = self._check(entries)
+        groups = list(by_backend.values())
+        # backends are asked side by side: a slow one must not hold up the others' timers
+        if len(groups) == 1:
+            results = [self._check(groups[0])]
+        else:
+            results = list(self._pool.map(self._check, groups))
+        for entries, statuses in zip(groups, results, strict=True):
             for entry in entries:
-                self._advance(entry, statuses.get(entry.external_id))
+                try:
+                    self._advance(entry, statuses.get(entry.external_id))
+                except Exception as exc:  # e.g. the ledger write behind on_change failed
+                    if not entry.future.done():
+                        self._finish(entry, exc=exc)
 
-    def _check(self, entries: list[WatchRequest]) -> dict[str, JobStatus | BackendError]:
+    def _check(self, entries: list[WatchRequest]) -> dict[str, JobStatus | BaseException]:
         backend = entries[0].backend
         many = getattr(backend, "status_many", None)
         if many is not None and len(entries) > 1:
             try:
-                found: dict[str, JobStatus] = many([e.external_id for e in entries])
-            except BackendError as exc:
+                found: dict[str, JobStatus | BaseException] = many([e.external_id for e in entries])
+            except Exception as exc:
                 return {e.external_id: exc for e in entries}
             missing = PermanentBackendError("job not listed by its backend")
             return {e.external_id: found.get(e.external_id, missing) for e in entries}
-        out: dict[str, JobStatus | BackendError] = {}
+        out: dict[str, JobStatus | BaseException] = {}
         for entry in entries:
             try:
                 out[entry.external_id] = backend.status(entry.external_id)
-            except BackendError as exc:
+            except Exception as exc:  # anything but a transient error ends this job only
                 out[entry.external_id] = exc
         return out
 
-    def _advance(self, entry: WatchRequest, seen: JobStatus | BackendError | None) -> None:
+    def _advance(self, entry: WatchRequest, seen: JobStatus | BaseException | None) -> None:
         entry.checks += 1
         if isinstance(seen, TransientBackendError) or seen is None:
             entry.errors += 1
             if entry.errors > entry.max_errors:
                 self._finish(entry, exc=seen or TransientBackendError("no status"))
                 return
-        elif isinstance(seen, BackendError):
+        elif isinstance(seen, BaseException):
             self._finish(entry, exc=seen)
             return
         else:

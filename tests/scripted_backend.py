@@ -19,13 +19,22 @@ class ScriptedBackend:
     calls: Counter[str] = field(default_factory=Counter)
     cancelled: list[str] = field(default_factory=list)
     many_calls: int = 0
+    single_calls: int = 0
     batch: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
+    submitted: list[str] = field(default_factory=list)
+    cancel_error: BackendError | None = None
+
     def submit(self, spec: JobSpec) -> str:
+        self.submitted.append(spec.label)
         return spec.label
 
     def status(self, external_id: str) -> JobStatus:
+        self.single_calls += 1
+        return self._next(external_id)
+
+    def _next(self, external_id: str) -> JobStatus:
         with self._lock:
             script = self.scripts[external_id]
             step = script[min(self.calls[external_id], len(script) - 1)]
@@ -36,6 +45,8 @@ class ScriptedBackend:
 
     def cancel(self, external_id: str) -> None:
         self.cancelled.append(external_id)
+        if self.cancel_error is not None:
+            raise self.cancel_error
 
     def logs(self, external_id: str, tail: int = 40) -> str:
         return f"log of {external_id}\n"
@@ -46,4 +57,4 @@ class BatchScriptedBackend(ScriptedBackend):
 
     def status_many(self, ids: list[str]) -> dict[str, JobStatus]:
         self.many_calls += 1
-        return {i: self.status(i) for i in ids}
+        return {i: self._next(i) for i in ids}

@@ -12,7 +12,7 @@ import pytest
 from sandbox.agy import Plan, parse_plan
 from tasks.backends.base import Backend, ExternalState, JobSpec, JobStatus
 from tasks.backends.cli import CliBackend
-from tasks.errors import PermanentBackendError, TransientBackendError
+from tasks.errors import BackendError, PermanentBackendError, TransientBackendError
 
 AGY = [sys.executable, "-m", "sandbox.agy"]
 AGY_SCRIPT = Path(__file__).resolve().parents[1] / "sandbox" / "bin" / "agy"
@@ -40,6 +40,12 @@ def agy_env(tmp_path: Path) -> dict[str, str]:
 @pytest.fixture
 def backend(agy_env: dict[str, str]) -> CliBackend:
     return CliBackend(AGY, timeout_s=20, env=agy_env)
+
+
+def known(value: JobStatus | BackendError) -> JobStatus:
+    """A status_many value that must be a JobStatus, not a per-id error."""
+    assert isinstance(value, JobStatus), value
+    return value
 
 
 def fake_cli(tmp_path: Path, stdout: str) -> list[str]:
@@ -127,12 +133,90 @@ def test_status_many_uses_one_listing(agy_env: dict[str, str], tmp_path: Path) -
         ["jobs", "list", "--json"]
     ]
     assert list(many) == [stuck, ok, bad]
-    assert many[ok].state is ExternalState.SUCCEEDED
-    assert (many[bad].state, many[bad].exit_code) == (ExternalState.FAILED, 2)
-    assert many[stuck].state is ExternalState.QUEUED
+    assert known(many[ok]).state is ExternalState.SUCCEEDED
+    assert (known(many[bad]).state, known(many[bad]).exit_code) == (ExternalState.FAILED, 2)
+    assert known(many[stuck]).state is ExternalState.QUEUED
     assert backend.status_many([]) == {}
-    with pytest.raises(PermanentBackendError, match="not found"):
-        backend.status_many([ok, "agy-doesnotexist"])
+
+
+def test_status_many_ignores_off_contract_jobs_it_was_not_asked_about(
+    backend: CliBackend, agy_env: dict[str, str]
+) -> None:
+    ok = backend.submit(spec("ours [queue=0 run=0]"))
+    running = backend.submit(spec("ours too [queue=0 run=600]"))
+    wait_final(backend, ok)
+    foreign = {  # another user's job, in the fake's file format, pinned to an unknown state
+        "job_id": "agy-foreign00001",
+        "task": "someone else's",
+        "model": "other",
+        "created_at": time.time(),
+        "queue_s": 0.0,
+        "run_s": 0.0,
+        "steps": 1,
+        "exit_code": 0,
+        "stuck": False,
+        "cancelled_at": None,
+        "state": "exploded",
+    }
+    jobs_dir = Path(agy_env["AGY_STATE_DIR"]) / "jobs"
+    (jobs_dir / "agy-foreign00001.json").write_text(json.dumps(foreign))
+    many = backend.status_many([ok, running])
+    assert known(many[ok]).state is ExternalState.SUCCEEDED
+    assert known(many[running]).state is ExternalState.RUNNING
+    # asked about directly, the off-contract entry is an error for that id alone
+    mixed = backend.status_many([ok, "agy-foreign00001"])
+    assert isinstance(mixed[ok], JobStatus)
+    assert isinstance(mixed["agy-foreign00001"], PermanentBackendError)
+    assert "'exploded' is not one of" in str(mixed["agy-foreign00001"])
+
+
+def test_status_many_unknown_id_is_an_error_for_that_id_only(
+    agy_env: dict[str, str], tmp_path: Path
+) -> None:
+    calls = tmp_path / "calls.jsonl"
+    backend = CliBackend(AGY, env={**agy_env, "AGY_CALL_LOG": str(calls)})
+    ok = backend.submit(spec("a [queue=0 run=0]"))
+    stuck = backend.submit(spec("b [stuck]"))
+    wait_final(backend, ok)
+    calls.unlink()
+    many = backend.status_many([ok, "agy-doesnotexist", stuck])
+    assert list(many) == [ok, "agy-doesnotexist", stuck]
+    assert known(many[ok]).state is ExternalState.SUCCEEDED
+    assert known(many[stuck]).state is ExternalState.QUEUED
+    missing = many["agy-doesnotexist"]
+    assert isinstance(missing, PermanentBackendError)
+    assert "not found" in str(missing)
+    assert [json.loads(line) for line in calls.read_text().splitlines()] == [
+        ["jobs", "list", "--json"],
+        ["jobs", "get", "agy-doesnotexist", "--json"],
+    ]
+
+
+def test_status_many_raises_only_when_the_listing_fails(agy_env: dict[str, str]) -> None:
+    backend = CliBackend(AGY, env=agy_env)
+    ok = backend.submit(spec("a [queue=0 run=0]"))
+    wait_final(backend, ok)
+    flaky = CliBackend(AGY, env={**agy_env, "AGY_FAIL_CALLS": "1"})
+    with pytest.raises(TransientBackendError, match="temporarily unavailable"):
+        flaky.status_many([ok, "agy-gone"])
+    assert isinstance(flaky.status_many([ok])[ok], JobStatus)
+
+
+def test_status_many_keeps_a_transient_single_lookup_transient(tmp_path: Path) -> None:
+    listed = {"job_id": "agy-1", "state": "running", "exit_code": None}
+    script = tmp_path / "half_up.py"
+    script.write_text(
+        "import sys\n"
+        "if 'list' in sys.argv:\n"
+        f"    print({json.dumps([listed])!r})\n"
+        "else:\n"
+        "    sys.stderr.write('agy: busy\\n')\n"
+        "    sys.exit(75)\n"
+    )
+    backend = CliBackend([sys.executable, str(script)])
+    many = backend.status_many(["agy-1", "agy-2"])
+    assert known(many["agy-1"]).state is ExternalState.RUNNING
+    assert isinstance(many["agy-2"], TransientBackendError)
 
 
 def test_exit_75_is_transient_and_a_retry_succeeds(agy_env: dict[str, str]) -> None:

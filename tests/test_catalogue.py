@@ -149,3 +149,28 @@ def test_broken_yaml_and_missing_file(tmp_path: Path) -> None:
 def test_numbers_in_argv_become_strings() -> None:
     catalogue = parse_catalogue("jobs: [{label: a, backend: command, argv: [sleep, 5]}]")
     assert catalogue.job("a").argv == ["sleep", "5"]  # type: ignore[union-attr]
+
+
+def test_a_key_given_twice_is_an_error_not_a_silent_overwrite() -> None:
+    text = "jobs:\n  - label: a\n    backend: command\n    argv: [x]\n    argv: [y]\n"
+    assert problems(text) == [
+        "night.yaml:5: job 'a': field 'argv': duplicate key (first on line 4)"
+    ]
+
+
+def test_poll_policy_is_checked_when_loading_not_mid_night() -> None:
+    text = (
+        "defaults: {poll: {initial: 10s, max: 5s}}\njobs: [{label: a, backend: command, argv: [x]}]"
+    )
+    assert problems(text) == [
+        "night.yaml:1: field 'defaults.poll': max (5s) is below initial (10s)"
+    ]
+
+
+def test_two_batches_may_not_write_one_output() -> None:
+    job = "  - {label: %s, backend: gemini_batch, model: m, input: in.jsonl, output: out.jsonl}\n"
+    (found,) = problems("jobs:\n" + job % "r:a" + job % "r:b")
+    assert (
+        found
+        == "night.yaml:3: job 'r:b': field 'output': output 'out.jsonl' is also written by 'r:a'"
+    )

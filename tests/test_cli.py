@@ -97,3 +97,8 @@ def test_prefect_yaml_deploys_the_nightly_flow_on_a_schedule() -> None:
     flow = load_flow_from_entrypoint(str(REPO / deployment["entrypoint"]))
     assert flow.name == "nightly"
     assert set(deployment["parameters"]) <= set(flow.parameters.properties)
+
+
+def test_night_must_be_a_date(catalogue: Path, capsys) -> None:
+    assert main(["run", "--catalog", str(catalogue), "--night", "../elsewhere"]) == 4
+    assert "--night must be a date like 2026-11-29" in capsys.readouterr().err

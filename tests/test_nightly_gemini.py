@@ -21,6 +21,7 @@ jobs:
     model: gemini-2.5-flash
     input: rows.jsonl
     output: out/dropped.jsonl
+    inline_threshold_rows: 0     # as an uploaded file: results come back keyed
   - label: report:stuck
     backend: gemini_batch
     model: gemini-2.5-flash

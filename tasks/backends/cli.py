@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from tasks.backends.base import ExternalState, JobSpec, JobStatus
-from tasks.errors import PermanentBackendError, TransientBackendError
+from tasks.errors import BackendError, PermanentBackendError, TransientBackendError
 
 __all__ = ["CliBackend"]
 
@@ -101,18 +101,30 @@ class CliBackend:
         """``agy jobs get ID --json``."""
         return _to_status(self._json(["jobs", "get", self._check(external_id), "--json"], dict))
 
-    def status_many(self, external_ids: Iterable[str]) -> dict[str, JobStatus]:
-        """Many jobs in one ``agy jobs list --json``; ids it does not list are asked one by one."""
-        wanted = list(dict.fromkeys(external_ids))
+    def status_many(self, external_ids: Iterable[str]) -> dict[str, JobStatus | BackendError]:
+        """Many jobs in one ``agy jobs list --json``; ids it does not list are asked one by one.
+
+        Only listed entries whose job_id was asked for are parsed (other users' jobs are none of
+        our business). Each id maps to its JobStatus or to the BackendError for that id alone (an
+        off-contract entry, an unknown id); this raises only when the listing itself fails.
+        """
+        wanted = dict.fromkeys(external_ids)
         if not wanted:
             return {}
-        wanted_set = set(wanted)
-        found: dict[str, JobStatus] = {}
+        listed: dict[str, Any] = {}
         for obj in self._json(["jobs", "list", "--json"], list):
-            job = _to_status(obj)
-            if job.extra["job_id"] in wanted_set:
-                found[job.extra["job_id"]] = job
-        return {job_id: found.get(job_id) or self.status(job_id) for job_id in wanted}
+            job_id = obj.get("job_id") if isinstance(obj, dict) else None
+            if isinstance(job_id, str) and job_id in wanted and job_id not in listed:
+                listed[job_id] = obj
+        out: dict[str, JobStatus | BackendError] = {}
+        for job_id in wanted:
+            try:
+                out[job_id] = (
+                    _to_status(listed[job_id]) if job_id in listed else self.status(job_id)
+                )
+            except BackendError as exc:
+                out[job_id] = exc
+        return out
 
     def cancel(self, external_id: str) -> None:
         """``agy jobs cancel ID``; the CLI leaves final jobs alone."""

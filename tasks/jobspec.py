@@ -1,0 +1,30 @@
+"""A catalogue job as its backend sees it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tasks.backends.base import JobSpec
+from tasks.catalogue import Catalogue, CommandJob, GeminiBatchJob
+
+__all__ = ["job_spec", "safe_name"]
+
+
+def safe_name(label: str) -> str:
+    """A label as a file name."""
+    return label.replace(":", "_").replace("/", "_")
+
+
+def job_spec(catalogue: Catalogue, label: str) -> JobSpec:
+    """The backend's view of a catalogue job."""
+    job = catalogue.job(label)
+    options = job.model_dump(exclude={"label", "backend", "depends_on", "timeout"})
+    # relative paths in a catalogue mean "next to the catalogue", not "wherever we run from"
+    home = catalogue.path.resolve().parent if catalogue.path is not None else Path.cwd()
+    if isinstance(job, GeminiBatchJob):
+        options["sla"] = job.sla if job.sla is not None else catalogue.defaults.sla
+        options["input"] = str(home / job.input)
+        options["output"] = str(home / job.output)
+    if isinstance(job, CommandJob):
+        options["cwd"] = str(home / job.cwd) if job.cwd else str(home)
+    return JobSpec(label=label, backend=job.backend, options=options)

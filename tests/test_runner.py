@@ -1,0 +1,92 @@
+"""One job from submit to outcome, without Prefect: reruns, lost jobs, a lost lease."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tasks.backends.base import ExternalState
+from tasks.catalogue import parse_catalogue
+from tasks.errors import PermanentBackendError
+from tasks.gate import Admission
+from tasks.ledger import Ledger
+from tasks.outcomes import Outcome
+from tasks.runner import LOST, NightContext, end_job, run_one_job
+from tasks.watcher import Watcher
+from tests.scripted_backend import ScriptedBackend
+
+R, S = ExternalState.RUNNING, ExternalState.SUCCEEDED
+CATALOGUE = """\
+defaults: {poll: {initial: 0.01s, max: 0.02s}, stagger: 0s}
+jobs:
+  - {label: a, backend: command, argv: [x], timeout: 0.1s}
+"""
+
+
+@pytest.fixture
+def night(tmp_path: Path) -> Iterator[tuple[NightContext, ScriptedBackend]]:
+    backend = ScriptedBackend(name="command")
+    ledger = Ledger(f"sqlite:///{tmp_path / 'ledger.db'}")
+    watcher = Watcher(on_change=lambda *_: None)
+    ctx = NightContext(
+        catalogue=parse_catalogue(CATALOGUE, tmp_path / "nightshift.yaml"),
+        night="2026-11-29",
+        run_id="test",
+        run_dir=tmp_path / "run",
+        backends={"command": backend},
+        ledger=ledger,
+        watcher=watcher,
+        admission=Admission(0),
+        deadline_at=watcher.now() + 60,
+    )
+    yield ctx, backend
+    ctx.watcher.stop()
+    ledger.close()
+
+
+def test_a_job_whose_cancel_failed_stays_live_and_a_rerun_reattaches(night) -> None:
+    ctx, backend = night
+    backend.scripts["a"] = [R, R, R, R, R, R, R, R, R, R, R, R, R, R, R, R, R, R, R, S]
+    backend.cancel_error = PermanentBackendError("agy: permission denied")
+    first = run_one_job(ctx, "a")
+    assert first.state is Outcome.TIMEOUT
+    assert "cancel failed" in (first.detail or "")
+    assert ctx.ledger.get_job("2026-11-29", "a").state == LOST
+    assert Path(first.log_tail_path).read_text() == "log of a\n"
+
+    backend.scripts["a"] = [S]  # meanwhile it finished out there
+    second = run_one_job(ctx, "a")
+    assert second.state is Outcome.SUCCEEDED
+    assert backend.submitted == ["a"]  # re-attached, never submitted twice
+
+
+def test_a_job_lost_to_errors_stays_live_for_the_rerun(night) -> None:
+    ctx, backend = night
+    ctx.ledger.record_submit("2026-11-29", "a", "command", "a", 1)
+    ctx.external_ids["a"] = "a"
+    lost = end_job(ctx, "a", Outcome.FAILED, "TransientBackendError: agy unreachable")
+    assert lost.state is Outcome.FAILED
+    assert ctx.ledger.get_job("2026-11-29", "a").state == LOST
+    backend.scripts["a"] = [S]
+    assert run_one_job(ctx, "a").state is Outcome.SUCCEEDED
+    assert backend.submitted == []
+
+
+def test_nothing_is_submitted_once_the_lease_is_lost(night) -> None:
+    ctx, backend = night
+    ctx.stop_reason = lambda: "not submitted: another night took the lease"
+    outcome = run_one_job(ctx, "a")
+    assert outcome.state is Outcome.FAILED
+    assert outcome.detail == "not submitted: another night took the lease"
+    assert backend.submitted == []
+
+
+def test_a_succeeded_job_is_not_run_again(night) -> None:
+    ctx, backend = night
+    backend.scripts["a"] = [S]
+    assert run_one_job(ctx, "a").state is Outcome.SUCCEEDED
+    again = run_one_job(ctx, "a")
+    assert again.detail == "already succeeded earlier tonight"
+    assert backend.submitted == ["a"]
