@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -38,3 +39,26 @@ def sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("AGY_STATE_DIR", str(tmp_path / "agy"))
     monkeypatch.setenv("PYTHONPATH", str(REPO))
     return tmp_path
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh database URL: a SQLite file, or NIGHTSHIFT_TEST_POSTGRES_URL if set."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'ledger.sqlite3'}"
+        return
+    pg_url = os.environ.get("NIGHTSHIFT_TEST_POSTGRES_URL")
+    if not pg_url:
+        pytest.skip("NIGHTSHIFT_TEST_POSTGRES_URL is not set")
+    from sqlalchemy import create_engine, text
+
+    # a throwaway schema per test keeps runs independent
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(pg_url)
+    with admin.begin() as conn:
+        conn.execute(text(f"CREATE SCHEMA {schema}"))
+    sep = "&" if "?" in pg_url else "?"
+    yield f"{pg_url}{sep}options=-csearch_path%3D{schema}"
+    with admin.begin() as conn:
+        conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
+    admin.dispose()

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import threading
 import time
-import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -35,27 +32,10 @@ class FakeClock:
         self.now += timedelta(seconds=seconds)
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A fresh database URL: a SQLite file, or NIGHTSHIFT_TEST_POSTGRES_URL if set."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'ledger.sqlite3'}"
-        return
-    pg_url = os.environ.get("NIGHTSHIFT_TEST_POSTGRES_URL")
-    if not pg_url:
-        pytest.skip("NIGHTSHIFT_TEST_POSTGRES_URL is not set")
-    from sqlalchemy import create_engine, text
-
-    # a throwaway schema per test keeps runs independent
-    schema = f"t_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(pg_url)
-    with admin.begin() as conn:
-        conn.execute(text(f"CREATE SCHEMA {schema}"))
-    sep = "&" if "?" in pg_url else "?"
-    yield f"{pg_url}{sep}options=-csearch_path%3D{schema}"
-    with admin.begin() as conn:
-        conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
-    admin.dispose()
+@pytest.fixture
+def url(db_url: str) -> str:
+    """Each test runs on SQLite, and on PostgreSQL when NIGHTSHIFT_TEST_POSTGRES_URL is set."""
+    return db_url
 
 
 def test_a_second_acquire_is_refused_naming_the_holder(url: str) -> None:

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -32,27 +29,10 @@ def _sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'ledger.sqlite3'}"
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A fresh ledger database URL: a SQLite file, or NIGHTSHIFT_TEST_POSTGRES_URL if set."""
-    if request.param == "sqlite":
-        yield _sqlite_url(tmp_path)
-        return
-    pg_url = os.environ.get("NIGHTSHIFT_TEST_POSTGRES_URL")
-    if not pg_url:
-        pytest.skip("NIGHTSHIFT_TEST_POSTGRES_URL is not set")
-    # a throwaway schema per test keeps runs independent
-    schema = f"t_{uuid.uuid4().hex[:12]}"
-    from sqlalchemy import create_engine, text
-
-    admin = create_engine(pg_url)
-    with admin.begin() as conn:
-        conn.execute(text(f"CREATE SCHEMA {schema}"))
-    sep = "&" if "?" in pg_url else "?"
-    yield f"{pg_url}{sep}options=-csearch_path%3D{schema}"
-    with admin.begin() as conn:
-        conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
-    admin.dispose()
+@pytest.fixture
+def url(db_url: str) -> str:
+    """Each test runs on SQLite, and on PostgreSQL when NIGHTSHIFT_TEST_POSTGRES_URL is set."""
+    return db_url
 
 
 def _walk(
