@@ -31,6 +31,10 @@ class BatchScript:
     error_code: int = 500
     done_on_cancel: int = 0  # rows with results when cancelled while RUNNING
     fail_message: str = "emulated batch failure"
+    # echo each inline request's ``metadata`` on its response (the real API may not: off)
+    echo_metadata: bool = False
+    # ``details`` of row errors; objects here make the SDK's pydantic parsing fail
+    error_details: tuple[Any, ...] | list[Any] = ()
 
 
 def _prompt(request: dict[str, Any]) -> str:
@@ -109,7 +113,10 @@ class Batch:
         out = []
         for i, (key, request) in rows:
             if key in s.error_keys or i in s.error_indices:
-                err = {"code": s.error_code, "message": f"emulated row error for {key}"}
+                err: dict[str, Any] = {"code": s.error_code}
+                err["message"] = f"emulated row error for {key}"
+                if s.error_details:
+                    err["details"] = list(s.error_details)
                 out.append({"key": key, "error": err})
             else:
                 out.append({"key": key, "response": fake_response(request)})
@@ -134,7 +141,8 @@ class Batch:
             if results is not None and self.inline:
                 rows = [{k: v for k, v in r.items() if k != "key"} for r in results]
                 for row, r in zip(rows, results, strict=True):
-                    row["metadata"] = {"key": r["key"]}
+                    if self.script.echo_metadata:
+                        row["metadata"] = {"key": r["key"]}
                 meta["output"] = {"inlinedResponses": {"inlinedResponses": rows}}
             elif results is not None:
                 if self.output_file is None:

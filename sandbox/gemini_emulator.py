@@ -2,7 +2,9 @@
 
 Each batch follows a ``BatchScript`` chosen by its displayName (else the default script).
 Durations are emulated seconds, divided by ``time_scale``. ``drop_rows`` removes results from
-the END of the output (inline results are matched by order, so only a tail can go missing).
+the END of the output, ``drop_keys`` from anywhere. Inline responses echo the request's
+``metadata`` only with ``BatchScript(echo_metadata=True)``: clients must not rely on it.
+``echo_key_in_errors`` puts the API key a request sent into its 401 message (leak tests).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ class GeminiEmulator:
         time_scale: float = 1.0,
         default_script: BatchScript | None = None,
         api_key: str | None = None,
+        echo_key_in_errors: bool = False,
         host: str = "127.0.0.1",
         port: int = 0,
         clock: Callable[[], float] = time.monotonic,
@@ -41,6 +44,7 @@ class GeminiEmulator:
         self.time_scale = time_scale
         self.default_script = default_script or BatchScript()
         self.api_key = api_key  # when set, a different key gets 401
+        self.echo_key_in_errors = echo_key_in_errors
         self.counts: Counter[str] = Counter()
         self.calls: list[tuple[str, str, int]] = []  # (endpoint, path, status)
         self.last_body: dict[str, Any] = {}  # endpoint -> last JSON body it received
@@ -195,7 +199,9 @@ class GeminiEmulator:
         if endpoint != "files.upload_bytes":
             key = headers.get("x-goog-api-key")
             if not key or (self.api_key is not None and key != self.api_key):
-                return (*error_reply(401, "API key not valid. Please pass a valid API key."), {})
+                shown = f" ({key!r})" if self.echo_key_in_errors else ""
+                message = f"API key not valid{shown}. Please pass a valid API key."
+                return (*error_reply(401, message), {})
         for queue_name in (endpoint, "*"):
             queue = self._errors.get(queue_name)
             if queue:

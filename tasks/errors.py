@@ -9,7 +9,9 @@
         └── PermanentBackendError   retrying will not help (bad request, auth, unknown job)
 
 Backends translate SDK and subprocess errors into these (``raise ... from exc``); nothing
-else in the project catches third-party exceptions.
+else in the project catches third-party exceptions. Gotcha: the Gemini backend raises its
+translations outside the ``except`` block on purpose, so no chained SDK exception (whose text
+may carry the API key) reaches a logged traceback.
 """
 
 from __future__ import annotations

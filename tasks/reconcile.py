@@ -117,13 +117,21 @@ def parse_results_jsonl(text: str) -> tuple[dict[str, RowResult], int]:
     return results, bad
 
 
-def render_results(keys: Sequence[str], results: Mapping[str, RowResult]) -> str:
-    """Output JSONL in input order, one ``{"key","response"|"error"}`` per answered key."""
+def render_results(
+    keys: Sequence[str], results: Mapping[str, RowResult], fallback_keys: Iterable[str] = ()
+) -> str:
+    """Output JSONL in input order, one ``{"key","source","response"|"error"}`` per answered key.
+
+    ``source`` is ``"fallback"`` for keys in ``fallback_keys`` (answered on demand), else
+    ``"batch"``.
+    """
+    on_demand = set(fallback_keys)
     lines = []
     for key in keys:
         result = results.get(key) or {}
         field = "response" if result.get("response") is not None else "error"
         if result.get(field) is None:
             continue
-        lines.append(json.dumps({"key": key, field: result[field]}) + "\n")
+        source = "fallback" if key in on_demand else "batch"
+        lines.append(json.dumps({"key": key, "source": source, field: result[field]}) + "\n")
     return "".join(lines)

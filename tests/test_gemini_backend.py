@@ -128,6 +128,7 @@ def test_inline_batch_end_to_end(emu, backend, tmp_path) -> None:
     assert outcome["summary"].startswith("rows 6/6 ok, 0 failed, 0 missing")
     rows = read_jsonl(outcome["output"])
     assert [r["key"] for r in rows] == [f"row-{i}" for i in range(6)]
+    assert {r["source"] for r in rows} == {"batch"}
     text = rows[3]["response"]["candidates"][0]["content"]["parts"][0]["text"]
     assert text == "answer to: question number 3"
     assert emu.count("files.upload_start") == 0
@@ -150,9 +151,9 @@ def test_file_batch_end_to_end(emu, backend, tmp_path) -> None:
     assert all("response" in r for r in rows)
 
 
-@pytest.mark.parametrize("threshold", [1000, 2], ids=["inline", "file"])
+@pytest.mark.parametrize("threshold", [1000, 2], ids=["inline-echoed-keys", "file"])
 def test_dropped_rows_are_missing_with_a_retry_file(emu, backend, tmp_path, threshold) -> None:
-    emu.script_batch("lossy", BatchScript(running_s=MINUTES, drop_rows=3))
+    emu.script_batch("lossy", BatchScript(running_s=MINUTES, drop_rows=3, echo_metadata=True))
     spec = make_spec(tmp_path, "lossy", 8, inline_threshold_rows=threshold)
     batch_id = backend.submit(spec)
     wait_final(backend, batch_id)
@@ -219,7 +220,8 @@ def test_unknown_state_counts_as_running(emu, backend, tmp_path) -> None:
 
 def test_stuck_batch_fallback_answers_every_row(emu, tmp_path) -> None:
     backend = make_backend(emu, fallback_concurrency=3)
-    emu.script_batch("stuck", BatchScript(queued_s=MINUTES, final="stuck", done_on_cancel=4))
+    script = BatchScript(queued_s=MINUTES, final="stuck", done_on_cancel=4, echo_metadata=True)
+    emu.script_batch("stuck", script)
     spec = make_spec(tmp_path, "stuck", 10)
     batch_id = backend.submit(spec)
     deadline = time.monotonic() + 5
@@ -241,6 +243,7 @@ def test_stuck_batch_fallback_answers_every_row(emu, tmp_path) -> None:
     rows = read_jsonl(outcome["output"])
     assert [r["key"] for r in rows] == [f"row-{i}" for i in range(10)]
     assert all("response" in r for r in rows)
+    assert [r["source"] for r in rows] == ["batch"] * 4 + ["fallback"] * 6
     assert outcome["retry_file"] is None
 
 
@@ -253,10 +256,12 @@ def test_fallback_retries_rows_that_errored_in_the_batch(emu, backend, tmp_path)
     assert emu.count("batches.cancel") == 0  # already final: nothing to cancel
     assert outcome["reconciliation"]["fallback"] == 2
     assert outcome["reconciliation"]["succeeded"] == 3
+    rows = read_jsonl(outcome["output"])
+    assert [r["source"] for r in rows] == ["fallback", "batch", "fallback"]
 
 
 def test_fallback_none_cancels_and_collects_without_on_demand_calls(emu, backend, tmp_path) -> None:
-    emu.script_batch("no-fb", BatchScript(final="stuck", done_on_cancel=1))
+    emu.script_batch("no-fb", BatchScript(final="stuck", done_on_cancel=1, echo_metadata=True))
     spec = make_spec(tmp_path, "no-fb", 3, fallback="none")
     outcome = backend.fallback(spec, backend.submit(spec))
     assert emu.count("models.generateContent") == 0

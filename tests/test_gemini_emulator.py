@@ -88,6 +88,35 @@ def test_inline_drop_rows_removes_the_tail_and_errors_by_key_or_index(emu, clien
     assert [r.error.code if r.error else None for r in rows] == [None, 500, 500, None]
 
 
+def test_inline_metadata_is_echoed_only_when_the_script_says_so(emu, client) -> None:
+    emu.script_batch("echo", BatchScript(echo_metadata=True, drop_keys=["k1"]))
+    plain = client.batches.create(model=MODEL, src=inline(3))
+    echoed = client.batches.create(model=MODEL, src=inline(3), config={"display_name": "echo"})
+    assert [r.metadata for r in client.batches.get(name=plain.name).dest.inlined_responses] == [
+        None
+    ] * 3
+    rows = client.batches.get(name=echoed.name).dest.inlined_responses
+    assert [r.metadata for r in rows] == [{"key": "k0"}, {"key": "k2"}]
+
+
+def test_object_error_details_break_the_sdk_for_get_and_list(emu, client, clock) -> None:
+    details = [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "X"}]
+    emu.script_batch("odd", BatchScript(running_s=60, error_indices=[0], error_details=details))
+    job = client.batches.create(model=MODEL, src=inline(1), config={"display_name": "odd"})
+    clock.now += 2
+    with pytest.raises(ValueError, match="details"):
+        client.batches.get(name=job.name)
+    with pytest.raises(ValueError, match="details"):
+        list(client.batches.list())
+
+
+def test_wrong_key_can_be_echoed_in_the_401_message(emu, client) -> None:
+    emu.api_key, emu.echo_key_in_errors = "another-key", True
+    with pytest.raises(errors.ClientError) as info:
+        client.models.generate_content(model=MODEL, contents="hi")
+    assert KEY in info.value.message and KEY in str(info.value)
+
+
 def test_default_script_applies_to_unscripted_batches(emu, client) -> None:
     emu.default_script = BatchScript(final="EXPIRED")
     job = client.batches.create(model=MODEL, src=inline(1))

@@ -68,6 +68,12 @@ def test_parse_results_jsonl_skips_unusable_lines() -> None:
 def test_render_results_in_key_order_skipping_absent() -> None:
     text = render_results(["b", "a", "c"], {"a": OK, "b": ERR, "c": {}})
     assert [json.loads(x) for x in text.splitlines()] == [
-        {"key": "b", **ERR},
-        {"key": "a", **OK},
+        {"key": "b", "source": "batch", **ERR},
+        {"key": "a", "source": "batch", **OK},
     ]
+
+
+def test_render_results_marks_the_source_of_each_row() -> None:
+    results = {"a": OK, "b": OK, "c": ERR}
+    text = render_results(["a", "b", "c"], results, fallback_keys={"b", "c", "zz"})
+    assert [json.loads(x)["source"] for x in text.splitlines()] == ["batch", "fallback", "fallback"]

@@ -6,13 +6,13 @@ or download, so those two are retried here.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from google import genai
@@ -27,17 +27,16 @@ from tasks.backends.gemini_client import (
     sdk_state_name,
 )
 from tasks.backends.gemini_options import GeminiJobOptions
-from tasks.batch_input import BatchRow, load_batch_input, render_rows, sdk_request
-from tasks.errors import BackendError
-from tasks.files import write_atomic
-from tasks.pricing import job_cost
-from tasks.reconcile import (
-    RowResult,
-    parse_results_jsonl,
-    reconcile,
-    render_results,
-    summary_line,
+from tasks.backends.gemini_results import (
+    finish_job,
+    inline_request,
+    match_inline,
+    read_manifest,
+    write_manifest,
 )
+from tasks.batch_input import BatchRow, load_batch_input, sdk_request
+from tasks.errors import BackendError, PermanentBackendError
+from tasks.reconcile import RowResult, parse_results_jsonl
 
 __all__ = ["GeminiBatchBackend", "GeminiJobOptions", "RetryPolicy", "build_gemini_client"]
 
@@ -91,7 +90,7 @@ class GeminiBatchBackend:
         size = opts.input.stat().st_size
         config = types.CreateBatchJobConfig(display_name=spec.label)
         if len(rows) <= opts.inline_threshold_rows and size <= opts.inline_threshold_bytes:
-            src: Any = [self._inlined(row) for row in rows]
+            src: Any = [inline_request(row) for row in rows]
             how = "inline"
         else:
             upload_cfg = types.UploadFileConfig(
@@ -111,23 +110,23 @@ class GeminiBatchBackend:
             self._submitted[external_id] = len(rows)
         state = sdk_state_name(job.state)
         self._note(external_id, f"submitted {len(rows)} rows ({how}) -> {state}")
+        try:  # the batch exists now: a lost manifest must not lose its id
+            write_manifest(opts.output, external_id, rows, model=opts.model, mode=how)
+        except OSError as exc:
+            self._note(external_id, f"manifest not written ({exc}): collect reads the input")
         return external_id
-
-    @staticmethod
-    def _inlined(row: BatchRow) -> dict[str, Any]:
-        contents, config = sdk_request(row.request)
-        item: dict[str, Any] = {"contents": contents, "metadata": {"key": row.key}}
-        if config:
-            item["config"] = config
-        return item
 
     def status(self, external_id: str) -> JobStatus:
         """Current state; unknown states count as running (poll with your own deadline)."""
-        job = self._sdk.call("get batch", lambda: self._client.batches.get(name=external_id))
-        return self._to_status(external_id, job)
+        return self._to_status(external_id, self._get(external_id))
 
-    def status_many(self, external_ids: Iterable[str]) -> dict[str, JobStatus]:
-        """Many states from one ``batches.list`` walk; ids it doesn't reach are asked singly."""
+    def status_many(self, external_ids: Iterable[str]) -> dict[str, JobStatus | BackendError]:
+        """Many states from one ``batches.list`` walk; ids it doesn't reach are asked singly.
+
+        A failure of one id (unknown batch, unparsable operation) is that id's value. Only a
+        transient failure of the listing raises; a permanent one (the SDK rejects a whole page
+        for one bad operation) falls back to asking every id singly.
+        """
         wanted = set(external_ids)
         found: dict[str, Any] = {}
 
@@ -139,10 +138,16 @@ class GeminiBatchBackend:
                 if len(found) == len(wanted) or seen >= self._list_limit:
                     return
 
-        self._sdk.call("list batches", walk)
-        out = {name: self._to_status(name, job) for name, job in found.items()}
-        for name in wanted - set(found):
-            out[name] = self.status(name)
+        with contextlib.suppress(PermanentBackendError):  # keep what the walk found
+            self._sdk.call("list batches", walk)
+        out: dict[str, JobStatus | BackendError] = {
+            name: self._to_status(name, job) for name, job in found.items()
+        }
+        for name in sorted(wanted - set(found)):
+            try:
+                out[name] = self.status(name)
+            except BackendError as exc:
+                out[name] = exc
         return out
 
     def _to_status(self, external_id: str, job: Any) -> JobStatus:
@@ -182,18 +187,24 @@ class GeminiBatchBackend:
         return "\n".join(lines[-tail:])
 
     # -- results ---------------------------------------------------------------------------
-    def _batch_results(self, job: Any, rows: list[BatchRow]) -> dict[str, RowResult]:
+    def _rows(self, opts: GeminiJobOptions, external_id: str, notes: list[str]) -> list[BatchRow]:
+        """The rows submitted in this batch: its manifest, else (older batch) the input file."""
+        rows = read_manifest(opts.output, external_id)
+        if rows is None:
+            notes.append("no submit manifest: reconciled against the current input file")
+            rows = load_batch_input(opts.input)
+        return rows
+
+    def _batch_results(
+        self, job: Any, rows: list[BatchRow], notes: list[str]
+    ) -> dict[str, RowResult]:
         dest = job.dest
         if dest is None:
             return {}
         if dest.inlined_responses is not None:
-            # the SDK gives results in input order and we don't rely on echoed metadata
-            results: dict[str, RowResult] = {}
-            for row, item in zip(rows, dest.inlined_responses, strict=False):
-                if item.response is not None:
-                    results[row.key] = {"response": sdk_json(item.response)}
-                elif item.error is not None:
-                    results[row.key] = {"error": sdk_json(item.error)}
+            results, note = match_inline(rows, dest.inlined_responses)
+            if note:
+                notes.append(note)
             return results
         if dest.file_name:
             name = dest.file_name
@@ -202,9 +213,12 @@ class GeminiBatchBackend:
             )
             parsed, bad = parse_results_jsonl(data.decode("utf-8", errors="replace"))
             if bad:
-                self._note(job.name, f"{bad} unusable line(s) in {name}")
+                notes.append(f"{bad} unusable line(s) in {name}")
             return parsed
         return {}
+
+    def _get(self, external_id: str) -> Any:
+        return self._sdk.call("get batch", lambda: self._client.batches.get(name=external_id))
 
     def _finish(
         self,
@@ -214,38 +228,31 @@ class GeminiBatchBackend:
         results: dict[str, RowResult],
         fallback_keys: set[str],
         batch_ok: bool,
+        notes: list[str],
     ) -> dict[str, Any]:
-        keys = [r.key for r in rows]
-        rec = reconcile(keys, results, fallback_keys)
-        write_atomic(opts.output, render_results(keys, results))
-        retry_file: Path | None = opts.retry_file
-        if rec.retry_keys:
-            wanted = set(rec.retry_keys)
-            write_atomic(opts.retry_file, render_rows([r for r in rows if r.key in wanted]))
-        else:
-            opts.retry_file.unlink(missing_ok=True)  # a stale retry file would mislead tomorrow
-            retry_file = None
-        usage, cost = job_cost(opts.model, results, fallback_keys)
-        summary = summary_line(rec, cost)
-        self._note(external_id, summary)
-        return {
-            "ok": batch_ok and rec.failed == 0 and rec.missing == 0,
-            "reconciliation": rec.as_dict(),
-            "tokens": usage.as_dict(),
-            "cost_usd": round(cost, 6),
-            "summary": summary,
-            "output": str(opts.output),
-            "retry_file": str(retry_file) if retry_file else None,
-        }
+        for note in notes:
+            self._note(external_id, note)
+        outcome = finish_job(opts, rows, results, fallback_keys, batch_ok, notes)
+        self._note(external_id, outcome["summary"])
+        return outcome
 
     def collect(self, spec: JobSpec, external_id: str) -> dict[str, Any]:
-        """Once final: fetch results, write output + retry file, reconcile and price them."""
+        """Once final: fetch results, write output + retry file, reconcile and price them.
+
+        A cancelled (or failed) batch gives what it has; every other row is missing and goes
+        to the retry file.
+        """
         opts = GeminiJobOptions.from_spec(spec)
-        rows = load_batch_input(opts.input)
-        job = self._sdk.call("get batch", lambda: self._client.batches.get(name=external_id))
+        notes: list[str] = []
+        rows = self._rows(opts, external_id, notes)
+        job = self._get(external_id)
         raw = sdk_state_name(job.state)
-        results = self._batch_results(job, rows)
-        return self._finish(opts, external_id, rows, results, set(), raw == "SUCCEEDED")
+        if not _STATES.get(raw, ExternalState.RUNNING).final:
+            notes.append(f"batch still {raw}: its results are not available yet")
+        elif raw != "SUCCEEDED":
+            notes.append(f"batch {raw}: rows without a result go to the retry file")
+        results = self._batch_results(job, rows, notes)
+        return self._finish(opts, external_id, rows, results, set(), raw == "SUCCEEDED", notes)
 
     def fallback(self, spec: JobSpec, external_id: str) -> dict[str, Any]:
         """Cancel the batch, keep its results, answer the other rows through generateContent.
@@ -254,15 +261,16 @@ class GeminiBatchBackend:
         whatever it produced is collected.
         """
         opts = GeminiJobOptions.from_spec(spec)
-        rows = load_batch_input(opts.input)
-        job = self._sdk.call("get batch", lambda: self._client.batches.get(name=external_id))
+        notes: list[str] = []
+        rows = self._rows(opts, external_id, notes)
+        job = self._get(external_id)
         if not _STATES.get(sdk_state_name(job.state), ExternalState.RUNNING).final:
             try:
                 self.cancel(external_id)
             except BackendError as exc:  # answering the rows matters more than the cancel
                 self._note(external_id, f"cancel failed: {exc}")
-            job = self._sdk.call("get batch", lambda: self._client.batches.get(name=external_id))
-        results = self._batch_results(job, rows)
+            job = self._get(external_id)
+        results = self._batch_results(job, rows, notes)
         # rows that errored in the batch get one on-demand attempt too
         todo = [r for r in rows if (results.get(r.key) or {}).get("response") is None]
         if opts.fallback == "none":
@@ -270,26 +278,23 @@ class GeminiBatchBackend:
         self._note(external_id, f"fallback: {len(todo)} row(s) on demand")
         with ThreadPoolExecutor(max_workers=self._fallback_concurrency) as pool:
             answers = list(pool.map(lambda row: self._generate(opts.model, row), todo))
-        fallback_keys = set()
+        fallback_keys = set()  # rows whose result (answer or error) came from the fallback
         for row, answer in zip(todo, answers, strict=True):
             if "response" in answer or row.key not in results:
                 results[row.key] = answer
-            if "response" in answer:
                 fallback_keys.add(row.key)
-        return self._finish(opts, external_id, rows, results, fallback_keys, True)
+        return self._finish(opts, external_id, rows, results, fallback_keys, True, notes)
 
     def _generate(self, model: str, row: BatchRow) -> RowResult:
         contents, config = sdk_request(row.request)
-        try:
-            response = self._sdk.call(
-                f"generate {row.key}",
-                lambda: self._client.models.generate_content(
-                    model=model,
-                    contents=contents,
-                    config=types.GenerateContentConfig.model_validate(config) if config else None,
-                ),
-            )
-        except BackendError as exc:
-            code = getattr(exc.__cause__, "code", None) or 0
-            return {"error": {"code": code, "message": str(exc)}}
+        response, error = self._sdk.try_call(
+            f"generate {row.key}",
+            lambda: self._client.models.generate_content(
+                model=model,
+                contents=contents,
+                config=types.GenerateContentConfig.model_validate(config) if config else None,
+            ),
+        )
+        if error is not None:
+            return {"error": error}
         return {"response": sdk_json(response)}

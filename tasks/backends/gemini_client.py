@@ -140,11 +140,25 @@ class SdkCaller:
         return PermanentBackendError(self._scrub(f"{what}: {type(exc).__name__}: {exc}"))
 
     def call(self, what: str, fn: Callable[[], T]) -> T:
-        """Run an SDK call (the SDK retries it) and translate what escapes."""
+        """Run an SDK call (the SDK retries it) and translate what escapes.
+
+        The SDK exception is neither the ``__cause__`` nor the ``__context__`` of ours: its text
+        (and traceback locals) may hold the API key, and loggers print chained exceptions.
+        Ours carries its scrubbed type name and message instead.
+        """
         try:
             return fn()
         except _SDK_ERRORS as exc:
-            raise self.translate(what, exc) from exc
+            error = self.translate(what, exc)
+        raise error  # outside the except block: nothing chained
+
+    def try_call(self, what: str, fn: Callable[[], T]) -> tuple[T | None, dict[str, Any] | None]:
+        """Run an SDK call; a failure comes back as a REST-style ``{"code", "message"}`` dict."""
+        try:
+            return fn(), None
+        except _SDK_ERRORS as exc:
+            code = exc.code if isinstance(exc, genai_errors.APIError) else 0
+            return None, {"code": code or 0, "message": str(self.translate(what, exc))}
 
     def call_retrying(self, what: str, fn: Callable[[], T]) -> T:
         """Run a call the SDK does not retry (file bytes), with our own backoff."""
