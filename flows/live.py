@@ -42,6 +42,8 @@ class LiveTable:
     def update(self, label: str, state: str) -> None:
         """Note a job's new state and redraw."""
         with self._lock:
+            if self._states.get(label, ("", 0.0))[0] == state:
+                return  # the external state and our verdict often agree: say it once
             self._states[label] = (state, time.monotonic())
             done = sum(s in _FINAL for s, _ in self._states.values())
         if self._lines and state in _FINAL:
