@@ -25,7 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.verbose:
         # the live table and the summary are the display; Prefect's own lines (and the
         # flow's per-job warnings, which the summary repeats) stay in the run's logs
-        os.environ.setdefault("PREFECT_LOGGING_LEVEL", "ERROR")
+        # (only the console's level: the run's logs in the Prefect UI keep everything)
+        os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "ERROR")
         os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     # the temporary server takes ~15 s on a new database, more on a busy 2-core machine
