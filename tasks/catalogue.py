@@ -123,6 +123,7 @@ class CliSettings(_Strict):
 class GeminiSettings(_Strict):
     base_url: str | None = None
     api_version: str | None = None
+    api_key_block: str | None = None  # name of a Prefect Secret block holding the key
 
 
 class Catalogue(_Strict):

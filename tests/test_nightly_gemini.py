@@ -76,3 +76,24 @@ def test_dropped_rows_make_a_partial_job_and_a_stuck_batch_falls_back(
     answered = (sandbox / "out" / "stuck.jsonl").read_text().splitlines()
     assert sorted(json.loads(line)["key"] for line in answered) == [f"r{i}" for i in range(6)]
     assert emulator.count("models.generateContent") == 6
+
+
+def test_the_key_can_come_from_a_prefect_secret_block_named_in_the_catalogue(
+    sandbox: Path, emulator: GeminiEmulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from prefect.blocks.system import Secret
+
+    from tasks.backends import build_backends
+    from tasks.catalogue import parse_catalogue
+    from tasks.settings import load_settings
+
+    Secret(value="test-key").save("nightshift-gemini-key", overwrite=True)
+    monkeypatch.setenv("GEMINI_API_KEY", "a-stale-key-the-emulator-refuses")
+    catalogue = parse_catalogue(
+        CATALOGUE.replace("jobs:", "gemini: {api_key_block: nightshift-gemini-key}\njobs:"),
+        sandbox / "nightshift.yaml",
+    )
+    backend = build_backends(catalogue, load_settings())["gemini_batch"]
+    assert backend.status_many([]) == {}  # an authenticated listing call succeeded
+    assert emulator.count("batches.list") >= 1
+    assert "test-key" not in repr(backend)

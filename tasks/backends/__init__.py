@@ -35,6 +35,8 @@ def build_backends(catalogue: Catalogue, settings: Settings) -> dict[str, Backen
         overrides: dict[str, object] = {}
         if catalogue.gemini.base_url and not os.environ.get("NIGHTSHIFT_GEMINI_BASE_URL"):
             overrides["gemini_base_url"] = catalogue.gemini.base_url
+        if catalogue.gemini.api_key_block and not settings.gemini_api_key_block:
+            overrides["gemini_api_key_block"] = catalogue.gemini.api_key_block
         if catalogue.gemini.api_version:
             overrides["gemini_api_version"] = catalogue.gemini.api_version
         client = build_gemini_client(settings.model_copy(update=overrides))

@@ -76,15 +76,22 @@ class RetryPolicy:
 
 
 def _resolve_api_key(settings: Settings) -> str:
+    # explicit beats ambient: a key or block named in config wins over GEMINI_API_KEY
     if settings.gemini_api_key is not None:
         return settings.gemini_api_key.get_secret_value()
-    if os.environ.get("GEMINI_API_KEY"):
-        return os.environ["GEMINI_API_KEY"]
     if settings.gemini_api_key_block:
         from prefect.blocks.system import Secret  # deferred: importing prefect costs ~1 s
 
-        secret: Any = Secret.load(settings.gemini_api_key_block)  # sync in a sync context
+        name = settings.gemini_api_key_block
+        try:
+            secret: Any = Secret.load(name)  # sync in a sync context
+        except ValueError as exc:  # Prefect's "block document not found"
+            raise PermanentBackendError(
+                f"Prefect Secret block {name!r} for the Gemini API key not found"
+            ) from exc
         return str(secret.get())
+    if os.environ.get("GEMINI_API_KEY"):
+        return os.environ["GEMINI_API_KEY"]
     raise PermanentBackendError(
         "no Gemini API key: set NIGHTSHIFT_GEMINI_API_KEY, GEMINI_API_KEY or "
         "NIGHTSHIFT_GEMINI_API_KEY_BLOCK (a Prefect Secret block)"
