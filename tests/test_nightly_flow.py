@@ -112,6 +112,20 @@ def test_all_ok_is_completed_and_exit_0(sandbox: Path) -> None:
     assert state.is_completed()
     assert (summary["severity"], summary["exit_code"]) == ("ok", 0)
 
+    # the UI shows a summary table and the progress, which reached 100 %
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    only_this_run = ArtifactFilter(
+        flow_run_id=ArtifactFilterFlowRunId(any_=[state.state_details.flow_run_id])
+    )
+    with get_client(sync_client=True) as client:
+        artifacts = {a.type: a for a in client.read_artifacts(artifact_filter=only_this_run)}
+    assert artifacts["progress"].data == 100.0
+    table = artifacts["table"].data
+    rows = json.loads(table) if isinstance(table, str) else table
+    assert sorted(row["job"] for row in rows) == ["a", "b", "c"]
+
 
 def test_all_failed_is_exit_1(sandbox: Path) -> None:
     body = cli("a", "a [run=0.1 exit=2]") + (
