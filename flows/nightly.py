@@ -111,7 +111,7 @@ def nightly(
     run_path.mkdir(parents=True, exist_ok=True)
     ledger = Ledger(settings.ledger_url())
     try:
-        with Lease(ledger.engine, catalogue.key) as lease:
+        with Lease(ledger.engine, catalogue.key, ttl_s=settings.lease_ttl) as lease:
             summary = _run_night(catalogue, only, night, run_path, ledger, settings, lease)
     finally:
         ledger.close()

@@ -19,6 +19,8 @@ class Settings(BaseSettings):
     state_dir: Path = Path(".nightshift")
     # SQLAlchemy URL of the ledger; default: SQLite file in state_dir
     database_url: str | None = None
+    # seconds a crashed night keeps others of its catalogue out (renewed every third of it)
+    lease_ttl: float = 60.0
     # the agy-style job CLI
     agy: str = "agy"
     # Gemini API (google-genai); the key comes from GEMINI_API_KEY unless set here
