@@ -13,6 +13,7 @@ __all__ = ["main"]
 
 EXIT_LOCKED = 3
 EXIT_BAD_CATALOGUE = 4
+EXIT_NO_PREFECT = 5
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,8 +21,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command is None:
-        parser.print_help()
-        return 0
+        parser.print_help(sys.stderr)
+        return 2
     if not args.verbose:
         # the live table and the summary are the display; Prefect's own lines (and the
         # flow's per-job warnings, which the summary repeats) stay in the run's logs
@@ -88,12 +89,16 @@ def run_catalogue(
     err = Console(stderr=True)
     try:
         night = parse_night(night) if night else tonight()
+    except ValueError as exc:
+        _say(str(exc))
+        return EXIT_BAD_CATALOGUE
+    try:
         catalogue = load_catalogue(path)
         labels = plan_night(catalogue, only).labels
     except CatalogueError as exc:
         _say(str(exc))
         return EXIT_BAD_CATALOGUE
-    except ValueError as exc:  # --only names a job the catalogue lacks, or --night is no date
+    except ValueError as exc:  # --only names a job the catalogue does not have
         _say(f"{path}: {exc}")
         return EXIT_BAD_CATALOGUE
 
@@ -103,7 +108,9 @@ def run_catalogue(
     from tasks.settings import load_settings
 
     settings = load_settings()
-    _connect(err.is_terminal)
+    if (problem := _connect(err.is_terminal)) is not None:
+        _say(problem)
+        return EXIT_NO_PREFECT
     run_dir = run_dir_for(settings, night)
     table = LiveTable(labels, err)
     LIVE_OBSERVERS.append(table.update)
@@ -136,18 +143,27 @@ def run_catalogue(
     return int(summary["exit_code"])
 
 
-def _connect(verbose: bool) -> None:
-    """Reach the Prefect API now (starting the temporary server if there is none configured).
+def _connect(verbose: bool) -> str | None:
+    """Reach the Prefect API now (starting the temporary server if none is configured).
 
     Done before the live table is drawn: the server's start-up would otherwise break it up.
+    Returns what went wrong, in one line, or None.
     """
     from prefect.client.orchestration import get_client
     from prefect.settings import PREFECT_API_URL
 
-    if verbose and not PREFECT_API_URL.value():
+    url = PREFECT_API_URL.value()
+    if verbose and not url:
         _say("starting Prefect's temporary server (about 15 s; set PREFECT_API_URL to use yours)")
-    with get_client(sync_client=True) as client:
-        client.api_healthcheck()
+    try:
+        with get_client(sync_client=True) as client:
+            error = client.api_healthcheck()
+    except Exception as exc:  # the temporary server failed to start, a bad URL...
+        error = exc
+    if error is None:
+        return None
+    where = url or "Prefect's temporary server"
+    return f"cannot reach the Prefect API at {where}: {type(error).__name__}: {error}"
 
 
 def _say(message: str) -> None:

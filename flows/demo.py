@@ -83,6 +83,11 @@ def _write_input(path: Path) -> None:
 
 def run_demo(scenario: str = "calm", *, as_json: bool = False, workdir: str | None = None) -> int:
     """Set up the sandbox, start the emulators, run one night, return its exit code."""
+    # the demo never touches the user's Prefect server or profile: a Prefect home of its own
+    # (kept between demos, so the temporary server's database is not rebuilt every time)
+    os.environ["PREFECT_HOME"] = str(Path(tempfile.gettempdir()) / "nightshift-demo-prefect")
+    os.environ.pop("PREFECT_API_URL", None)
+    os.environ.pop("PREFECT_PROFILE", None)
     from flows.cli import run_catalogue
     from sandbox.gemini_emulator import BatchScript, GeminiEmulator
 

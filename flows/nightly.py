@@ -161,8 +161,8 @@ def _run_night(
 
     key = f"{night}:{uuid.uuid4().hex[:8]}"
     caps: dict[str, int] = {str(name): cap for name, cap in catalogue.limits.items()}
+    backends = build_backends(catalogue, settings)  # before any thread: it may raise
     watcher = Watcher(on_change=lambda label, state, _status: _NIGHTS[key].mark(label, state))
-    backends = build_backends(catalogue, settings)
     _NIGHTS[key] = ctx = NightContext(
         catalogue=catalogue,
         night=night,
@@ -179,7 +179,7 @@ def _run_night(
         on_finished=on_finished,
         hold=prefect_slots(caps),
         # a stalled night whose lease ran out must not submit beside the night that took it
-        stop_reason=lambda: f"not submitted: {lease.lost}" if lease.lost else None,
+        stop_reason=lambda: _stop_reason(lease, watcher),
     )
     for backend in catalogue.limits:
         # with a cap, jobs start longest-expected first: announce them in that order
@@ -212,6 +212,15 @@ def _run_night(
             end_job(ctx, label, Outcome.FAILED, "no outcome recorded (internal error)")
     finished_at = datetime.now(UTC).isoformat(timespec="seconds")
     return join([results[label] for label in plan.labels], started_at, finished_at)
+
+
+def _stop_reason(lease: Lease, watcher: Watcher) -> str | None:
+    """Why no more jobs may be submitted tonight, if there is a reason."""
+    if lease.lost is not None:
+        return f"not submitted: {lease.lost}"
+    if watcher.stopped:
+        return "not submitted: the night's watcher stopped (see the flow run's logs)"
+    return None
 
 
 def _with_retries(ctx: NightContext) -> Any:

@@ -58,6 +58,9 @@ class PollSettings(_Strict):
     @model_validator(mode="after")
     def _max_not_below_initial(self) -> PollSettings:
         if self.max < self.initial:
+            if "max" not in self.model_fields_set:
+                # `poll: {initial: 60s}` alone means "start slow", not "contradict the cap"
+                return self.model_copy(update={"max": self.initial})
             raise ValueError(f"max ({self.max:g}s) is below initial ({self.initial:g}s)")
         return self
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -94,39 +94,33 @@ def _run(ctx: NightContext, label: str, job: Any, backend: Backend) -> JobOutcom
         return done
     spec = job_spec(ctx.catalogue, label)
     priority = ctx.priorities.get(label, 0)
-    started_wall = datetime.now(UTC)
-    try:
-        with (
-            ctx.admission.slot(job.backend, priority, deadline=ctx.deadline_at),
-            ctx.hold(job.backend, max(0.0, ctx.deadline_at - ctx.watcher.now())),
-        ):
-            # a job's duration counts from its submission, not from its wait for a turn
-            started_wall = datetime.now(UTC)
-            if record is not None and record.external_id and record.state in _LIVE:
-                external_id = record.external_id
-                attempts = record.attempts
-                started_wall = record.submitted_at or started_wall
-            else:
-                attempts = (record.attempts if record else 0) + 1
-                if (reason := ctx.stop_reason()) is not None:
-                    return _finish(
-                        ctx, label, None, Outcome.FAILED, started_wall, attempts - 1, reason
-                    )
-                ctx.mark(label, "submitting")
-                try:
-                    external_id = backend.submit(spec)
-                except PermanentBackendError as exc:
-                    return _finish(
-                        ctx, label, None, Outcome.FAILED, started_wall, attempts, str(exc)
-                    )
-                ctx.ledger.record_submit(ctx.night, label, job.backend, external_id, attempts)
-                ctx.mark(label, "submitted", external_id)
-            result = _watch(ctx, label, backend, external_id, started_wall)
-            return _conclude(ctx, label, backend, spec, external_id, result, started_wall, attempts)
-    except (Deadline, TimeoutError):  # TimeoutError: no Prefect slot before the deadline
-        return _finish(
-            ctx, label, None, Outcome.TIMEOUT, started_wall, 0, "night deadline before submit"
-        )
+    with ExitStack() as held:
+        try:
+            held.enter_context(ctx.admission.slot(job.backend, priority, ctx.deadline_at))
+            held.enter_context(ctx.hold(job.backend, max(0.0, ctx.deadline_at - ctx.watcher.now())))
+        except (Deadline, TimeoutError):  # TimeoutError: no Prefect slot before the deadline
+            return end_job(ctx, label, Outcome.TIMEOUT, "night deadline before submit")
+        # a job's duration counts from its submission, not from its wait for a turn
+        started_wall = datetime.now(UTC)
+        if record is not None and record.external_id and record.state in _LIVE:
+            external_id = record.external_id
+            attempts = record.attempts
+            started_wall = record.submitted_at or started_wall
+            ctx.external_ids[label] = external_id
+        else:
+            attempts = (record.attempts if record else 0) + 1
+            if (reason := ctx.stop_reason()) is not None:
+                return _finish(ctx, label, None, Outcome.FAILED, started_wall, attempts - 1, reason)
+            ctx.mark(label, "submitting")
+            try:
+                external_id = backend.submit(spec)
+            except PermanentBackendError as exc:
+                return _finish(ctx, label, None, Outcome.FAILED, started_wall, attempts, str(exc))
+            ctx.ledger.record_submit(ctx.night, label, job.backend, external_id, attempts)
+            ctx.mark(label, "submitted", external_id)
+        result = _watch(ctx, label, backend, external_id, started_wall)
+        return _conclude(ctx, label, backend, spec, external_id, result, started_wall, attempts)
+    raise AssertionError("unreachable")  # for type checkers: the with block always returns
 
 
 def _watch(
@@ -173,7 +167,9 @@ def _conclude(
     attempts: int,
 ) -> JobOutcome:
     if isinstance(result, PermanentBackendError):
-        return _finish(ctx, label, external_id, Outcome.FAILED, started, attempts, str(result))
+        return _finish(
+            ctx, label, external_id, Outcome.FAILED, started, attempts, str(result), None, backend
+        )
     data: dict[str, Any] = {}
     detail = _status_detail(result.status)
     if result.reason == "fallback":
@@ -215,8 +211,8 @@ def end_job(ctx: NightContext, label: str, outcome: Outcome, detail: str | None)
     A job that was submitted but lost (its task gave up on an error) stays live in the ledger,
     so a rerun re-attaches to it instead of starting a second copy.
     """
-    external_id = ctx.external_ids.get(label)
     record = ctx.ledger.get_job(ctx.night, label)
+    external_id = ctx.external_ids.get(label) or (record.external_id if record else None)
     live = record is not None and record.state in _LIVE and external_id is not None
     attempts = record.attempts if record is not None else 0
     return _finish(

@@ -77,7 +77,8 @@ class Watcher:
         self._cond = threading.Condition()
         self._entries: list[WatchRequest] = []
         self._stopped = False
-        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="nightshift-status")
+        self._busy: set[int] = set()  # backends (by id) whose check is running
+        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="nightshift-status")
         self._thread = threading.Thread(target=self._loop, name="nightshift-watcher", daemon=True)
         self._thread.start()
 
@@ -111,6 +112,11 @@ class Watcher:
             if not entry.future.done():
                 entry.future.set_exception(RuntimeError("watcher stopped"))
 
+    @property
+    def stopped(self) -> bool:
+        """True once the loop has ended (stopped, or died on a bug)."""
+        return self._stopped
+
     # -- the loop -----------------------------------------------------------------------
     def _loop(self) -> None:
         try:
@@ -119,38 +125,45 @@ class Watcher:
                     if self._stopped:
                         return
                     now = self._clock()
-                    due = [e for e in self._entries if e.wake_at() <= now]
+                    # a backend still answering its last check is not asked again meanwhile
+                    waiting = [e for e in self._entries if id(e.backend) not in self._busy]
+                    due = [e for e in waiting if e.wake_at() <= now]
                     if not due:
-                        wake = min((e.wake_at() for e in self._entries), default=now + 3600)
+                        wake = min((e.wake_at() for e in waiting), default=now + 3600)
                         self._cond.wait(timeout=max(0.0, wake - now))
                         continue
-                self._tick(due)
+                    groups: dict[int, list[WatchRequest]] = {}
+                    for entry in due:
+                        groups.setdefault(id(entry.backend), []).append(entry)
+                    self._busy.update(groups)
+                # each backend is asked on its own thread: a slow one holds up nobody's timers
+                for key, entries in groups.items():
+                    self._pool.submit(self._run_group, key, entries)
         except BaseException as exc:  # a bug here must not leave every job waiting forever
-            with self._cond:
-                self._stopped = True
-                stranded, self._entries = self._entries, []
-            for entry in stranded:
-                if not entry.future.done():
-                    entry.future.set_exception(RuntimeError(f"watcher died: {exc!r}"))
+            self._strand(exc)
             raise
 
-    def _tick(self, due: list[WatchRequest]) -> None:
-        by_backend: dict[int, list[WatchRequest]] = {}
-        for entry in due:
-            by_backend.setdefault(id(entry.backend), []).append(entry)
-        groups = list(by_backend.values())
-        # backends are asked side by side: a slow one must not hold up the others' timers
-        if len(groups) == 1:
-            results = [self._check(groups[0])]
-        else:
-            results = list(self._pool.map(self._check, groups))
-        for entries, statuses in zip(groups, results, strict=True):
+    def _strand(self, exc: BaseException) -> None:
+        with self._cond:
+            self._stopped = True
+            stranded, self._entries = self._entries, []
+        for entry in stranded:
+            if not entry.future.done():
+                entry.future.set_exception(RuntimeError(f"watcher died: {exc!r}"))
+
+    def _run_group(self, key: int, entries: list[WatchRequest]) -> None:
+        try:
+            statuses = self._check(entries)
             for entry in entries:
                 try:
                     self._advance(entry, statuses.get(entry.external_id))
                 except Exception as exc:  # e.g. the ledger write behind on_change failed
                     if not entry.future.done():
                         self._finish(entry, exc=exc)
+        finally:
+            with self._cond:
+                self._busy.discard(key)
+                self._cond.notify_all()
 
     def _check(self, entries: list[WatchRequest]) -> dict[str, JobStatus | BaseException]:
         backend = entries[0].backend
@@ -158,10 +171,18 @@ class Watcher:
         if many is not None and len(entries) > 1:
             try:
                 found: dict[str, JobStatus | BaseException] = many([e.external_id for e in entries])
-            except Exception as exc:
+            except TransientBackendError as exc:
                 return {e.external_id: exc for e in entries}
+            except Exception:  # listing is a convenience, not the contract: ask one by one
+                return self._check_each(backend, entries)
             missing = PermanentBackendError("job not listed by its backend")
             return {e.external_id: found.get(e.external_id, missing) for e in entries}
+        return self._check_each(backend, entries)
+
+    @staticmethod
+    def _check_each(
+        backend: Backend, entries: list[WatchRequest]
+    ) -> dict[str, JobStatus | BaseException]:
         out: dict[str, JobStatus | BaseException] = {}
         for entry in entries:
             try:
@@ -217,7 +238,10 @@ class Watcher:
         exc: BaseException | Any = None,
     ) -> None:
         with self._cond:
-            self._entries.remove(entry)
+            if entry in self._entries:
+                self._entries.remove(entry)
+        if entry.future.done():  # stop() got there first
+            return
         if result is not None:
             entry.future.set_result(result)
         else:

@@ -174,3 +174,10 @@ def test_two_batches_may_not_write_one_output() -> None:
         found
         == "night.yaml:3: job 'r:b': field 'output': output 'out.jsonl' is also written by 'r:a'"
     )
+
+
+def test_a_slow_first_poll_alone_raises_the_cap_with_it() -> None:
+    catalogue = parse_catalogue(
+        "defaults: {poll: {initial: 60s}}\njobs: [{label: a, backend: command, argv: [x]}]"
+    )
+    assert (catalogue.defaults.poll.initial, catalogue.defaults.poll.max) == (60, 60)

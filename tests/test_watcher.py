@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -140,3 +141,41 @@ def test_a_failing_state_recorder_fails_the_job_not_the_night() -> None:
         assert lucky.result(timeout=5).reason == "final"
     finally:
         watcher.stop()
+
+
+class Hanging(ScriptedBackend):
+    """A backend whose status call hangs until released: a CLI stuck on its 30 s timeout."""
+
+    def __init__(self) -> None:
+        super().__init__(scripts={"slow": [R]})
+        self.release = threading.Event()
+        self.entered = threading.Event()
+
+    def status(self, external_id: str) -> JobStatus:
+        self.entered.set()
+        self.release.wait(10)
+        return super().status(external_id)
+
+
+def test_a_hanging_backend_does_not_hold_up_another_backends_timers(watcher) -> None:
+    hanging = Hanging()
+    other = ScriptedBackend(scripts={"late": [R]})
+    slow = watcher.watch(request(hanging, "slow"))
+    assert hanging.entered.wait(5)
+    late = watcher.watch(request(other, "late", timeout_at=watcher.now() + 0.05))
+    try:
+        # resolves while the other backend's call is still hanging
+        assert late.result(timeout=5).reason == "timeout"
+        assert not slow.done()
+    finally:
+        hanging.release.set()
+
+
+def test_a_failing_listing_falls_back_to_asking_one_by_one(watcher) -> None:
+    class NoListing(BatchScriptedBackend):
+        def status_many(self, ids: list[str]) -> dict[str, JobStatus]:
+            raise PermanentBackendError("unknown command 'jobs list'")
+
+    backend = NoListing(scripts={"a": [S], "b": [S]})
+    futures = [watcher.watch(request(backend, label)) for label in "ab"]
+    assert [f.result(timeout=5).reason for f in futures] == ["final", "final"]
