@@ -19,7 +19,13 @@ _OPERATION_TYPE = "type.googleapis.com/google.ai.generativelanguage.v1main.Gener
 
 @dataclass(frozen=True)
 class BatchScript:
-    """How one batch behaves; ``final="stuck"`` never leaves PENDING/RUNNING."""
+    """How one batch behaves; ``final="stuck"`` never leaves PENDING/RUNNING.
+
+    A cancel takes ``cancel_delay_s`` emulated seconds (like the real, asynchronous one): till
+    then the batch keeps its state (or finishes on its own), after it reports CANCELLED with
+    ``done_on_cancel`` rows. ``shuffle`` returns results rotated by one (the last first), so
+    none is at its input position.
+    """
 
     queued_s: float = 0.0
     running_s: float = 0.0
@@ -30,6 +36,8 @@ class BatchScript:
     error_indices: tuple[int, ...] | list[int] = ()
     error_code: int = 500
     done_on_cancel: int = 0  # rows with results when cancelled while RUNNING
+    cancel_delay_s: float = 0.0  # emulated seconds before a cancel takes effect
+    shuffle: bool = False  # results out of input order (rotated by one)
     fail_message: str = "emulated batch failure"
     # echo each inline request's ``metadata`` on its response (the real API may not: off)
     echo_metadata: bool = False
@@ -86,10 +94,22 @@ class Batch:
     end_time: str | None = None
     output_file: str | None = None
 
+    def cancel(self, now: float) -> None:
+        """Ask for a cancel at clock reading ``now`` (a second ask changes nothing)."""
+        if self.cancelled_at is None:
+            self.cancelled_at = now
+
     def state(self, now: float, time_scale: float) -> str:
         """REST state name (``BATCH_STATE_...``) at clock reading ``now``."""
-        if self.cancelled_at is not None:
-            return "BATCH_STATE_CANCELLED"
+        if self.cancelled_at is None:
+            return self._scripted(now, time_scale)
+        effective = self.cancelled_at + self.script.cancel_delay_s / time_scale
+        scripted = self._scripted(min(now, effective), time_scale)
+        if is_final(scripted) or now < effective:  # finished first, or cancel still pending
+            return scripted
+        return "BATCH_STATE_CANCELLED"
+
+    def _scripted(self, now: float, time_scale: float) -> str:
         s, elapsed = self.script, (now - self.started) * time_scale
         if elapsed < s.queued_s:
             return "BATCH_STATE_PENDING"
@@ -110,6 +130,8 @@ class Batch:
             rows = rows[: max(0, len(rows) - s.drop_rows)]
         if not rows and state == "BATCH_STATE_CANCELLED":
             return None
+        if s.shuffle and rows:
+            rows = rows[-1:] + rows[:-1]
         out = []
         for i, (key, request) in rows:
             if key in s.error_keys or i in s.error_indices:

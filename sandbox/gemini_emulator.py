@@ -4,6 +4,7 @@ Each batch follows a ``BatchScript`` chosen by its displayName (else the default
 Durations are emulated seconds, divided by ``time_scale``. ``drop_rows`` removes results from
 the END of the output, ``drop_keys`` from anywhere. Inline responses echo the request's
 ``metadata`` only with ``BatchScript(echo_metadata=True)``: clients must not rely on it.
+A cancel takes ``cancel_delay_s``; ``shuffle`` reorders results.
 ``echo_key_in_errors`` puts the API key a request sent into its 401 message (leak tests).
 """
 
@@ -231,7 +232,7 @@ class GeminiEmulator:
             if endpoint == "batches.delete":
                 del self._batches[name]
             elif not is_final(self._state(batch)):
-                batch.cancelled_at = self._clock()
+                batch.cancel(self._clock())
             return 200, {}, {}
         if endpoint == "files.upload_start":
             upload_id = f"u{next(self._ids):06d}"

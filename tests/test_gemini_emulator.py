@@ -135,6 +135,43 @@ def test_stuck_batch_never_finishes_and_cancel_keeps_done_rows(emu, client, cloc
     assert len(got.dest.inlined_responses) == 2
 
 
+def test_cancel_delay_keeps_the_batch_running_then_cancels_with_done_rows(emu, client, clock):
+    # 10 emulated minutes for the cancel: 10 s of clock at time_scale 60
+    emu.script_batch("slow", BatchScript(final="stuck", done_on_cancel=2, cancel_delay_s=600))
+    job = client.batches.create(model=MODEL, src=inline(5), config={"display_name": "slow"})
+    client.batches.cancel(name=job.name)
+    got = client.batches.get(name=job.name)
+    assert got.state == types.JobState.JOB_STATE_RUNNING and got.dest is None
+    clock.now += 9
+    client.batches.cancel(name=job.name)  # asking again does not restart the delay
+    assert client.batches.get(name=job.name).state == types.JobState.JOB_STATE_RUNNING
+    clock.now += 2
+    got = client.batches.get(name=job.name)
+    assert got.state == types.JobState.JOB_STATE_CANCELLED
+    assert [r.response.text for r in got.dest.inlined_responses] == [
+        "answer to: prompt 0",
+        "answer to: prompt 1",
+    ]
+
+
+def test_a_batch_that_finishes_during_the_cancel_delay_succeeds(emu, client, clock) -> None:
+    emu.script_batch("late", BatchScript(running_s=300, done_on_cancel=1, cancel_delay_s=600))
+    job = client.batches.create(model=MODEL, src=inline(3), config={"display_name": "late"})
+    client.batches.cancel(name=job.name)
+    clock.now += 60  # 3600 emulated seconds: past both the run and the cancel delay
+    got = client.batches.get(name=job.name)
+    assert got.state == types.JobState.JOB_STATE_SUCCEEDED
+    assert len(got.dest.inlined_responses) == 3
+
+
+def test_shuffle_puts_no_result_at_its_input_position(emu, client) -> None:
+    emu.script_batch("mixed", BatchScript(shuffle=True, echo_metadata=True))
+    job = client.batches.create(model=MODEL, src=inline(4), config={"display_name": "mixed"})
+    rows = client.batches.get(name=job.name).dest.inlined_responses
+    assert [r.metadata["key"] for r in rows] == ["k3", "k0", "k1", "k2"]
+    assert [r.response.text for r in rows][:2] == ["answer to: prompt 3", "answer to: prompt 0"]
+
+
 def test_file_upload_batch_and_results_download(emu, client, tmp_path: Path) -> None:
     source = tmp_path / "in.jsonl"
     rows = [

@@ -28,24 +28,18 @@ from tasks.backends.gemini_client import (
 )
 from tasks.backends.gemini_options import GeminiJobOptions
 from tasks.backends.gemini_results import (
+    batch_results,
     finish_job,
     inline_request,
-    match_inline,
     read_manifest,
     write_manifest,
 )
+from tasks.backends.gemini_wait import BATCH_STATES, CancelWait, is_final_state, settle
 from tasks.batch_input import BatchRow, load_batch_input, sdk_request
 from tasks.errors import BackendError, PermanentBackendError
-from tasks.reconcile import RowResult, parse_results_jsonl
+from tasks.reconcile import RowResult
 
 __all__ = ["GeminiBatchBackend", "GeminiJobOptions", "RetryPolicy", "build_gemini_client"]
-
-_STATES = {
-    "PENDING": ExternalState.QUEUED, "QUEUED": ExternalState.QUEUED,
-    "RUNNING": ExternalState.RUNNING, "SUCCEEDED": ExternalState.SUCCEEDED,
-    "PARTIALLY_SUCCEEDED": ExternalState.SUCCEEDED, "FAILED": ExternalState.FAILED,
-    "EXPIRED": ExternalState.FAILED, "CANCELLED": ExternalState.CANCELLED,
-}  # fmt: skip
 
 
 def _now() -> str:
@@ -53,7 +47,10 @@ def _now() -> str:
 
 
 class GeminiBatchBackend:
-    """Backend for ``gemini_batch`` jobs: one Batch API job per spec, results matched by key."""
+    """Backend for ``gemini_batch`` jobs: one Batch API job per spec, results matched by key.
+
+    ``cancel_wait`` bounds how long collect/fallback wait for a cancelled batch to settle.
+    """
 
     name = "gemini_batch"
 
@@ -64,6 +61,7 @@ class GeminiBatchBackend:
         retry: RetryPolicy | None = None,
         fallback_concurrency: int = 4,
         list_limit: int = 500,
+        cancel_wait: CancelWait | None = None,
         sleep: Callable[[float], None] = time.sleep,
         rand: Callable[[], float] = random.random,
     ) -> None:
@@ -71,6 +69,8 @@ class GeminiBatchBackend:
         self._sdk = SdkCaller(client, retry or RetryPolicy(), sleep, rand)
         self._fallback_concurrency = max(1, fallback_concurrency)
         self._list_limit = list_limit  # batches status_many reads before asking one by one
+        self._cancel_wait = cancel_wait or CancelWait()
+        self._sleep = sleep
         self._history: dict[str, list[str]] = {}
         self._submitted: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -152,7 +152,7 @@ class GeminiBatchBackend:
 
     def _to_status(self, external_id: str, job: Any) -> JobStatus:
         raw = sdk_state_name(job.state)
-        state = _STATES.get(raw, ExternalState.RUNNING)
+        state = BATCH_STATES.get(raw, ExternalState.RUNNING)
         with self._lock:
             history = self._history.setdefault(external_id, [])
             if not history or not history[-1].endswith(f"-> {raw}"):
@@ -198,27 +198,24 @@ class GeminiBatchBackend:
     def _batch_results(
         self, job: Any, rows: list[BatchRow], notes: list[str]
     ) -> dict[str, RowResult]:
-        dest = job.dest
-        if dest is None:
-            return {}
-        if dest.inlined_responses is not None:
-            results, note = match_inline(rows, dest.inlined_responses)
-            if note:
-                notes.append(note)
-            return results
-        if dest.file_name:
-            name = dest.file_name
-            data = self._sdk.call_retrying(
+        def download(name: str) -> bytes:
+            return self._sdk.call_retrying(
                 "download results", lambda: self._client.files.download(file=name)
             )
-            parsed, bad = parse_results_jsonl(data.decode("utf-8", errors="replace"))
-            if bad:
-                notes.append(f"{bad} unusable line(s) in {name}")
-            return parsed
-        return {}
+
+        return batch_results(job.dest, rows, notes, download)
 
     def _get(self, external_id: str) -> Any:
         return self._sdk.call("get batch", lambda: self._client.batches.get(name=external_id))
+
+    def _settle(self, external_id: str, job: Any, notes: list[str]) -> Any:
+        """After a cancel: the batch once final, or as it is when the bounded wait runs out."""
+        job, note = settle(
+            lambda: self._get(external_id), job, self._cancel_wait, sleep=self._sleep
+        )
+        if note:
+            notes.append(note)
+        return job
 
     def _finish(
         self,
@@ -239,17 +236,16 @@ class GeminiBatchBackend:
     def collect(self, spec: JobSpec, external_id: str) -> dict[str, Any]:
         """Once final: fetch results, write output + retry file, reconcile and price them.
 
-        A cancelled (or failed) batch gives what it has; every other row is missing and goes
-        to the retry file.
+        Called on a batch not yet final (a cancel is settling), it first waits, bounded by
+        ``cancel_wait``, for the batch to become final. A cancelled (or failed) batch gives what
+        it has; every other row is missing and goes to the retry file.
         """
         opts = GeminiJobOptions.from_spec(spec)
         notes: list[str] = []
         rows = self._rows(opts, external_id, notes)
-        job = self._get(external_id)
+        job = self._settle(external_id, self._get(external_id), notes)
         raw = sdk_state_name(job.state)
-        if not _STATES.get(raw, ExternalState.RUNNING).final:
-            notes.append(f"batch still {raw}: its results are not available yet")
-        elif raw != "SUCCEEDED":
+        if is_final_state(raw) and raw != "SUCCEEDED":
             notes.append(f"batch {raw}: rows without a result go to the retry file")
         results = self._batch_results(job, rows, notes)
         return self._finish(opts, external_id, rows, results, set(), raw == "SUCCEEDED", notes)
@@ -264,12 +260,13 @@ class GeminiBatchBackend:
         notes: list[str] = []
         rows = self._rows(opts, external_id, notes)
         job = self._get(external_id)
-        if not _STATES.get(sdk_state_name(job.state), ExternalState.RUNNING).final:
+        if not is_final_state(sdk_state_name(job.state)):
             try:
                 self.cancel(external_id)
             except BackendError as exc:  # answering the rows matters more than the cancel
                 self._note(external_id, f"cancel failed: {exc}")
-            job = self._get(external_id)
+            # the cancel is asynchronous: rows finished meanwhile must not be paid twice
+            job = self._settle(external_id, self._get(external_id), notes)
         results = self._batch_results(job, rows, notes)
         # rows that errored in the batch get one on-demand attempt too
         todo = [r for r in rows if (results.get(r.key) or {}).get("response") is None]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -20,9 +20,16 @@ from tasks.batch_input import BatchRow, render_rows, sdk_request
 from tasks.errors import PermanentBackendError
 from tasks.files import write_atomic
 from tasks.pricing import job_cost
-from tasks.reconcile import RowResult, reconcile, render_results, summary_line
+from tasks.reconcile import (
+    RowResult,
+    parse_results_jsonl,
+    reconcile,
+    render_results,
+    summary_line,
+)
 
 __all__ = [
+    "batch_results",
     "finish_job",
     "inline_request",
     "manifest_path",
@@ -106,36 +113,79 @@ def _echoed_key(item: Any) -> str | None:
 def match_inline(
     rows: Sequence[BatchRow], inlined: Sequence[Any]
 ) -> tuple[dict[str, RowResult], str | None]:
-    """Results of inline responses by row key, plus a note when they cannot be matched.
+    """Results of inline responses by row key, plus a note when not matched plainly in order.
 
-    One response per row: they are in input order. Fewer or more: only keys echoed in every
-    response's ``metadata`` can place them (the API need not echo it); else nothing is guessed
-    and every row counts as missing.
+    When every response echoes a key in its ``metadata``, those keys place them, whatever the
+    counts (a key never submitted is ignored, a repeated one counts once). When none does
+    (the API need not echo it), one response per row is taken in input order. Anything else
+    (fewer or more responses without keys, or only some keys echoed) guesses nothing: every
+    row counts as missing.
     """
-    results: dict[str, RowResult] = {}
-    if len(inlined) == len(rows):
+    if not inlined:
+        return {}, None
+    keys = [_echoed_key(item) for item in inlined]
+    counts = f"{len(inlined)} results for {len(rows)} rows"
+    if all(keys):
+        return _match_by_key(rows, [str(k) for k in keys], inlined, counts)
+    if not any(keys) and len(inlined) == len(rows):
+        results: dict[str, RowResult] = {}
         for row, item in zip(rows, inlined, strict=True):
             if (result := _row_result(item)) is not None:
                 results[row.key] = result
         return results, None
-    keys = [_echoed_key(item) for item in inlined]
-    if not all(keys):
-        note = (
-            f"{len(inlined)} results for {len(rows)} rows: "
-            "cannot match inline results by position (no echoed keys); every row counts as missing"
-        )
-        return {}, note
+    why = "no echoed keys" if not any(keys) else f"only {sum(map(bool, keys))} echo a key"
+    note = f"{counts}: cannot match inline results by position ({why}); every row counts as missing"
+    return {}, note
+
+
+def _match_by_key(
+    rows: Sequence[BatchRow], keys: list[str], inlined: Sequence[Any], counts: str
+) -> tuple[dict[str, RowResult], str | None]:
     submitted = {r.key for r in rows}
-    unknown = 0
+    results: dict[str, RowResult] = {}
+    seen: set[str] = set()
+    unknown = repeated = 0
     for key, item in zip(keys, inlined, strict=True):
         if key not in submitted:
             unknown += 1
-        elif (result := _row_result(item)) is not None:
-            results[str(key)] = result
-    note = f"{len(inlined)} results for {len(rows)} rows: matched by echoed key"
+        elif key in seen:
+            repeated += 1
+        else:
+            seen.add(key)
+            if (result := _row_result(item)) is not None:
+                results[key] = result
+    in_order = keys == [r.key for r in rows]
+    if in_order:
+        return results, None
+    note = f"{counts}: matched by echoed key"
+    if len(inlined) == len(rows) and not unknown and not repeated:
+        note += " (responses out of input order)"
     if unknown:
         note += f" ({unknown} with a key never submitted, ignored)"
+    if repeated:
+        note += f" ({repeated} repeating a key, ignored)"
     return results, note
+
+
+def batch_results(
+    dest: Any, rows: Sequence[BatchRow], notes: list[str], download: Callable[[str], bytes]
+) -> dict[str, RowResult]:
+    """A batch's results by row key from its ``dest`` (inline, or a file fetched by
+    ``download``); notes on what could not be used are appended to ``notes``."""
+    if dest is None:
+        return {}
+    if dest.inlined_responses is not None:
+        results, note = match_inline(rows, dest.inlined_responses)
+        if note:
+            notes.append(note)
+        return results
+    if dest.file_name:
+        name = str(dest.file_name)
+        parsed, bad = parse_results_jsonl(download(name).decode("utf-8", errors="replace"))
+        if bad:
+            notes.append(f"{bad} unusable line(s) in {name}")
+        return parsed
+    return {}
 
 
 def finish_job(
