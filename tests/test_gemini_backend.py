@@ -18,12 +18,14 @@ from tasks.backends.gemini_batch import (
     RetryPolicy,
     build_gemini_client,
 )
+from tasks.backends.gemini_wait import CancelWait
 from tasks.errors import InputFileError, PermanentBackendError, TransientBackendError
 from tasks.settings import Settings
 
 KEY = "test-key-9f8e7d6c5b4a"
 FAST = RetryPolicy(attempts=4, initial_delay_s=0.01, max_delay_s=0.05, jitter_s=0.01)
 MINUTES = 60.0
+QUICK_CANCEL = CancelWait(timeout_s=2.0, initial_s=0.01, max_interval_s=0.05)
 
 
 @pytest.fixture(scope="module")
@@ -245,6 +247,26 @@ def test_stuck_batch_fallback_answers_every_row(emu, tmp_path) -> None:
     assert all("response" in r for r in rows)
     assert [r["source"] for r in rows] == ["batch"] * 4 + ["fallback"] * 6
     assert outcome["retry_file"] is None
+
+
+def test_fallback_waits_for_a_slow_cancel_and_pays_only_for_unfinished_rows(emu, tmp_path) -> None:
+    backend = make_backend(emu, cancel_wait=QUICK_CANCEL)
+    # the cancel takes 10 emulated minutes (0.15 s); 4 rows finish meanwhile
+    script = BatchScript(final="stuck", done_on_cancel=4, cancel_delay_s=10 * MINUTES)
+    emu.script_batch("slow-cancel", script)
+    spec = make_spec(tmp_path, "slow-cancel", 10, inline_threshold_rows=2)
+    batch_id = backend.submit(spec)
+
+    outcome = backend.fallback(spec, batch_id)
+    assert emu.count("batches.cancel") == 1
+    assert emu.count("batches.get") >= 3  # read running after the cancel, polled, then final
+    assert emu.batch_state(batch_id) == "BATCH_STATE_CANCELLED"
+    assert emu.count("models.generateContent") == 6  # the 4 finished rows are not re-sent
+    rec = outcome["reconciliation"]
+    assert (rec["succeeded"], rec["missing"], rec["fallback"]) == (10, 0, 6)
+    rows = read_jsonl(outcome["output"])
+    assert [r["source"] for r in rows] == ["batch"] * 4 + ["fallback"] * 6
+    assert outcome["ok"] is True and "after the cancel" not in outcome["summary"]
 
 
 def test_fallback_retries_rows_that_errored_in_the_batch(emu, backend, tmp_path) -> None:

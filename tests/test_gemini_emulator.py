@@ -135,7 +135,9 @@ def test_stuck_batch_never_finishes_and_cancel_keeps_done_rows(emu, client, cloc
     assert len(got.dest.inlined_responses) == 2
 
 
-def test_cancel_delay_keeps_the_batch_running_then_cancels_with_done_rows(emu, client, clock):
+def test_cancel_delay_keeps_the_batch_running_then_cancels_with_done_rows(
+    emu, client, clock
+) -> None:
     # 10 emulated minutes for the cancel: 10 s of clock at time_scale 60
     emu.script_batch("slow", BatchScript(final="stuck", done_on_cancel=2, cancel_delay_s=600))
     job = client.batches.create(model=MODEL, src=inline(5), config={"display_name": "slow"})

@@ -15,6 +15,7 @@ from sandbox.gemini_emulator import BatchScript, GeminiEmulator
 from tasks.backends.base import ExternalState, JobStatus
 from tasks.backends.gemini_batch import GeminiBatchBackend
 from tasks.backends.gemini_results import manifest_path
+from tasks.backends.gemini_wait import CancelWait
 from tasks.errors import BackendError, PermanentBackendError, TransientBackendError
 from tests.test_gemini_backend import (
     KEY,
@@ -111,6 +112,41 @@ def test_unmatchable_inline_results_send_every_row_to_the_fallback(emu, backend,
     assert [r["source"] for r in rows] == ["fallback"] * 4
     assert [answer_text(r) for r in rows] == [f"answer to: question number {i}" for i in range(4)]
     assert "cannot match inline results by position" in outcome["summary"]
+
+
+def test_reordered_inline_results_with_echoed_keys_match_by_key(emu, backend, tmp_path) -> None:
+    # as many results as rows, but every echoed key disagrees with its position
+    emu.script_batch("mixed", BatchScript(shuffle=True, echo_metadata=True, error_keys=["row-2"]))
+    spec = make_spec(tmp_path, "mixed", 5)
+    batch_id = backend.submit(spec)
+    wait_final(backend, batch_id)
+
+    outcome = backend.collect(spec, batch_id)
+    rec = outcome["reconciliation"]
+    assert (rec["succeeded"], rec["failed"], rec["missing"]) == (4, 1, 0)
+    rows = read_jsonl(outcome["output"])
+    assert [r["key"] for r in rows] == [f"row-{i}" for i in range(5)]
+    for row in rows:  # each answer (or error) belongs to its own question
+        if row["key"] == "row-2":
+            assert row["error"]["message"] == "emulated row error for row-2"
+        else:
+            assert answer_text(row) == f"answer to: question number {row['key'][4:]}"
+    assert (
+        "5 results for 5 rows: matched by echoed key (responses out of input order)"
+        in (outcome["summary"])
+    )
+
+
+def test_reordered_inline_results_without_keys_are_taken_in_order(emu, backend, tmp_path) -> None:
+    # no echoed keys and equal counts: position is all there is (the API keeps input order)
+    emu.script_batch("blind", BatchScript(shuffle=True))
+    spec = make_spec(tmp_path, "blind", 3)
+    batch_id = backend.submit(spec)
+    wait_final(backend, batch_id)
+    outcome = backend.collect(spec, batch_id)
+    assert outcome["reconciliation"]["succeeded"] == 3
+    rows = read_jsonl(outcome["output"])
+    assert answer_text(rows[0]) == "answer to: question number 2"  # rotated by the emulator
 
 
 # -- 2. status_many: one bad id never fails the others -----------------------------------------
@@ -280,3 +316,38 @@ def test_collect_after_a_cancel_with_no_results_retries_every_row(emu, backend, 
     assert outcome["ok"] is False and outcome["reconciliation"]["missing"] == 3
     assert read_jsonl(outcome["output"]) == []
     assert len(read_jsonl(outcome["retry_file"])) == 3
+
+
+def test_collect_after_a_slow_cancel_includes_rows_finished_meanwhile(emu, tmp_path) -> None:
+    backend = make_backend(emu, cancel_wait=CancelWait(timeout_s=2, initial_s=0.01))
+    script = BatchScript(final="stuck", done_on_cancel=3, cancel_delay_s=10 * MINUTES)
+    emu.script_batch("slow", script)
+    spec = make_spec(tmp_path, "slow", 5, inline_threshold_rows=2)
+    batch_id = backend.submit(spec)
+    backend.cancel(batch_id)
+    assert backend.status(batch_id).state == ExternalState.RUNNING  # the cancel is not done yet
+
+    outcome = backend.collect(spec, batch_id)
+    rec = outcome["reconciliation"]
+    assert (rec["succeeded"], rec["missing"]) == (3, 2)
+    assert [r["key"] for r in read_jsonl(outcome["output"])] == ["row-0", "row-1", "row-2"]
+    assert [r["key"] for r in read_jsonl(outcome["retry_file"])] == ["row-3", "row-4"]
+    assert "batch CANCELLED" in outcome["summary"]
+    assert "after the cancel" not in outcome["summary"]
+
+
+def test_collect_gives_up_on_a_cancel_that_never_settles_and_says_so(emu, tmp_path) -> None:
+    wait = CancelWait(timeout_s=0.2, initial_s=0.01, max_interval_s=0.05)
+    backend = make_backend(emu, cancel_wait=wait)
+    emu.script_batch("hung", BatchScript(final="stuck", done_on_cancel=3, cancel_delay_s=1e9))
+    spec = make_spec(tmp_path, "hung", 3)
+    batch_id = backend.submit(spec)
+    backend.cancel(batch_id)
+    started = time.monotonic()
+    outcome = backend.collect(spec, batch_id)
+    assert time.monotonic() - started < 1.5  # bounded by the wait
+    assert emu.count("batches.get") >= 3
+    assert outcome["ok"] is False and outcome["reconciliation"]["missing"] == 3
+    assert "batch still RUNNING" in outcome["summary"] and "after the cancel" in outcome["summary"]
+    assert "after the cancel" in " ".join(outcome["notes"])
+    assert "after the cancel" in backend.logs(batch_id)
