@@ -99,6 +99,7 @@ class GeminiEmulator:
             self.counts.clear()
             self.calls.clear()
             self.last_body.clear()
+            self.echo_key_in_errors = False
 
     def script_batch(self, display_name: str, script: BatchScript) -> None:
         """Use ``script`` for batches created with this displayName."""

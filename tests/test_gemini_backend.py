@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,26 +20,11 @@ from tasks.backends.gemini_batch import (
 from tasks.backends.gemini_wait import CancelWait
 from tasks.errors import InputFileError, PermanentBackendError, TransientBackendError
 from tasks.settings import Settings
+from tests.conftest import GEMINI_KEY as KEY
 
-KEY = "test-key-9f8e7d6c5b4a"
 FAST = RetryPolicy(attempts=4, initial_delay_s=0.01, max_delay_s=0.05, jitter_s=0.01)
 MINUTES = 60.0
 QUICK_CANCEL = CancelWait(timeout_s=2.0, initial_s=0.01, max_interval_s=0.05)
-
-
-@pytest.fixture(scope="module")
-def shared_emu() -> Iterator[GeminiEmulator]:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("NO_PROXY", "127.0.0.1,localhost")
-        # 20 emulated minutes pass in 0.3 s
-        with GeminiEmulator(time_scale=4000, api_key=KEY) as emulator:
-            yield emulator
-
-
-@pytest.fixture
-def emu(shared_emu: GeminiEmulator) -> GeminiEmulator:
-    shared_emu.reset()
-    return shared_emu
 
 
 def make_backend(emu: GeminiEmulator, key: str = KEY, **kwargs: object) -> GeminiBatchBackend:

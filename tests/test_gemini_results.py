@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import time
 import traceback
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,21 +27,6 @@ from tests.test_gemini_backend import (
 )
 
 OBJECT_DETAILS = [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "X"}]
-
-
-@pytest.fixture(scope="module")
-def shared_emu() -> Iterator[GeminiEmulator]:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("NO_PROXY", "127.0.0.1,localhost")
-        with GeminiEmulator(time_scale=4000, api_key=KEY) as emulator:
-            yield emulator
-
-
-@pytest.fixture
-def emu(shared_emu: GeminiEmulator) -> GeminiEmulator:
-    shared_emu.reset()
-    shared_emu.echo_key_in_errors = False
-    return shared_emu
 
 
 @pytest.fixture
