@@ -87,9 +87,9 @@ def main() -> int:
         f"poll policy: initial {POLL['initial']}s x{POLL['factor']} up to {POLL['max']}s, "
         f"stagger {STAGGER}s; polling adds up to one poll interval of latency per job"
     )
-    print("duration_s = from the job task's start (before the stagger wait) to its recorded end")
+    print("duration_s = from the job's turn to submit (before the spawn) to its recorded end")
     print("makespan   = ledger: first job's submitted_at -> last job's finished_at")
-    print("(duration_s starts before the stagger wait and the spawn, so it can exceed makespan)")
+    print("(duration_s includes the spawn, which the ledger's submitted_at does not)")
     print(f"\nmakespan                       {makespan:8.2f} s")
     print(f"slowest job (measured)         {slowest['duration_s']:8.2f} s  ({slowest['label']})")
     print(f"slowest job (ledger span)      {max(spans):8.2f} s  (submitted_at -> finished_at)")
