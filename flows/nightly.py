@@ -66,9 +66,14 @@ def _transient_only(task: Any, task_run: Any, state: State) -> bool:
     retry_jitter_factor=0.5,
     retry_condition_fn=_transient_only,
 )
-def run_job(label: str, night_key: str) -> JobOutcome:
-    """Submit or re-attach one external job and wait for its outcome."""
-    return run_one_job(_NIGHTS[night_key], label, attempt=task_run.run_count or 1)
+def run_job(label: str, night_key: str) -> JobOutcome | State:
+    """Submit or re-attach one external job and wait for its outcome.
+
+    A job that did not succeed ends its task run Failed (red on the night's timeline); its
+    outcome stays with the night, which reads it from there.
+    """
+    outcome = run_one_job(_NIGHTS[night_key], label, attempt=task_run.run_count or 1)
+    return outcome if outcome.ok else Failed(message=outcome.line())
 
 
 @flow(name="run-chain", flow_run_name="chain {name}")
@@ -235,9 +240,9 @@ def _with_retries(ctx: NightContext) -> Any:
 def _outcome_of(ctx: NightContext, label: str, future: PrefectFuture[Any]) -> JobOutcome:
     """The job's outcome; a task that raised (retries exhausted, or a bug) ends as failed."""
     future.wait()
+    if label in ctx.outcomes:
+        return ctx.outcomes[label]
     value = future.result(raise_on_failure=False)
-    if isinstance(value, JobOutcome):
-        return value
     detail = f"{type(value).__name__}: {value}" if isinstance(value, BaseException) else None
     return end_job(ctx, label, Outcome.FAILED, detail or "the job task did not return")
 

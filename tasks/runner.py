@@ -50,6 +50,8 @@ class NightContext:
     priorities: dict[str, int] = field(default_factory=dict)
     observers: list[Observer] = field(default_factory=list)
     on_finished: Callable[[JobOutcome], None] | None = None
+    # every job's outcome once it has one, whichever path ended it
+    outcomes: dict[str, JobOutcome] = field(default_factory=dict)
     external_ids: dict[str, str] = field(default_factory=dict)
     # holds a server-side slot of a capped backend while its job is in flight; (backend, timeout)
     hold: Callable[[str, float], AbstractContextManager[object]] = lambda _b, _t: nullcontext()
@@ -89,6 +91,7 @@ def _run(ctx: NightContext, label: str, job: Any, backend: Backend) -> JobOutcom
         done = _outcome_from_record(record)
         for observer in list(ctx.observers):
             observer(label, done.state.value)
+        ctx.outcomes[label] = done
         if ctx.on_finished is not None:
             ctx.on_finished(done)
         return done
@@ -264,6 +267,7 @@ def _finish(
         data=data or None,
     )
     ctx.mark(label, outcome.value, external_id)
+    ctx.outcomes[label] = result
     if ctx.on_finished is not None:
         ctx.on_finished(result)
     return result

@@ -88,6 +88,19 @@ def test_a_mixed_night_of_twelve_jobs(sandbox: Path) -> None:
         "summarize:feed": "skipped",
     }
     jobs = {job["label"]: job for job in summary["jobs"]}
+    # on the night's timeline in the UI, a job that did not succeed is a failed task run
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    this_run = FlowRunFilter(id=FlowRunFilterId(any_=[state.state_details.flow_run_id]))
+    with get_client(sync_client=True) as client:
+        task_runs = {
+            t.name: t.state.type.value for t in client.read_task_runs(flow_run_filter=this_run)
+        }
+    assert task_runs["gen:a"] == "COMPLETED"
+    assert task_runs["gen:broken"] == "FAILED"
+    assert task_runs["gen:stuck"] == "FAILED"
+
     # failed jobs keep a log tail next to the run
     tail = Path(jobs["fetch:feed"]["log_tail_path"]).read_text()
     assert "feed down" in tail
