@@ -53,19 +53,31 @@ class Admission:
                 self._cond.notify_all()
 
     @contextmanager
-    def slot(self, backend: str, priority: float, deadline: float | None = None) -> Iterator[None]:
-        """Wait for a slot of ``backend`` (if capped) and the stagger; hold the slot inside."""
+    def slot(
+        self,
+        backend: str,
+        priority: float,
+        deadline: float | None = None,
+        *,
+        stagger: bool = True,
+    ) -> Iterator[None]:
+        """Wait for a slot of ``backend`` (if capped) and the stagger; hold the slot inside.
+
+        ``stagger=False`` for a job that is re-attached rather than submitted: it still takes
+        a slot (it is in flight) but needs no gap before a submission it will not make.
+        """
         capped = backend in self._caps
         with self._cond:
             if capped:
                 self._acquire(backend, priority, deadline)
+            at = max(self._clock(), self._next_submit) if stagger else self._clock()
             # the stagger turn is reserved in the same breath, so submissions keep grant order
-            at = max(self._clock(), self._next_submit)
             if deadline is not None and at > deadline:
                 if capped:
                     self._release(backend)
                 raise Deadline()
-            self._next_submit = at + self._stagger
+            if stagger:
+                self._next_submit = at + self._stagger
             while self._clock() < at:
                 self._cond.wait(timeout=at - self._clock())
         try:

@@ -99,13 +99,16 @@ def _run(ctx: NightContext, label: str, job: Any, backend: Backend) -> JobOutcom
     priority = ctx.priorities.get(label, 0)
     with ExitStack() as held:
         try:
-            held.enter_context(ctx.admission.slot(job.backend, priority, ctx.deadline_at))
+            reattach = record is not None and bool(record.external_id) and record.state in _LIVE
+            slot = ctx.admission.slot(job.backend, priority, ctx.deadline_at, stagger=not reattach)
+            held.enter_context(slot)
             held.enter_context(ctx.hold(job.backend, max(0.0, ctx.deadline_at - ctx.watcher.now())))
         except (Deadline, TimeoutError):  # TimeoutError: no Prefect slot before the deadline
             return end_job(ctx, label, Outcome.TIMEOUT, "night deadline before submit")
         # a job's duration counts from its submission, not from its wait for a turn
         started_wall = datetime.now(UTC)
-        if record is not None and record.external_id and record.state in _LIVE:
+        if reattach:
+            assert record is not None and record.external_id is not None
             external_id = record.external_id
             attempts = record.attempts
             started_wall = record.submitted_at or started_wall

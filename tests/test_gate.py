@@ -95,3 +95,11 @@ def test_announced_jobs_are_granted_strictly_in_order_whoever_arrives_first() ->
     for t in late_starters:
         t.join(5)
     assert order == [1, 2]
+
+
+def test_a_reattached_job_takes_a_slot_but_no_stagger_turn() -> None:
+    gate = Admission(stagger=10, caps={"cli": 2})
+    start = time.monotonic()
+    with gate.slot("cli", 0), gate.slot("cli", 1, stagger=False):
+        assert gate._in_use["cli"] == 2
+    assert time.monotonic() - start < 5  # neither waited for the 10 s gap
