@@ -24,7 +24,8 @@ __all__ = ["LOST", "NightContext", "end_job", "run_one_job"]
 LOG_TAIL_LINES = 40
 # ledger states of a job that may still be alive out there: a rerun re-attaches, never re-submits
 LOST = "lost"
-_LIVE = {"submitted", "queued", "running", LOST}
+FALLBACK = "fallback"  # the batch was given up on; its missing rows are being answered on demand
+_LIVE = {"submitted", "queued", "running", LOST, FALLBACK}
 _FINAL_TO_OUTCOME = {
     ExternalState.SUCCEEDED: Outcome.SUCCEEDED,
     ExternalState.FAILED: Outcome.FAILED,
@@ -124,7 +125,11 @@ def _run(ctx: NightContext, label: str, job: Any, backend: Backend) -> JobOutcom
                 return _finish(ctx, label, None, Outcome.FAILED, started_wall, attempts, str(exc))
             ctx.ledger.record_submit(ctx.night, label, job.backend, external_id, attempts)
             ctx.mark(label, "submitted", external_id)
-        result = _watch(ctx, label, backend, external_id, started_wall)
+        if reattach and record is not None and record.state == FALLBACK:
+            # a night that crashed during the fallback: finish it, don't watch a cancelled batch
+            result: WatchResult | PermanentBackendError = WatchResult("fallback", None, 0)
+        else:
+            result = _watch(ctx, label, backend, external_id, started_wall)
         return _conclude(ctx, label, backend, spec, external_id, result, started_wall, attempts)
     raise AssertionError("unreachable")  # for type checkers: the with block always returns
 
@@ -178,8 +183,9 @@ def _conclude(
         )
     data: dict[str, Any] = {}
     detail = _status_detail(result.status)
-    if result.reason == "fallback":
-        ctx.mark(label, "fallback", external_id)
+    if result.reason == FALLBACK:
+        ctx.mark(label, FALLBACK, external_id)
+        ctx.ledger.record_state(ctx.night, label, FALLBACK)  # live: a rerun resumes it
         data = backend.fallback(spec, external_id)  # type: ignore[attr-defined]
         outcome = Outcome.SUCCEEDED if data.get("ok") else Outcome.PARTIAL
         detail = data.get("summary")

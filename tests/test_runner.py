@@ -90,3 +90,29 @@ def test_a_succeeded_job_is_not_run_again(night) -> None:
     again = run_one_job(ctx, "a")
     assert again.detail == "already succeeded earlier tonight"
     assert backend.submitted == ["a"]
+
+
+class Batchy(ScriptedBackend):
+    """A backend with a fallback, like the Gemini one: answers the rows itself when asked."""
+
+    def __init__(self) -> None:
+        super().__init__(name="command", scripts={"a": [R]})
+        self.fallbacks: list[str] = []
+
+    def fallback(self, spec: object, external_id: str) -> dict[str, object]:
+        self.fallbacks.append(external_id)
+        return {"ok": True, "summary": "rows 3/3 ok, 3 via fallback"}
+
+
+def test_a_night_that_died_during_the_fallback_is_finished_by_the_rerun(night) -> None:
+    ctx, _ = night
+    backend = Batchy()
+    ctx.backends["command"] = backend
+    ctx.ledger.record_submit("2026-11-29", "a", "command", "a", 1)
+    ctx.ledger.record_state("2026-11-29", "a", "fallback")  # where the crashed night stopped
+    outcome = run_one_job(ctx, "a")
+    assert outcome.state is Outcome.SUCCEEDED
+    assert outcome.detail == "rows 3/3 ok, 3 via fallback"
+    assert backend.fallbacks == ["a"]
+    assert backend.calls["a"] == 0  # the cancelled batch was not watched again
+    assert backend.submitted == []
