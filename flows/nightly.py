@@ -185,6 +185,7 @@ def _run_night(
         hold=prefect_slots(caps),
         # a stalled night whose lease ran out must not submit beside the night that took it
         stop_reason=lambda: _stop_reason(lease, watcher),
+        owns_night=lambda: lease.lost is None,
     )
     for backend in catalogue.limits:
         # with a cap, jobs start longest-expected first: announce them in that order

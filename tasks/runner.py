@@ -58,6 +58,8 @@ class NightContext:
     hold: Callable[[str, float], AbstractContextManager[object]] = lambda _b, _t: nullcontext()
     # why no more jobs may be submitted (the night's lease was lost), or None
     stop_reason: Callable[[], str | None] = lambda: None
+    # False once another night took this one's lease: its ledger rows are no longer ours
+    owns_night: Callable[[], bool] = lambda: True
 
     def mark(self, label: str, state: str, external_id: str | None = None) -> None:
         """Record a state change in the ledger and tell observers (the live table)."""
@@ -65,6 +67,10 @@ class NightContext:
         if external_id is not None:
             self.external_ids[label] = external_id
         external_id = external_id or self.external_ids.get(label)
+        if not self.owns_night():
+            for observer in list(self.observers):
+                observer(label, state)
+            return
         self.ledger.transition(self.night, self.run_id, label, job.backend, external_id, state)
         for observer in list(self.observers):
             observer(label, state)
@@ -185,7 +191,8 @@ def _conclude(
     detail = _status_detail(result.status)
     if result.reason == FALLBACK:
         ctx.mark(label, FALLBACK, external_id)
-        ctx.ledger.record_state(ctx.night, label, FALLBACK)  # live: a rerun resumes it
+        if ctx.owns_night():
+            ctx.ledger.record_state(ctx.night, label, FALLBACK)  # live: a rerun resumes it
         data = backend.fallback(spec, external_id)  # type: ignore[attr-defined]
         outcome = Outcome.SUCCEEDED if data.get("ok") else Outcome.PARTIAL
         detail = data.get("summary")
@@ -267,14 +274,15 @@ def _finish(
         detail=detail,
         data=data or {},
     )
-    ctx.ledger.record_state(
-        ctx.night,
-        label,
-        ledger_state or outcome.value,
-        finished_at=finished,
-        detail=detail,
-        data=data or None,
-    )
+    if ctx.owns_night():
+        ctx.ledger.record_state(
+            ctx.night,
+            label,
+            ledger_state or outcome.value,
+            finished_at=finished,
+            detail=detail,
+            data=data or None,
+        )
     ctx.mark(label, outcome.value, external_id)
     ctx.outcomes[label] = result
     if ctx.on_finished is not None:
