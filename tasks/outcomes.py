@@ -6,9 +6,19 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from tasks.backends.base import JobStatus
 from tasks.durations import format_duration
 
-__all__ = ["JobOutcome", "NightSummary", "Outcome", "Severity", "join"]
+__all__ = [
+    "JobOutcome",
+    "NightSummary",
+    "Outcome",
+    "Severity",
+    "join",
+    "join_details",
+    "outcome_from_record",
+    "status_detail",
+]
 
 
 class Outcome(StrEnum):
@@ -112,3 +122,37 @@ def join(
     else:
         severity = Severity.PARTIAL
     return NightSummary(severity, list(outcomes), started_at, finished_at)
+
+
+def outcome_from_record(record: Any) -> JobOutcome:
+    """A job that already succeeded tonight, as read back from its ledger record."""
+    duration = 0.0
+    if record.submitted_at and record.finished_at:
+        duration = (record.finished_at - record.submitted_at).total_seconds()
+    return JobOutcome(
+        label=record.label,
+        state=Outcome.SUCCEEDED,
+        duration_s=duration,
+        attempts=record.attempts,
+        external_id=record.external_id,
+        backend=record.backend,
+        detail="already succeeded earlier tonight",
+        data=record.data or {},
+    )
+
+
+def status_detail(status: JobStatus | None) -> str | None:
+    """What a final status says beyond its state: its detail, or a non-zero exit code."""
+    if status is None:
+        return None
+    if status.detail:
+        return status.detail
+    if status.exit_code not in (None, 0):
+        return f"exit code {status.exit_code}"
+    return None
+
+
+def join_details(*parts: str | None) -> str | None:
+    """Details joined with "; ", or None when there are none."""
+    text = "; ".join(p for p in parts if p)
+    return text or None

@@ -9,13 +9,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from tasks.backends.base import Backend, ExternalState, JobSpec, JobStatus
+from tasks.backends.base import Backend, ExternalState, JobSpec
 from tasks.catalogue import Catalogue, GeminiBatchJob
 from tasks.errors import BackendError, PermanentBackendError
 from tasks.gate import Admission, Deadline
 from tasks.jobspec import job_spec, safe_name
 from tasks.ledger import Ledger
-from tasks.outcomes import JobOutcome, Outcome
+from tasks.outcomes import (
+    JobOutcome,
+    Outcome,
+    join_details,
+    outcome_from_record,
+    status_detail,
+)
 from tasks.polling import PollPolicy
 from tasks.watcher import Watcher, WatchRequest, WatchResult
 
@@ -95,7 +101,7 @@ def run_one_job(ctx: NightContext, label: str, attempt: int = 1) -> JobOutcome:
 def _run(ctx: NightContext, label: str, job: Any, backend: Backend) -> JobOutcome:
     record = ctx.ledger.get_job(ctx.night, label)
     if record is not None and record.state == Outcome.SUCCEEDED and record.external_id:
-        done = _outcome_from_record(record)
+        done = outcome_from_record(record)
         for observer in list(ctx.observers):
             observer(label, done.state.value)
         ctx.outcomes[label] = done
@@ -188,7 +194,7 @@ def _conclude(
             ctx, label, external_id, Outcome.FAILED, started, attempts, str(result), None, backend
         )
     data: dict[str, Any] = {}
-    detail = _status_detail(result.status)
+    detail = status_detail(result.status)
     if result.reason == FALLBACK:
         ctx.mark(label, FALLBACK, external_id)
         if ctx.owns_night():
@@ -200,7 +206,7 @@ def _conclude(
         outcome = Outcome.TIMEOUT if result.reason == "timeout" else Outcome.STUCK_QUEUED
         if result.cancel_error:
             # it may still be running: keep it live in the ledger so a rerun re-attaches
-            detail = _join(detail, f"cancel failed: {result.cancel_error}")
+            detail = join_details(detail, f"cancel failed: {result.cancel_error}")
             return _finish(
                 ctx, label, external_id, outcome, started, attempts, detail, None, backend, LOST
             )
@@ -209,9 +215,9 @@ def _conclude(
             # keep what the cancelled job did finish; the rest goes to its dead-letter file
             try:
                 data = collect(spec, external_id)
-                detail = _join(detail, data.get("summary"))
+                detail = join_details(detail, data.get("summary"))
             except BackendError as exc:
-                detail = _join(detail, f"collecting results failed: {exc}")
+                detail = join_details(detail, f"collecting results failed: {exc}")
     else:
         assert result.status is not None
         outcome = _FINAL_TO_OUTCOME[result.status.state]
@@ -220,7 +226,7 @@ def _conclude(
             data = collect(spec, external_id)
             if outcome is Outcome.SUCCEEDED and not data.get("ok", True):
                 outcome = Outcome.PARTIAL
-            detail = _join(detail, data.get("summary"))
+            detail = join_details(detail, data.get("summary"))
     return _finish(ctx, label, external_id, outcome, started, attempts, detail, data, backend)
 
 
@@ -299,34 +305,3 @@ def _save_tail(ctx: NightContext, label: str, backend: Backend, external_id: str
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text if text.endswith("\n") or not text else text + "\n", encoding="utf-8")
     return str(path)
-
-
-def _outcome_from_record(record: Any) -> JobOutcome:
-    duration = 0.0
-    if record.submitted_at and record.finished_at:
-        duration = (record.finished_at - record.submitted_at).total_seconds()
-    return JobOutcome(
-        label=record.label,
-        state=Outcome.SUCCEEDED,
-        duration_s=duration,
-        attempts=record.attempts,
-        external_id=record.external_id,
-        backend=record.backend,
-        detail="already succeeded earlier tonight",
-        data=record.data or {},
-    )
-
-
-def _status_detail(status: JobStatus | None) -> str | None:
-    if status is None:
-        return None
-    if status.detail:
-        return status.detail
-    if status.exit_code not in (None, 0):
-        return f"exit code {status.exit_code}"
-    return None
-
-
-def _join(*parts: str | None) -> str | None:
-    text = "; ".join(p for p in parts if p)
-    return text or None
