@@ -15,7 +15,7 @@ def safe_name(label: str) -> str:
     return label.replace(":", "_").replace("/", "_")
 
 
-def job_spec(catalogue: Catalogue, label: str) -> JobSpec:
+def job_spec(catalogue: Catalogue, label: str, submission_key: str | None = None) -> JobSpec:
     """The backend's view of a catalogue job."""
     job = catalogue.job(label)
     options = job.model_dump(exclude={"label", "backend", "depends_on", "timeout"})
@@ -27,4 +27,7 @@ def job_spec(catalogue: Catalogue, label: str) -> JobSpec:
         options["output"] = str(home / job.output)
     if isinstance(job, CommandJob):
         options["cwd"] = str(home / job.cwd) if job.cwd else str(home)
+    if submission_key is not None:
+        # backends that can use it make a repeated submit with the same key a no-op
+        options["submission_key"] = submission_key
     return JobSpec(label=label, backend=job.backend, options=options)

@@ -131,8 +131,9 @@ def _run(ctx: NightContext, label: str, job: Any, backend: Backend) -> JobOutcom
             if (reason := ctx.stop_reason()) is not None:
                 return _finish(ctx, label, None, Outcome.FAILED, started_wall, attempts - 1, reason)
             ctx.mark(label, "submitting")
+            keyed = job_spec(ctx.catalogue, label, f"{ctx.night}/{label}/{attempts}")
             try:
-                external_id = backend.submit(spec)
+                external_id = backend.submit(keyed)
             except PermanentBackendError as exc:
                 return _finish(ctx, label, None, Outcome.FAILED, started_wall, attempts, str(exc))
             ctx.ledger.record_submit(ctx.night, label, job.backend, external_id, attempts)

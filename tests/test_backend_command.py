@@ -217,3 +217,16 @@ def test_bad_argv_is_rejected_before_starting(backend: CommandBackend) -> None:
     with pytest.raises(PermanentBackendError, match=r"options\.argv"):
         backend.submit(spec("echo hi"))  # type: ignore[arg-type]
     assert not backend.jobs_dir.exists() or not any(backend.jobs_dir.iterdir())
+
+
+def test_a_submission_key_makes_submit_idempotent(backend: CommandBackend) -> None:
+    counter = backend.jobs_dir.parent / "starts.txt"
+    argv = py(f"open({str(counter)!r}, 'a').write('started\\n')")
+    first = backend.submit(spec(argv, label="gen:a", submission_key="2026-11-29/gen:a/1"))
+    # the night crashed before recording the id; the rerun submits the same attempt again
+    again = backend.submit(spec(argv, label="gen:a", submission_key="2026-11-29/gen:a/1"))
+    assert again == first
+    assert wait_final(backend, first).state is ExternalState.SUCCEEDED
+    assert counter.read_text() == "started\n"  # one process, not two
+    second_attempt = backend.submit(spec(argv, label="gen:a", submission_key="2026-11-29/gen:a/2"))
+    assert second_attempt != first

@@ -121,8 +121,8 @@ def test_a_night_that_died_during_the_fallback_is_finished_by_the_rerun(night) -
 def test_a_night_that_lost_its_lease_leaves_the_ledger_to_the_new_holder(night) -> None:
     ctx, backend = night
     ctx.ledger.record_submit("2026-11-29", "a", "command", "a", 1)
-    backend.scripts["a"] = [R, S]
+    backend.scripts["a"] = [S]
     ctx.owns_night = lambda: False  # another night took over while this one stalled
     assert run_one_job(ctx, "a").state is Outcome.SUCCEEDED  # it still reports what it saw
     assert ctx.ledger.get_job("2026-11-29", "a").state == "queued"  # but wrote nothing
-    assert ctx.ledger.dwells("2026-11-29", "a") == []
+    assert ctx.ledger.dwells("2026-11-29", "a") == []  # not even the final transition

@@ -8,9 +8,11 @@ them and sends signals.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -97,8 +99,16 @@ class CommandBackend:
     def submit(self, spec: JobSpec) -> str:
         """Start the supervisor for ``spec``; return the job id (its directory name)."""
         argv, cwd, env = self._options(spec)
-        job_id = f"{_sanitize(spec.label)}-{uuid.uuid4().hex[:8]}"
+        key = spec.options.get("submission_key")
+        # a submission key makes submit idempotent: the same key never starts a second job
+        # (a night that crashed between starting a job and recording its id finds it again)
+        suffix = hashlib.sha256(str(key).encode()).hexdigest()[:8] if key else uuid.uuid4().hex[:8]
+        job_id = f"{_sanitize(spec.label)}-{suffix}"
         jobdir = (self.jobs_dir / job_id).absolute()  # the supervisor runs inside it
+        if key and (jobdir / runner.RUNNER_PID).exists():
+            return job_id
+        if key and jobdir.exists():
+            shutil.rmtree(jobdir)  # a start that died before its supervisor came up
         jobdir.mkdir(parents=True)
         record: dict[str, Any] = {"label": spec.label, "argv": argv, "cwd": cwd}
         record.update(env_keys=sorted(env), submitted_at=time.time())  # env values may be secrets
