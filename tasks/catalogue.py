@@ -11,6 +11,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationError,
     model_validator,
 )
@@ -140,9 +141,15 @@ class Catalogue(_Strict):
     jobs: list[Job] = Field(min_length=1)
     path: Path | None = Field(default=None, exclude=True)
 
+    # label -> job, built once: the runner looks a job up on every state change
+    _by_label: dict[str, CommandJob | CliJob | GeminiBatchJob] = PrivateAttr(default_factory=dict)
+
+    def model_post_init(self, _context: Any) -> None:
+        self._by_label = {job.label: job for job in self.jobs}
+
     def job(self, label: str) -> CommandJob | CliJob | GeminiBatchJob:
-        """The job called ``label``."""
-        return next(j for j in self.jobs if j.label == label)
+        """The job called ``label`` (KeyError naming it when there is none)."""
+        return self._by_label[label]
 
     @property
     def key(self) -> str:

@@ -11,7 +11,7 @@ from typing import Any
 
 from tasks.backends.base import Backend, ExternalState, JobSpec
 from tasks.catalogue import Catalogue, GeminiBatchJob
-from tasks.errors import BackendError, PermanentBackendError
+from tasks.errors import BackendError, InputFileError, PermanentBackendError
 from tasks.gate import Admission, Deadline
 from tasks.jobspec import job_spec, safe_name
 from tasks.ledger import Ledger
@@ -104,15 +104,14 @@ def _run(ctx: NightContext, label: str, job: Any, backend: Backend) -> JobOutcom
         done = outcome_from_record(record)
         for observer in list(ctx.observers):
             observer(label, done.state.value)
-        ctx.outcomes[label] = done
-        if ctx.on_finished is not None:
-            ctx.on_finished(done)
-        return done
-    spec = job_spec(ctx.catalogue, label)
+        return _report(ctx, done)
+    reattach = record is not None and bool(record.external_id) and record.state in _LIVE
+    attempts = (record.attempts if record else 0) + (0 if reattach else 1)
+    # the key lets a backend that can make a repeated submit of this attempt a no-op
+    spec = job_spec(ctx.catalogue, label, f"{ctx.night}/{label}/{attempts}")
     priority = ctx.priorities.get(label, 0)
     with ExitStack() as held:
         try:
-            reattach = record is not None and bool(record.external_id) and record.state in _LIVE
             slot = ctx.admission.slot(job.backend, priority, ctx.deadline_at, stagger=not reattach)
             held.enter_context(slot)
             held.enter_context(ctx.hold(job.backend, max(0.0, ctx.deadline_at - ctx.watcher.now())))
@@ -123,18 +122,15 @@ def _run(ctx: NightContext, label: str, job: Any, backend: Backend) -> JobOutcom
         if reattach:
             assert record is not None and record.external_id is not None
             external_id = record.external_id
-            attempts = record.attempts
             started_wall = record.submitted_at or started_wall
             ctx.external_ids[label] = external_id
         else:
-            attempts = (record.attempts if record else 0) + 1
             if (reason := ctx.stop_reason()) is not None:
                 return _finish(ctx, label, None, Outcome.FAILED, started_wall, attempts - 1, reason)
             ctx.mark(label, "submitting")
-            keyed = job_spec(ctx.catalogue, label, f"{ctx.night}/{label}/{attempts}")
             try:
-                external_id = backend.submit(keyed)
-            except PermanentBackendError as exc:
+                external_id = backend.submit(spec)
+            except (PermanentBackendError, InputFileError) as exc:  # nothing was submitted
                 return _finish(ctx, label, None, Outcome.FAILED, started_wall, attempts, str(exc))
             ctx.ledger.record_submit(ctx.night, label, job.backend, external_id, attempts)
             ctx.mark(label, "submitted", external_id)
@@ -291,10 +287,15 @@ def _finish(
             data=data or None,
         )
     ctx.mark(label, outcome.value, external_id)
-    ctx.outcomes[label] = result
+    return _report(ctx, result)
+
+
+def _report(ctx: NightContext, outcome: JobOutcome) -> JobOutcome:
+    """Hand a job's outcome to the night."""
+    ctx.outcomes[outcome.label] = outcome
     if ctx.on_finished is not None:
-        ctx.on_finished(result)
-    return result
+        ctx.on_finished(outcome)
+    return outcome
 
 
 def _save_tail(ctx: NightContext, label: str, backend: Backend, external_id: str) -> str | None:

@@ -149,7 +149,11 @@ def test_status_many_survives_an_operation_the_sdk_cannot_parse(emu, backend, tm
     emu.script_batch("fine", BatchScript(final="stuck"))
     bad = backend.submit(make_spec(tmp_path, "unparsable", 1))
     good = backend.submit(make_spec(tmp_path, "fine", 1))
-    time.sleep(0.1)  # the bad batch ends; its row error has object-valued details
+    # wait for the bad batch to end: only then does it carry the object-valued details
+    deadline = time.monotonic() + 5
+    while emu.batch_state(bad) != "BATCH_STATE_SUCCEEDED":
+        assert time.monotonic() < deadline, emu.batch_state(bad)
+        time.sleep(0.01)
 
     statuses = backend.status_many([bad, good])
     assert emu.count("batches.list") == 1  # the listing failed as a whole ...

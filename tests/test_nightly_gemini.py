@@ -97,3 +97,20 @@ def test_the_key_can_come_from_a_prefect_secret_block_named_in_the_catalogue(
     assert backend.status_many([]) == {}  # an authenticated listing call succeeded
     assert emulator.count("batches.list") >= 1
     assert "test-key" not in repr(backend)
+
+
+def test_a_bad_input_file_fails_that_job_with_every_bad_line_and_submits_nothing(
+    sandbox: Path, emulator: GeminiEmulator
+) -> None:
+    good = {"key": "a", "request": {"contents": [{"parts": [{"text": "hi"}]}]}}
+    (sandbox / "rows.jsonl").write_text(
+        json.dumps(good) + "\n\n" + json.dumps({"request": {"contents": []}}) + "\n"
+    )
+    (sandbox / "nightshift.yaml").write_text(CATALOGUE.split("  - label: report:stuck")[0])
+    run_dir = sandbox / "run"
+    nightly(catalog=str(sandbox / "nightshift.yaml"), run_dir=str(run_dir), return_state=True)
+    (job,) = json.loads((run_dir / "summary.json").read_text())["jobs"]
+    assert job["state"] == "failed"
+    assert job["attempts"] == 1
+    assert "rows.jsonl:2" in job["detail"] and "rows.jsonl:3" in job["detail"]
+    assert emulator.count("batches.create") == 0
