@@ -167,7 +167,7 @@ def _run_night(
     key = f"{night}:{uuid.uuid4().hex[:8]}"
     caps: dict[str, int] = {str(name): cap for name, cap in catalogue.limits.items()}
     backends = build_backends(catalogue, settings)  # before any thread: it may raise
-    watcher = Watcher(on_change=lambda label, state, _status: _NIGHTS[key].mark(label, state))
+    watcher = Watcher(on_change=lambda label, state, seen: _NIGHTS[key].seen(label, state, seen))
     _NIGHTS[key] = ctx = NightContext(
         catalogue=catalogue,
         night=night,

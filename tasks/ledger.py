@@ -221,7 +221,7 @@ class Ledger:
         night: str,
         label: str,
         backend: str,
-        external_id: str,
+        external_id: str | None,
         attempts: int,
         *,
         at: datetime | None = None,

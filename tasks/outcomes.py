@@ -113,11 +113,16 @@ class NightSummary:
 def join(
     outcomes: list[JobOutcome], started_at: str | None = None, finished_at: str | None = None
 ) -> NightSummary:
-    """The verdict: ok when all succeeded, failed when none did, partial otherwise."""
+    """The verdict: ok when all succeeded, failed when none produced anything, else partial.
+
+    A ``partial`` job (a batch with some rows missing) produced most of its work: a night of
+    partial jobs is partial, not failed.
+    """
     succeeded = sum(job.ok for job in outcomes)
+    produced = sum(job.state in (Outcome.SUCCEEDED, Outcome.PARTIAL) for job in outcomes)
     if succeeded == len(outcomes):
         severity = Severity.OK
-    elif succeeded == 0:
+    elif produced == 0:
         severity = Severity.FAILED
     else:
         severity = Severity.PARTIAL
@@ -136,7 +141,8 @@ def outcome_from_record(record: Any) -> JobOutcome:
         attempts=record.attempts,
         external_id=record.external_id,
         backend=record.backend,
-        detail="already succeeded earlier tonight",
+        # its own detail (rows, cost) stays; the run that did it is said to be an earlier one
+        detail=join_details("kept: succeeded earlier tonight", record.detail),
         data=record.data or {},
     )
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from tasks.backends.base import Backend, ExternalState, JobSpec
-from tasks.catalogue import Catalogue, GeminiBatchJob
+from tasks.backends.base import Backend, ExternalState, JobSpec, JobStatus
+from tasks.catalogue import Catalogue
 from tasks.errors import BackendError, InputFileError, PermanentBackendError
 from tasks.gate import Admission, Deadline
 from tasks.jobspec import job_spec, safe_name
@@ -23,6 +23,7 @@ from tasks.outcomes import (
     status_detail,
 )
 from tasks.polling import PollPolicy
+from tasks.timers import JobTimers, job_timers
 from tasks.watcher import Watcher, WatchRequest, WatchResult
 
 __all__ = ["LOST", "NightContext", "end_job", "run_one_job"]
@@ -31,6 +32,8 @@ LOG_TAIL_LINES = 40
 # ledger states of a job that may still be alive out there: a rerun re-attaches, never re-submits
 LOST = "lost"
 FALLBACK = "fallback"  # the batch was given up on; its missing rows are being answered on demand
+# a submit began but its answer was not recorded: the next try looks for the job before creating
+SUBMITTING = "submitting"
 _LIVE = {"submitted", "queued", "running", LOST, FALLBACK}
 _FINAL_TO_OUTCOME = {
     ExternalState.SUCCEEDED: Outcome.SUCCEEDED,
@@ -66,20 +69,31 @@ class NightContext:
     stop_reason: Callable[[], str | None] = lambda: None
     # False once another night took this one's lease: its ledger rows are no longer ours
     owns_night: Callable[[], bool] = lambda: True
+    # when the watcher first saw each job's final state: the ledger's time for the final row
+    final_seen: dict[str, datetime] = field(default_factory=dict)
 
-    def mark(self, label: str, state: str, external_id: str | None = None) -> None:
+    def mark(
+        self, label: str, state: str, external_id: str | None = None, at: datetime | None = None
+    ) -> None:
         """Record a state change in the ledger and tell observers (the live table)."""
         job = self.catalogue.job(label)
         if external_id is not None:
             self.external_ids[label] = external_id
         external_id = external_id or self.external_ids.get(label)
-        if not self.owns_night():
-            for observer in list(self.observers):
-                observer(label, state)
-            return
-        self.ledger.transition(self.night, self.run_id, label, job.backend, external_id, state)
+        if self.owns_night():
+            self.ledger.transition(
+                self.night, self.run_id, label, job.backend, external_id, state, at=at
+            )
         for observer in list(self.observers):
             observer(label, state)
+
+    def seen(self, label: str, state: ExternalState, _status: JobStatus | None = None) -> None:
+        """The watcher saw a job change state. A final state is recorded by the runner only,
+        once it knows the true outcome (a SUCCEEDED batch with missing rows is ``partial``)."""
+        if state.final:
+            self.final_seen.setdefault(label, datetime.now(UTC))
+            return
+        self.mark(label, state.value)
 
 
 def run_one_job(ctx: NightContext, label: str, attempt: int = 1) -> JobOutcome:
@@ -106,9 +120,15 @@ def _run(ctx: NightContext, label: str, job: Any, backend: Backend) -> JobOutcom
             observer(label, done.state.value)
         return _report(ctx, done)
     reattach = record is not None and bool(record.external_id) and record.state in _LIVE
-    attempts = (record.attempts if record else 0) + (0 if reattach else 1)
-    # the key lets a backend that can make a repeated submit of this attempt a no-op
-    spec = job_spec(ctx.catalogue, label, f"{ctx.night}/{label}/{attempts}")
+    # an earlier try of this attempt began submitting and never recorded an id (a crash, or a
+    # retry after an error): the same attempt again, and the backend looks before it creates
+    resume = record is not None and not reattach and record.state == SUBMITTING
+    attempts = (record.attempts if record else 0) + (0 if reattach or resume else 1)
+    # the key lets a backend find or refuse a repeated submit of this attempt
+    key = f"{ctx.catalogue.key}/{ctx.night}/{label}/{attempts}"
+    spec = job_spec(ctx.catalogue, label, key)
+    if resume and record is not None and record.submitted_at is not None:
+        spec.options["resume_since"] = record.submitted_at.isoformat()
     priority = ctx.priorities.get(label, 0)
     with ExitStack() as held:
         try:
@@ -127,48 +147,64 @@ def _run(ctx: NightContext, label: str, job: Any, backend: Backend) -> JobOutcom
         else:
             if (reason := ctx.stop_reason()) is not None:
                 return _finish(ctx, label, None, Outcome.FAILED, started_wall, attempts - 1, reason)
-            ctx.mark(label, "submitting")
+            if not resume and ctx.owns_night():
+                # written before the create: a crash after it leaves a trace to look for
+                ctx.ledger.record_submit(
+                    ctx.night, label, job.backend, None, attempts, at=started_wall, state=SUBMITTING
+                )
+            ctx.mark(label, SUBMITTING)
             try:
                 external_id = backend.submit(spec)
-            except (PermanentBackendError, InputFileError) as exc:  # nothing was submitted
+            except (PermanentBackendError, InputFileError) as exc:  # nothing (more) to watch
                 return _finish(ctx, label, None, Outcome.FAILED, started_wall, attempts, str(exc))
             ctx.ledger.record_submit(ctx.night, label, job.backend, external_id, attempts)
             ctx.mark(label, "submitted", external_id)
         if reattach and record is not None and record.state == FALLBACK:
             # a night that crashed during the fallback: finish it, don't watch a cancelled batch
-            result: WatchResult | PermanentBackendError = WatchResult("fallback", None, 0)
+            result: WatchResult | Exception = WatchResult("fallback", None, 0)
+            timers = JobTimers()
         else:
-            result = _watch(ctx, label, backend, external_id, started_wall)
-        return _conclude(ctx, label, backend, spec, external_id, result, started_wall, attempts)
+            timers = _timers(ctx, label, started_wall)
+            result = _watch(ctx, label, backend, external_id, timers, look_first=reattach)
+        return _conclude(
+            ctx, label, backend, spec, external_id, result, started_wall, attempts, timers
+        )
     raise AssertionError("unreachable")  # for type checkers: the with block always returns
 
 
-def _watch(
-    ctx: NightContext, label: str, backend: Backend, external_id: str, started: datetime
-) -> WatchResult | PermanentBackendError:
-    job = ctx.catalogue.job(label)
-    defaults = ctx.catalogue.defaults
+def _timers(ctx: NightContext, label: str, started: datetime) -> JobTimers:
+    """The job's timers on the watcher's clock, counted from its submission."""
     now = ctx.watcher.now()
-    # timers count from submission, also for a re-attached job submitted by an earlier run
-    age = (datetime.now(UTC) - started).total_seconds()
-    origin = now - age
-    timeout_at = ctx.deadline_at
-    if job.timeout is not None:
-        timeout_at = min(timeout_at, origin + job.timeout)
-    queued_timeout = job.queued_timeout or defaults.queued_timeout
-    fallback_at = None
-    if isinstance(job, GeminiBatchJob) and job.fallback != "none":
-        sla = job.sla if job.sla is not None else defaults.sla
-        fallback_at = origin + sla * defaults.sla_fallback_at
+    return job_timers(
+        ctx.catalogue.job(label),
+        ctx.catalogue.defaults,
+        # also for a re-attached job submitted by an earlier run
+        origin=now - (datetime.now(UTC) - started).total_seconds(),
+        deadline_at=ctx.deadline_at,
+        deadline_wall=datetime.now(UTC) + timedelta(seconds=ctx.deadline_at - now),
+    )
+
+
+def _watch(
+    ctx: NightContext,
+    label: str,
+    backend: Backend,
+    external_id: str,
+    timers: JobTimers,
+    *,
+    look_first: bool,
+) -> WatchResult | Exception:
+    defaults = ctx.catalogue.defaults
     request = WatchRequest(
         label=label,
         backend=backend,
         external_id=external_id,
         policy=PollPolicy(defaults.poll.initial, defaults.poll.factor, defaults.poll.max),
-        timeout_at=timeout_at,
-        queued_timeout_at=origin + queued_timeout,
-        fallback_at=fallback_at,
+        timeout_at=timers.timeout_at,
+        queued_timeout_at=timers.queued_timeout_at,
+        fallback_at=timers.fallback_at,
         max_errors=defaults.retries,
+        look_first=look_first,
     )
     try:
         return ctx.watcher.watch(request).result()
@@ -182,16 +218,25 @@ def _conclude(
     backend: Backend,
     spec: JobSpec,
     external_id: str,
-    result: WatchResult | PermanentBackendError,
+    result: WatchResult | Exception,
     started: datetime,
     attempts: int,
+    timers: JobTimers,
 ) -> JobOutcome:
-    if isinstance(result, PermanentBackendError):
-        return _finish(
-            ctx, label, external_id, Outcome.FAILED, started, attempts, str(result), None, backend
-        )
+    end = (ctx, label, external_id)
+    if isinstance(result, Exception):
+        return _finish(*end, Outcome.FAILED, started, attempts, str(result), None, backend)
     data: dict[str, Any] = {}
     detail = status_detail(result.status)
+    if result.reason == "unreadable":
+        detail = join_details(f"status unreadable: {result.error}", detail)
+        if result.cancel_error:
+            # it may still be running: keep it live in the ledger so a rerun re-attaches
+            why = f"cancel failed: {result.cancel_error}; kept as lost, a rerun re-attaches"
+            detail = join_details(detail, why)
+            return _finish(*end, Outcome.FAILED, started, attempts, detail, None, backend, LOST)
+        detail = join_details(detail, "cancelled it, so nothing runs on unseen")
+        return _finish(*end, Outcome.FAILED, started, attempts, detail, None, backend)
     if result.reason == FALLBACK:
         ctx.mark(label, FALLBACK, external_id)
         if ctx.owns_night():
@@ -200,31 +245,39 @@ def _conclude(
         outcome = Outcome.SUCCEEDED if data.get("ok") else Outcome.PARTIAL
         detail = data.get("summary")
     elif result.reason in ("timeout", "stuck_queued"):
-        outcome = Outcome.TIMEOUT if result.reason == "timeout" else Outcome.STUCK_QUEUED
+        stuck = result.reason == "stuck_queued"
+        outcome = Outcome.STUCK_QUEUED if stuck else Outcome.TIMEOUT
+        detail = join_details(timers.queued_why if stuck else timers.timeout_why, detail)
         if result.cancel_error:
             # it may still be running: keep it live in the ledger so a rerun re-attaches
             detail = join_details(detail, f"cancel failed: {result.cancel_error}")
-            return _finish(
-                ctx, label, external_id, outcome, started, attempts, detail, None, backend, LOST
-            )
-        collect = getattr(backend, "collect", None)
-        if collect is not None:
-            # keep what the cancelled job did finish; the rest goes to its dead-letter file
-            try:
-                data = collect(spec, external_id)
-                detail = join_details(detail, data.get("summary"))
-            except BackendError as exc:
-                detail = join_details(detail, f"collecting results failed: {exc}")
+            return _finish(*end, outcome, started, attempts, detail, None, backend, LOST)
+        data, note = _collect(backend, spec, external_id)
+        # keep what the cancelled job did finish; the rest goes to its dead-letter file
+        detail = join_details(detail, note)
     else:
         assert result.status is not None
         outcome = _FINAL_TO_OUTCOME[result.status.state]
-        collect = getattr(backend, "collect", None)
-        if collect is not None and result.status.state is not ExternalState.CANCELLED:
-            data = collect(spec, external_id)
+        if result.status.state is not ExternalState.CANCELLED:
+            data, note = _collect(backend, spec, external_id)
             if outcome is Outcome.SUCCEEDED and not data.get("ok", True):
                 outcome = Outcome.PARTIAL
-            detail = join_details(detail, data.get("summary"))
-    return _finish(ctx, label, external_id, outcome, started, attempts, detail, data, backend)
+            detail = join_details(detail, note)
+    return _finish(*end, outcome, started, attempts, detail, data, backend)
+
+
+def _collect(
+    backend: Backend, spec: JobSpec, external_id: str
+) -> tuple[dict[str, Any], str | None]:
+    """What a backend that collects results made of the job, and a note for the detail."""
+    collect = getattr(backend, "collect", None)
+    if collect is None:
+        return {}, None
+    try:
+        data: dict[str, Any] = collect(spec, external_id)
+    except (BackendError, InputFileError) as exc:
+        return {}, f"collecting results failed: {exc}"
+    return data, data.get("summary")
 
 
 def end_job(ctx: NightContext, label: str, outcome: Outcome, detail: str | None) -> JobOutcome:
@@ -286,7 +339,8 @@ def _finish(
             detail=detail,
             data=data or None,
         )
-    ctx.mark(label, outcome.value, external_id)
+    # the final row is dated when the watcher first saw the end, not after collecting results
+    ctx.mark(label, outcome.value, external_id, at=ctx.final_seen.pop(label, None))
     return _report(ctx, result)
 
 

@@ -44,6 +44,13 @@ def test_join_partial_is_exit_2_and_lines_read_like_the_brief() -> None:
     assert summary.headline() == "partial: 1/3 succeeded (1 failed, 1 partial)"
 
 
+def test_join_all_partial_is_a_partial_night_not_a_failed_one() -> None:
+    summary = join([outcome("a", Outcome.PARTIAL), outcome("b", Outcome.PARTIAL)])
+    assert (summary.severity, summary.exit_code) == (Severity.PARTIAL, 2)
+    summary = join([outcome("a", Outcome.PARTIAL), outcome("b", Outcome.FAILED)])
+    assert (summary.severity, summary.exit_code) == (Severity.PARTIAL, 2)
+
+
 def test_join_none_succeeded_is_exit_1() -> None:
     states = [Outcome.FAILED, Outcome.TIMEOUT, Outcome.STUCK_QUEUED, Outcome.SKIPPED]
     summary = join([outcome(f"j{i}", s) for i, s in enumerate(states)])

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tasks.backends.base import ExternalState
+from tasks.backends.base import ExternalState, JobSpec
 from tasks.catalogue import parse_catalogue
-from tasks.errors import PermanentBackendError
+from tasks.errors import PermanentBackendError, TransientBackendError
 from tasks.gate import Admission
 from tasks.ledger import Ledger
 from tasks.outcomes import Outcome
@@ -88,7 +88,7 @@ def test_a_succeeded_job_is_not_run_again(night) -> None:
     backend.scripts["a"] = [S]
     assert run_one_job(ctx, "a").state is Outcome.SUCCEEDED
     again = run_one_job(ctx, "a")
-    assert again.detail == "already succeeded earlier tonight"
+    assert again.detail.startswith("kept: succeeded earlier tonight")
     assert backend.submitted == ["a"]
 
 
@@ -126,3 +126,56 @@ def test_a_night_that_lost_its_lease_leaves_the_ledger_to_the_new_holder(night) 
     assert run_one_job(ctx, "a").state is Outcome.SUCCEEDED  # it still reports what it saw
     assert ctx.ledger.get_job("2026-11-29", "a").state == "queued"  # but wrote nothing
     assert ctx.ledger.dwells("2026-11-29", "a") == []  # not even the final transition
+
+
+class LostAnswer(ScriptedBackend):
+    """Creates the job, then loses the answer once (a timeout after the create went through)."""
+
+    def __init__(self) -> None:
+        super().__init__(name="command", scripts={"a": [S]})
+        self.specs: list[dict[str, object]] = []
+        self.created: dict[str, str] = {}  # submission key -> id
+
+    def submit(self, spec: JobSpec) -> str:
+        self.specs.append(dict(spec.options))
+        key = str(spec.options["submission_key"])
+        if "resume_since" in spec.options and key in self.created:
+            return self.created[key]  # found the job of this attempt: no second create
+        self.created[key] = "a"
+        self.submitted.append(spec.label)
+        if len(self.submitted) == 1:
+            raise TransientBackendError("timed out waiting for the answer")
+        return "a"
+
+
+def test_a_retried_submit_resumes_the_same_attempt_and_never_creates_twice(tmp_path) -> None:
+    backend = LostAnswer()
+    ledger = Ledger(f"sqlite:///{tmp_path / 'ledger.db'}")
+    watcher = Watcher(on_change=lambda *_: None)
+    ctx = NightContext(
+        catalogue=parse_catalogue(CATALOGUE, tmp_path / "nightshift.yaml"),
+        night="2026-11-29",
+        run_id="test",
+        run_dir=tmp_path / "run",
+        backends={"command": backend},
+        ledger=ledger,
+        watcher=watcher,
+        admission=Admission(0),
+        deadline_at=watcher.now() + 60,
+    )
+    try:
+        with pytest.raises(TransientBackendError):
+            run_one_job(ctx, "a")  # the task fails; Prefect retries it
+        record = ledger.get_job("2026-11-29", "a")
+        assert (record.state, record.attempts, record.external_id) == ("submitting", 1, None)
+        outcome = run_one_job(ctx, "a")  # the retry
+    finally:
+        watcher.stop()
+        ledger.close()
+    assert outcome.state is Outcome.SUCCEEDED
+    assert (outcome.attempts, backend.submitted) == (1, ["a"])
+    first, retry = backend.specs
+    assert first["submission_key"] == retry["submission_key"]
+    assert str(first["submission_key"]).endswith("/2026-11-29/a/1")
+    assert "resume_since" not in first
+    assert retry["resume_since"] == record.submitted_at.isoformat()

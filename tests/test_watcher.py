@@ -103,8 +103,8 @@ def test_transient_errors_are_tolerated_up_to_max_errors(watcher) -> None:
 
 def test_permanent_error_ends_watching_at_once(watcher) -> None:
     backend = ScriptedBackend(scripts={"gone": [PermanentBackendError("unknown job")]})
-    with pytest.raises(PermanentBackendError, match="unknown job"):
-        watcher.watch(request(backend, "gone")).result(timeout=5)
+    result = watcher.watch(request(backend, "gone")).result(timeout=5)
+    assert (result.reason, result.error) == ("unreadable", "unknown job")
     assert backend.calls["gone"] == 1
 
 
