@@ -73,7 +73,8 @@ class WatchRequest:
         if self.timeout_at is not None:
             out["timeout"] = self.timeout_at
         never_ran = self.last_state in (None, ExternalState.QUEUED)
-        if never_ran and self.queued_timeout_at is not None:
+        # the answer in flight may say it runs: "stuck in the queue" needs a look at the queue
+        if never_ran and self.queued_timeout_at is not None and not self.checking:
             out["stuck_queued"] = self.queued_timeout_at
         return out
 

@@ -179,3 +179,25 @@ def test_a_retried_submit_resumes_the_same_attempt_and_never_creates_twice(tmp_p
     assert str(first["submission_key"]).endswith("/2026-11-29/a/1")
     assert "resume_since" not in first
     assert retry["resume_since"] == record.submitted_at.isoformat()
+
+
+class Partial(ScriptedBackend):
+    """A batch that says SUCCEEDED but came back with rows missing."""
+
+    def collect(self, spec: JobSpec, external_id: str) -> dict[str, object]:
+        return {"ok": False, "summary": "rows 3/6 ok, 3 missing"}
+
+
+def test_a_batch_with_missing_rows_is_recorded_partial_never_succeeded(night) -> None:
+    ctx, _ = night
+    backend = Partial(name="command", scripts={"a": [R, S]})
+    ctx.backends["command"] = backend
+    seen: list[tuple[str, str]] = []
+    ctx.observers.append(lambda label, state: seen.append((label, state)))
+    ctx.watcher.stop()
+    ctx.watcher = Watcher(on_change=ctx.seen)
+    outcome = run_one_job(ctx, "a")
+    assert outcome.state is Outcome.PARTIAL
+    states = [t.to_state for t in ctx.ledger.dwells("2026-11-29", "a")]
+    assert states == ["submitting", "submitted", "running", "partial"]
+    assert [s for _, s in seen] == ["submitting", "submitted", "running", "partial"]

@@ -150,3 +150,27 @@ def test_stop_while_a_check_is_in_flight_does_not_raise(clock) -> None:
     with pytest.raises(RuntimeError, match="watcher stopped"):
         future.result(timeout=5)
     assert watcher.wait_idle(timeout=5)
+
+
+def test_the_queue_timer_waits_for_the_answer_in_flight(watcher, clock) -> None:
+    entered, release = threading.Event(), threading.Event()
+
+    class Slow(ScriptedBackend):
+        def status(self, external_id: str) -> JobStatus:
+            entered.set()
+            release.wait(10)
+            return super().status(external_id)
+
+    backend = Slow(scripts={"a": [R, S]})
+    now = clock()
+    future = watcher.watch(WatchRequest("a", backend, "a", BACKOFF, queued_timeout_at=now + 3))
+    clock.advance(2)
+    watcher.poke()
+    assert entered.wait(5)
+    clock.advance(5)  # past the queue timer while the first answer is on its way
+    watcher.poke()
+    assert not watcher.wait_idle(timeout=0.2)
+    release.set()
+    run_for(watcher, clock, 10)
+    assert future.result(timeout=5).reason == "final"
+    assert backend.cancelled == []
