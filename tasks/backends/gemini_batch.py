@@ -34,6 +34,7 @@ from tasks.backends.gemini_results import (
     read_manifest,
     write_manifest,
 )
+from tasks.backends.gemini_submit import BatchCreator, resume_since
 from tasks.backends.gemini_wait import BATCH_STATES, CancelWait, is_final_state, settle
 from tasks.batch_input import BatchRow, load_batch_input, sdk_request
 from tasks.errors import BackendError, PermanentBackendError
@@ -70,9 +71,10 @@ class GeminiBatchBackend:
         self._fallback_concurrency = max(1, fallback_concurrency)
         self._list_limit = list_limit  # batches status_many reads before asking one by one
         self._cancel_wait = cancel_wait or CancelWait()
+        self._creator = BatchCreator(client, self._sdk, list_limit)
         self._sleep = sleep
         self._history: dict[str, list[str]] = {}
-        self._submitted: dict[str, int] = {}
+        self._submitted_rows: dict[str, int] = {}
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -84,15 +86,24 @@ class GeminiBatchBackend:
 
     # -- Backend protocol ----------------------------------------------------------------
     def submit(self, spec: JobSpec) -> str:
-        """Validate the input (InputFileError: nothing sent), then create the batch."""
+        """Validate the input (InputFileError: nothing sent), then create the batch at most once.
+
+        The batch's display name is ``options.submission_key`` (else the label). With
+        ``options.resume_since`` (an earlier try of this attempt may have made the batch) it
+        is looked for first and returned if found.
+        """
         opts = GeminiJobOptions.from_spec(spec)
         rows = load_batch_input(opts.input)
+        name = str(spec.options.get("submission_key") or spec.label)
+        since = resume_since(spec)
+        found = self._creator.find(name, since) if since is not None else None
+        if found is not None:
+            return self._submitted(found, opts, rows, "found after an interrupted submit")
         size = opts.input.stat().st_size
-        config = types.CreateBatchJobConfig(display_name=spec.label)
         if len(rows) <= opts.inline_threshold_rows and size <= opts.inline_threshold_bytes:
             src: Any = [inline_request(row) for row in rows]
             how = "inline"
-        else:
+        else:  # a retried upload only costs storage: the SDK and we may retry it
             upload_cfg = types.UploadFileConfig(
                 mime_type="application/jsonl", display_name=spec.label
             )
@@ -101,18 +112,18 @@ class GeminiBatchBackend:
                 lambda: self._client.files.upload(file=opts.input, config=upload_cfg),
             )
             src, how = file.name, f"file {file.name}"
-        job = self._sdk.call(
-            "create batch",
-            lambda: self._client.batches.create(model=opts.model, src=src, config=config),
-        )
+        return self._submitted(self._creator.create(opts.model, src, name), opts, rows, how)
+
+    def _submitted(self, job: Any, opts: GeminiJobOptions, rows: list[BatchRow], how: str) -> str:
         external_id = str(job.name)
         with self._lock:
-            self._submitted[external_id] = len(rows)
+            self._submitted_rows[external_id] = len(rows)
         state = sdk_state_name(job.state)
         self._note(external_id, f"submitted {len(rows)} rows ({how}) -> {state}")
         try:  # the batch exists now: a lost manifest must not lose its id
-            write_manifest(opts.output, external_id, rows, model=opts.model, mode=how)
-        except OSError as exc:
+            if read_manifest(opts.output, external_id) is None:
+                write_manifest(opts.output, external_id, rows, model=opts.model, mode=how)
+        except (OSError, PermanentBackendError) as exc:
             self._note(external_id, f"manifest not written ({exc}): collect reads the input")
         return external_id
 
@@ -166,7 +177,7 @@ class GeminiBatchBackend:
             extra={
                 "batch_state": raw,
                 "display_name": job.display_name,
-                "submitted_rows": self._submitted.get(external_id),
+                "submitted_rows": self._submitted_rows.get(external_id),
             },
         )
 
