@@ -387,10 +387,11 @@ def test_bad_input_reports_every_line_and_submits_nothing(emu, backend, tmp_path
 
 def test_api_key_never_leaks(emu, tmp_path) -> None:
     wrong = "wrong-key-0123456789abcdef"
+    emu.echo_key_in_errors = True  # the server puts the key it was sent in its 401 message
     backend = make_backend(emu, key=wrong)
     with pytest.raises(PermanentBackendError) as info:
         backend.submit(make_spec(tmp_path, "auth", 1))
-    assert "401" in str(info.value)
+    assert "401" in str(info.value) and "('***')" in str(info.value)  # echoed, then scrubbed
     assert emu.count("batches.create") == 1
     for text in (str(info.value), repr(info.value), repr(backend), backend.logs("batches/x")):
         assert wrong not in text

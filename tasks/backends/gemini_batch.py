@@ -6,7 +6,6 @@ or download, so those two are retried here.
 
 from __future__ import annotations
 
-import contextlib
 import random
 import threading
 import time
@@ -20,6 +19,7 @@ from google.genai import types
 
 from tasks.backends.base import ExternalState, JobSpec, JobStatus
 from tasks.backends.gemini_client import (
+    Failure,
     RetryPolicy,
     SdkCaller,
     build_gemini_client,
@@ -30,14 +30,13 @@ from tasks.backends.gemini_options import GeminiJobOptions
 from tasks.backends.gemini_results import (
     batch_results,
     finish_job,
-    inline_request,
     read_manifest,
     write_manifest,
 )
 from tasks.backends.gemini_submit import BatchCreator, resume_since
 from tasks.backends.gemini_wait import BATCH_STATES, CancelWait, is_final_state, settle
 from tasks.batch_input import BatchRow, load_batch_input, sdk_request
-from tasks.errors import BackendError, PermanentBackendError
+from tasks.errors import BackendError, PermanentBackendError, TransientBackendError
 from tasks.reconcile import RowResult
 
 __all__ = ["GeminiBatchBackend", "GeminiJobOptions", "RetryPolicy", "build_gemini_client"]
@@ -99,19 +98,7 @@ class GeminiBatchBackend:
         found = self._creator.find(name, since) if since is not None else None
         if found is not None:
             return self._submitted(found, opts, rows, "found after an interrupted submit")
-        size = opts.input.stat().st_size
-        if len(rows) <= opts.inline_threshold_rows and size <= opts.inline_threshold_bytes:
-            src: Any = [inline_request(row) for row in rows]
-            how = "inline"
-        else:  # a retried upload only costs storage: the SDK and we may retry it
-            upload_cfg = types.UploadFileConfig(
-                mime_type="application/jsonl", display_name=spec.label
-            )
-            file = self._sdk.call_retrying(
-                "upload input",
-                lambda: self._client.files.upload(file=opts.input, config=upload_cfg),
-            )
-            src, how = file.name, f"file {file.name}"
+        src, how = self._creator.source(opts, rows, spec.label)
         return self._submitted(self._creator.create(opts.model, src, name), opts, rows, how)
 
     def _submitted(self, job: Any, opts: GeminiJobOptions, rows: list[BatchRow], how: str) -> str:
@@ -134,11 +121,14 @@ class GeminiBatchBackend:
     def status_many(self, external_ids: Iterable[str]) -> dict[str, JobStatus | BackendError]:
         """Many states from one ``batches.list`` walk; ids it doesn't reach are asked singly.
 
-        A failure of one id (unknown batch, unparsable operation) is that id's value. Only a
-        transient failure of the listing raises; a permanent one (the SDK rejects a whole page
-        for one bad operation) falls back to asking every id singly.
+        A failure of one id (unknown batch, unparsable operation) is that id's value, and so is
+        a refused key (401/403) on the listing. Only a transient failure of the listing raises;
+        another permanent one (the SDK rejects a page for one bad operation) falls back to
+        asking every id singly.
         """
         wanted = set(external_ids)
+        if not wanted:
+            return {}
         found: dict[str, Any] = {}
 
         def walk() -> None:
@@ -149,11 +139,15 @@ class GeminiBatchBackend:
                 if len(found) == len(wanted) or seen >= self._list_limit:
                     return
 
-        with contextlib.suppress(PermanentBackendError):  # keep what the walk found
-            self._sdk.call("list batches", walk)
+        listed = self._sdk.attempt("list batches", walk)
         out: dict[str, JobStatus | BackendError] = {
             name: self._to_status(name, job) for name, job in found.items()
         }
+        if isinstance(listed, Failure):
+            if isinstance(listed.error, TransientBackendError):
+                raise listed.error
+            if listed.auth:  # every single get would be refused the same way
+                return {**out, **dict.fromkeys(wanted - set(found), listed.error)}
         for name in sorted(wanted - set(found)):
             try:
                 out[name] = self.status(name)

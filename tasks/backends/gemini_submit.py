@@ -17,6 +17,9 @@ from google.genai import types
 
 from tasks.backends.base import JobSpec
 from tasks.backends.gemini_client import Failure, SdkCaller
+from tasks.backends.gemini_options import GeminiJobOptions
+from tasks.backends.gemini_results import inline_request
+from tasks.batch_input import BatchRow
 from tasks.errors import PermanentBackendError, TransientBackendError
 
 __all__ = ["LOOKUP_SKEW", "BatchCreator", "resume_since"]
@@ -74,6 +77,18 @@ class BatchCreator:
             if seen >= self.list_limit:
                 break
         return found
+
+    def source(self, opts: GeminiJobOptions, rows: list[BatchRow], label: str) -> tuple[Any, str]:
+        """The batch's ``src`` (inline requests or an uploaded file) and how it was sent."""
+        size = opts.input.stat().st_size
+        if len(rows) <= opts.inline_threshold_rows and size <= opts.inline_threshold_bytes:
+            return [inline_request(row) for row in rows], "inline"
+        # a retried upload only costs storage: the SDK and we may retry it
+        config = types.UploadFileConfig(mime_type="application/jsonl", display_name=label)
+        file = self.sdk.call_retrying(
+            "upload input", lambda: self.client.files.upload(file=opts.input, config=config)
+        )
+        return file.name, f"file {file.name}"
 
     def create(self, model: str, src: Any, name: str) -> Any:
         """Create the batch once; a lost answer is resolved by looking, never by re-sending."""
