@@ -33,8 +33,9 @@ from tasks.backends.gemini_results import (
     read_manifest,
     write_manifest,
 )
-from tasks.backends.gemini_submit import BatchCreator, resume_since
+from tasks.backends.gemini_submit import BatchCreator
 from tasks.backends.gemini_wait import BATCH_STATES, CancelWait, is_final_state, settle
+from tasks.backends.submission import resume_since, submission_key
 from tasks.batch_input import BatchRow, load_batch_input, sdk_request
 from tasks.errors import BackendError, PermanentBackendError, TransientBackendError
 from tasks.reconcile import RowResult
@@ -93,7 +94,7 @@ class GeminiBatchBackend:
         """
         opts = GeminiJobOptions.from_spec(spec)
         rows = load_batch_input(opts.input)
-        name = str(spec.options.get("submission_key") or spec.label)
+        name = submission_key(spec) or spec.label
         since = resume_since(spec)
         found = self._creator.find(name, since) if since is not None else None
         if found is not None:

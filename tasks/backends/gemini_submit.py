@@ -15,33 +15,18 @@ from typing import Any
 from google import genai
 from google.genai import types
 
-from tasks.backends.base import JobSpec
 from tasks.backends.gemini_client import Failure, SdkCaller
 from tasks.backends.gemini_options import GeminiJobOptions
 from tasks.backends.gemini_results import inline_request
 from tasks.batch_input import BatchRow
 from tasks.errors import PermanentBackendError, TransientBackendError
 
-__all__ = ["LOOKUP_SKEW", "BatchCreator", "resume_since"]
+__all__ = ["LOOKUP_SKEW", "BatchCreator"]
 
 # how much earlier than our clock the API's create_time of our batch may read
 LOOKUP_SKEW = timedelta(minutes=2)
 # one request, whatever the client's HttpRetryOptions say
 _NO_RETRY = types.HttpOptions(retry_options=types.HttpRetryOptions(attempts=1))
-
-
-def resume_since(spec: JobSpec) -> datetime | None:
-    """``options.resume_since``: when an earlier try of this attempt began submitting (UTC)."""
-    raw = spec.options.get("resume_since")
-    if raw is None:
-        return None
-    try:
-        since = raw if isinstance(raw, datetime) else datetime.fromisoformat(str(raw))
-    except ValueError:
-        raise PermanentBackendError(
-            f"gemini job {spec.label!r}: resume_since {raw!r} is not an ISO-8601 time"
-        ) from None
-    return since if since.tzinfo else since.replace(tzinfo=UTC)
 
 
 @dataclass(frozen=True)
