@@ -48,7 +48,7 @@ def test_the_batch_is_named_by_its_submission_key(emu, tmp_path) -> None:
 
 def test_a_create_that_times_out_is_found_not_sent_again(emu, tmp_path) -> None:
     emu.inject_faults("hang", endpoint="batches.create")
-    backend = quick_backend(emu, timeout_s=1.0)
+    backend = quick_backend(emu, timeout_s=3.0)
     batch_id = backend.submit(keyed(make_spec(tmp_path, "gen:a", 2)))
     assert emu.count("batches.create") == 1
     assert emu.batches() == [batch_id]
@@ -71,7 +71,7 @@ def test_an_error_after_the_create_is_found_not_sent_again(emu, tmp_path, code) 
 def test_a_retry_after_a_lost_answer_and_a_failed_lookup_re_attaches(emu, tmp_path) -> None:
     emu.inject_faults("hang", endpoint="batches.create")
     emu.inject_errors([503] * 4, endpoint="batches.list")  # the lookup fails as well
-    backend = quick_backend(emu, timeout_s=1.0)
+    backend = quick_backend(emu, timeout_s=3.0)
     began = datetime.now(UTC)
     spec = make_spec(tmp_path, "gen:a", 2, inline_threshold_rows=1)
     with pytest.raises(TransientBackendError, match="look"):
