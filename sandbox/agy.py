@@ -7,7 +7,11 @@ from the time since it was created, following a plan read from directives in its
 Environment: ``AGY_STATE_DIR`` (default ``~/.agy-fake``), ``AGY_TIME_SCALE`` (divides all
 durations), ``AGY_FAIL_CALLS=N`` (the first N invocations against a state dir exit 75),
 ``AGY_IGNORE_JSON=1`` (print human output even with ``--json``, like an old CLI would),
-``AGY_CALL_LOG`` (append each invocation's argv as a JSON line to this file).
+``AGY_CALL_LOG`` (append each invocation's argv as a JSON line to this file),
+``AGY_LOSE_RUNS=N`` (the first N ``run`` invocations create their job, then lose the answer:
+exit 75, or with ``AGY_LOSE_AS=hang`` hang for ``AGY_HANG_S`` seconds, default 600).
+
+``run --name KEY`` names a job; job objects carry ``name`` (null if unnamed) and ``created_at``.
 """
 
 from __future__ import annotations
@@ -74,13 +78,13 @@ def _write_atomic(path: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def _inject_fault(state: Path) -> bool:
+def _inject_fault(state: Path, budget_var: str = "AGY_FAIL_CALLS") -> bool:
     """Whether this invocation should fail, counting injected failures in a locked file."""
-    budget = int(os.environ.get("AGY_FAIL_CALLS") or 0)
+    budget = int(os.environ.get(budget_var) or 0)
     if budget <= 0:
         return False
     state.mkdir(parents=True, exist_ok=True)
-    with open(state / "fail_calls.count", "a+", encoding="utf-8") as f:
+    with open(state / f"{budget_var.lower()}.count", "a+", encoding="utf-8") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         f.seek(0)
         failed = int(f.read().strip() or 0)
@@ -123,6 +127,8 @@ def _view(rec: dict[str, Any], now: float) -> dict[str, Any]:
         "finished_at": _iso(finished),
         "task": rec["task"],
         "model": rec["model"],
+        "name": rec.get("name"),
+        "created_at": _iso(rec["created_at"]),
     }
 
 
@@ -154,13 +160,14 @@ class _Store:
     def __init__(self, root: Path) -> None:
         self.jobs = root / "jobs"
 
-    def create(self, task: str, model: str) -> dict[str, Any]:
+    def create(self, task: str, model: str, name: str | None = None) -> dict[str, Any]:
         plan = parse_plan(task)
         scale = float(os.environ.get("AGY_TIME_SCALE") or 1.0)
         rec = {
             "job_id": f"agy-{uuid.uuid4().hex[:12]}",
             "task": task,
             "model": model,
+            "name": name,
             "created_at": time.time(),
             "queue_s": plan.queue_s / scale,
             "run_s": plan.run_s / scale,
@@ -223,6 +230,7 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="start a job")
     run.add_argument("--task", required=True)
     run.add_argument("--model", default="agy-default")
+    run.add_argument("--name", default=None)
     run.add_argument("--detach", action="store_true")
     run.add_argument("--json", action="store_true")
     jobs = sub.add_parser("jobs", help="inspect jobs").add_subparsers(dest="action", required=True)
@@ -236,9 +244,19 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _dispatch(args: argparse.Namespace, store: _Store) -> None:
+def _lose_answer() -> int:
+    """The job exists, the caller never learns its id: exit 75 or hang."""
+    if os.environ.get("AGY_LOSE_AS") == "hang":
+        time.sleep(float(os.environ.get("AGY_HANG_S") or 600))
+    print("agy: service temporarily unavailable, try again later", file=sys.stderr)
+    return EX_TEMPFAIL
+
+
+def _dispatch(args: argparse.Namespace, store: _Store) -> int:
     if args.command == "run":
-        rec = store.create(args.task, args.model)
+        rec = store.create(args.task, args.model, args.name)
+        if _inject_fault(store.jobs.parent, "AGY_LOSE_RUNS"):
+            return _lose_answer()
         view = _view(rec, time.time())
         while not args.detach and view["state"] in ("queued", "running") and not rec["stuck"]:
             time.sleep(0.05)
@@ -258,6 +276,7 @@ def _dispatch(args: argparse.Namespace, store: _Store) -> None:
                 print("\n".join(lines[-args.tail :]))
         else:
             _emit(_view(rec, now), args.json)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -271,11 +290,10 @@ def main(argv: list[str] | None = None) -> int:
         print("agy: service temporarily unavailable, try again later", file=sys.stderr)
         return EX_TEMPFAIL
     try:
-        _dispatch(args, _Store(state))
+        return _dispatch(args, _Store(state))
     except AgyError as exc:
         print(f"agy: error: {exc}", file=sys.stderr)
         return 1
-    return 0
 
 
 if __name__ == "__main__":

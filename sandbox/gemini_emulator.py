@@ -6,6 +6,8 @@ the END of the output, ``drop_keys`` from anywhere. Inline responses echo the re
 ``metadata`` only with ``BatchScript(echo_metadata=True)``: clients must not rely on it.
 A cancel takes ``cancel_delay_s``; ``shuffle`` reorders results.
 ``echo_key_in_errors`` puts the API key a request sent into its 401 message (leak tests).
+``inject_faults`` loses answers after the work is done (``after:503``, ``hang``) or answers in
+ways an HTTP client chokes on (``garbled`` body, ``redirect`` to itself).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import argparse
 import contextlib
 import itertools
 import json
+import re
 import threading
 import time
 from collections import Counter, deque
@@ -52,6 +55,8 @@ class GeminiEmulator:
         self._host, self._port, self._clock = host, port, clock
         self._scripts: dict[str, BatchScript] = {}
         self._errors: dict[str, deque[tuple[int, str | None]]] = {}
+        self._faults: dict[str, deque[str]] = {}
+        self._release = threading.Event()  # ends every hanging answer (stop, reset)
         self._batches: dict[str, Batch] = {}
         self._files: dict[str, dict[str, Any]] = {}
         self._uploads: dict[str, dict[str, Any]] = {}
@@ -80,6 +85,7 @@ class GeminiEmulator:
 
     def stop(self) -> None:
         """Stop serving and close the socket."""
+        self._release.set()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -93,9 +99,12 @@ class GeminiEmulator:
 
     def reset(self) -> None:
         """Forget batches, files, scripts, queued errors and counts (keep serving)."""
+        self._release.set()  # let hanging answers go before forgetting them
         with self._lock:
-            for store in (self._scripts, self._errors, self._batches, self._files, self._uploads):
+            stores = (self._scripts, self._errors, self._faults, self._batches, self._files)
+            for store in (*stores, self._uploads):
                 store.clear()
+            self._release = threading.Event()
             self.counts.clear()
             self.calls.clear()
             self.last_body.clear()
@@ -113,6 +122,24 @@ class GeminiEmulator:
         with self._lock:
             queue = self._errors.setdefault(endpoint, deque())
             queue.extend((s, message) for s in statuses)
+
+    def inject_faults(self, kind: str, endpoint: str = "*", times: int = 1) -> None:
+        """Answer the next ``times`` requests to ``endpoint`` (or any) with a fault.
+
+        ``after:CODE``: do the work (a create makes its batch), then answer HTTP CODE.
+        ``hang``: do the work, then answer nothing until the emulator stops or is reset.
+        ``garbled``: a 200 whose gzip body does not decode. ``redirect``: a 307 to itself.
+        """
+        if kind not in ("hang", "garbled", "redirect") and not re.fullmatch(r"after:\d{3}", kind):
+            raise ValueError(f"unknown fault {kind!r}")
+        with self._lock:
+            self._faults.setdefault(endpoint, deque()).extend([kind] * times)
+
+    def batches(self, display_name: str | None = None) -> list[str]:
+        """Names of the batches created so far (with this displayName), oldest first."""
+        with self._lock:
+            found = self._batches.values()
+            return [b.name for b in found if display_name in (None, b.display_name)]
 
     def count(self, endpoint: str | None = None) -> int:
         """Requests seen for one endpoint (e.g. ``batches.create``), or in total."""
@@ -169,11 +196,25 @@ class GeminiEmulator:
             return error_reply(400, "batch has no requests")
         if any(not r.get("contents") for _, r in rows):
             return error_reply(400, "every request needs contents")
-        script = self._scripts.get(display, self.default_script)
+        script = self._script_for(display)
         name = f"batches/b{next(self._ids):06d}"
         batch = Batch(name, f"models/{model}", display, script, rows, inline, self._clock())
         self._batches[name] = batch
         return 200, self._operation(batch)
+
+    def _script_for(self, display: str) -> BatchScript:
+        """The script named exactly, else one named by a ``/``-separated part of the name.
+
+        A night names its batches by submission key (``catalogue/night/label/attempt``): a test
+        scripts a batch by its job label.
+        """
+        if display in self._scripts:
+            return self._scripts[display]
+        padded = f"/{display}/"
+        for name, script in self._scripts.items():
+            if f"/{name}/" in padded:
+                return script
+        return self.default_script
 
     def _list(self, query: dict[str, list[str]]) -> tuple[int, Any]:
         size = int((query.get("pageSize") or ["50"])[0])
@@ -194,8 +235,26 @@ class GeminiEmulator:
         with self._lock:
             self.counts[endpoint] += 1
             status, payload, extra = self._dispatch(endpoint, parts, query, headers, body)
+            fault = self._next_fault(endpoint) if status != 401 else None
+            if fault is not None and fault.startswith("after:"):
+                status, payload = error_reply(int(fault[6:]), f"emulated HTTP {fault[6:]}")
+            elif fault == "garbled":
+                status, payload, extra = 200, b"this is not gzip", {"content-encoding": "gzip"}
+            elif fault == "redirect":
+                status, payload, extra = 307, b"", {"location": path}
             self.calls.append((endpoint, path, status))
-            return status, payload, extra
+            release = self._release
+        if fault == "hang":  # outside the lock: other requests go on
+            release.wait(60)
+            return (*error_reply(503, "emulated answer after a hang"), {})
+        return status, payload, extra
+
+    def _next_fault(self, endpoint: str) -> str | None:
+        for queue_name in (endpoint, "*"):
+            queue = self._faults.get(queue_name)
+            if queue:
+                return queue.popleft()
+        return None
 
     def _dispatch(self, endpoint, parts, query, headers, body) -> tuple[int, Any, dict]:
         if endpoint != "files.upload_bytes":

@@ -54,14 +54,17 @@ def handler_for(handle: Handle) -> type[BaseHTTPRequestHandler]:
             body = self.rfile.read(length) if length else b""
             status, payload, extra = handle(self.command, self.path, self.headers, body)
             raw = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-            self.send_response(status)
             ctype = "application/octet-stream" if isinstance(payload, bytes) else "application/json"
-            self.send_header("content-type", ctype)
-            self.send_header("content-length", str(len(raw)))
-            for name, value in extra.items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(raw)
+            try:
+                self.send_response(status)
+                self.send_header("content-type", ctype)
+                self.send_header("content-length", str(len(raw)))
+                for name, value in extra.items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(raw)
+            except (BrokenPipeError, ConnectionResetError):
+                self.close_connection = True  # the client gave up waiting (a hang fault)
 
         do_GET = do_POST = do_DELETE = _serve
 

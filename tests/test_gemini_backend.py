@@ -305,11 +305,17 @@ def test_status_many_lists_once_and_asks_unlisted_ids_singly(emu, backend, tmp_p
 
 
 def test_503_503_then_200_succeeds(emu, backend, tmp_path) -> None:
-    emu.inject_errors([503, 503], endpoint="batches.create")
     batch_id = backend.submit(make_spec(tmp_path, "flaky", 2))
-    assert batch_id.startswith("batches/")
-    assert emu.count("batches.create") == 3
-    assert [c[2] for c in emu.calls if c[0] == "batches.create"] == [503, 503, 200]
+    emu.inject_errors([503, 503], endpoint="batches.get")
+    assert backend.status(batch_id).extra["batch_state"] == "SUCCEEDED"
+    assert [c[2] for c in emu.calls if c[0] == "batches.get"] == [503, 503, 200]
+
+
+def test_the_sdk_never_repeats_a_create(emu, backend, tmp_path) -> None:
+    emu.inject_errors([503, 503], endpoint="batches.create")  # refused: no batch made
+    with pytest.raises(TransientBackendError, match="503"):
+        backend.submit(make_spec(tmp_path, "flaky", 2))
+    assert emu.count("batches.create") == 1 and emu.batches() == []
 
 
 def test_results_download_is_retried_by_the_backend(emu, backend, tmp_path) -> None:
@@ -381,10 +387,11 @@ def test_bad_input_reports_every_line_and_submits_nothing(emu, backend, tmp_path
 
 def test_api_key_never_leaks(emu, tmp_path) -> None:
     wrong = "wrong-key-0123456789abcdef"
+    emu.echo_key_in_errors = True  # the server puts the key it was sent in its 401 message
     backend = make_backend(emu, key=wrong)
     with pytest.raises(PermanentBackendError) as info:
         backend.submit(make_spec(tmp_path, "auth", 1))
-    assert "401" in str(info.value)
+    assert "401" in str(info.value) and "('***')" in str(info.value)  # echoed, then scrubbed
     assert emu.count("batches.create") == 1
     for text in (str(info.value), repr(info.value), repr(backend), backend.logs("batches/x")):
         assert wrong not in text

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -234,6 +235,45 @@ def test_injected_errors_per_endpoint_and_global(emu, client) -> None:
     emu.inject_errors([400], message="custom problem")
     with pytest.raises(errors.ClientError, match="custom problem"):
         client.batches.get(name=job.name)
+
+
+def test_a_lost_answer_still_does_the_work(emu, client) -> None:
+    emu.inject_faults("after:503", endpoint="batches.create")
+    once = types.CreateBatchJobConfig(
+        display_name="lost",
+        http_options=types.HttpOptions(retry_options=types.HttpRetryOptions(attempts=1)),
+    )
+    with pytest.raises(errors.ServerError):
+        client.batches.create(model=MODEL, src=inline(1), config=once)
+    assert emu.batches(display_name="lost") == ["batches/b000001"]
+    assert [c[2] for c in emu.calls] == [503]
+
+
+def test_a_hanging_answer_does_the_work_and_ends_on_reset(emu) -> None:
+    options = types.HttpOptions(base_url=emu.base_url, api_version="v1beta", timeout=1000)
+    quick = genai.Client(vertexai=False, api_key=KEY, http_options=options)
+    emu.inject_faults("hang", endpoint="batches.create")
+    with pytest.raises(Exception, match=r"(?i)timed? ?out"):
+        quick.batches.create(model=MODEL, src=inline(1))
+    deadline = time.monotonic() + 10  # the work is done, whenever the server thread ran
+    while not emu.batches():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert len(emu.batches()) == 1
+    emu.reset()  # lets the hung answer go
+    with pytest.raises(ValueError, match="unknown fault"):
+        emu.inject_faults("explode")
+
+
+def test_a_batch_named_by_a_submission_key_follows_its_label_s_script(emu, client) -> None:
+    emu.script_batch("report:x", BatchScript(final="EXPIRED"))
+    config = types.CreateBatchJobConfig(display_name="cat/2026-11-29/report:x/2")
+    job = client.batches.create(model=MODEL, src=inline(1), config=config)
+    assert client.batches.get(name=job.name).state == types.JobState.JOB_STATE_EXPIRED
+    other = client.batches.create(
+        model=MODEL, src=inline(1), config={"display_name": "cat/2026-11-29/report:xy/1"}
+    )
+    assert client.batches.get(name=other.name).state == types.JobState.JOB_STATE_SUCCEEDED
 
 
 def test_wrong_key_is_401_when_the_emulator_knows_the_key(emu, client) -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from flows.nightly import nightly
 from sandbox.gemini_emulator import BatchScript, GeminiEmulator
+from tasks.errors import PermanentBackendError
 
 pytestmark = pytest.mark.usefixtures("prefect_server")
 
@@ -94,9 +95,16 @@ def test_the_key_can_come_from_a_prefect_secret_block_named_in_the_catalogue(
         sandbox / "nightshift.yaml",
     )
     backend = build_backends(catalogue, load_settings())["gemini_batch"]
-    assert backend.status_many([]) == {}  # an authenticated listing call succeeded
-    assert emulator.count("batches.list") >= 1
+    # authenticated: the batch is unknown (404), the key is not refused (401)
+    value = backend.status_many(["batches/none", "batches/other"])["batches/none"]
+    assert isinstance(value, PermanentBackendError) and "404" in str(value), value
+    assert [call for call in emulator.calls if call[2] == 401] == []
     assert "test-key" not in repr(backend)
+    # the control: without the block, the stale ambient key is refused, and says so
+    plain = parse_catalogue(CATALOGUE, sandbox / "nightshift.yaml")
+    ambient = build_backends(plain, load_settings())["gemini_batch"]
+    refused = ambient.status_many(["batches/none", "batches/other"])["batches/none"]
+    assert isinstance(refused, PermanentBackendError) and "401" in str(refused), refused
 
 
 def test_a_bad_input_file_fails_that_job_with_every_bad_line_and_submits_nothing(

@@ -1,20 +1,30 @@
 """Jobs run by an ``agy``-style CLI, spoken to only through its ``--json`` contract.
 
-Contract: ``run --detach --json`` prints ``{"job_id": ...}``; ``jobs get ID --json`` and
-``jobs list --json`` print job objects ``{job_id, state, exit_code, started_at, finished_at,
-task, model}``; exit code 75 means "temporarily unavailable". Human output is never parsed.
+Contract: ``run --detach --json --task T [--model M] [--name KEY]`` prints ``{"job_id": ...}``;
+``jobs get ID --json`` and ``jobs list --json`` print job objects ``{job_id, state, exit_code,
+started_at, finished_at, task, model, created_at, name}`` (``created_at`` and ``name`` optional);
+exit code 75 means "temporarily unavailable". Human output is never parsed.
+
+A ``run`` is never repeated blindly: after a ``run`` whose answer was lost (exit 75, timeout)
+or when the runner says an earlier try may have run it (``resume_since``), the job is looked for
+in ``jobs list``: by ``name`` (``names=True``, for an agy that takes ``--name``), else the same
+task and model created since the try began. One is re-attached, none is run (or retried), several
+fail the job: a duplicate may exist.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import UTC, datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from tasks.backends.base import ExternalState, JobSpec, JobStatus
+from tasks.backends.submission import resume_since, submission_key
 from tasks.errors import BackendError, PermanentBackendError, TransientBackendError
 
 __all__ = ["CliBackend"]
@@ -61,8 +71,33 @@ def _to_status(obj: Any) -> JobStatus:
         started_at=_timestamp(obj.get("started_at"), "started_at", job_id),
         finished_at=_timestamp(obj.get("finished_at"), "finished_at", job_id),
         detail=detail,
-        extra={"job_id": job_id, "task": obj.get("task"), "model": obj.get("model")},
+        extra={k: obj.get(k) for k in ("job_id", "task", "model", "name")},
     )
+
+
+@dataclass(frozen=True)
+class _Wanted:
+    """The job one submit starts: its task, model and submission key."""
+
+    task: str
+    model: str | None
+    key: str | None
+
+    def matches(self, obj: dict[str, Any]) -> bool:
+        """A listed job of the same task (and model, if one was given)."""
+        return obj.get("task") == self.task and self.model in (None, obj.get("model"))
+
+
+def _since(obj: dict[str, Any], after: datetime) -> bool:
+    """Whether a listed job may have been created at or after ``after``."""
+    # created_at is optional; a job started or finished before ``after`` was created before it
+    for field in ("created_at", "started_at", "finished_at"):
+        value = obj.get(field)
+        if isinstance(value, str):
+            with contextlib.suppress(ValueError):
+                moment = datetime.fromisoformat(value)
+                return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)) >= after
+    return True  # no time at all (an old agy, a queued job): it may be ours
 
 
 class CliBackend:
@@ -76,26 +111,74 @@ class CliBackend:
         timeout_s: float = 30,
         *,
         env: Mapping[str, str] | None = None,
+        names: bool = False,
+        clock_skew_s: float = 5.0,
     ) -> None:
         self.command = [executable] if isinstance(executable, str) else list(executable)
         if not self.command:
             raise ValueError("executable must not be empty")
         self.timeout_s = timeout_s
         self.env = {**os.environ, **env} if env is not None else None
+        self.names = names  # the agy takes ``run --name KEY`` and lists ``name``
+        # how much earlier than our clock the CLI's created_at of our job may read
+        self.clock_skew = timedelta(seconds=clock_skew_s)
 
     def submit(self, spec: JobSpec) -> str:
-        """``agy run --detach --json --task T --model M``; returns the CLI's job id."""
+        """``agy run --detach --json --task T --model M``, at most once per submission key."""
         task, model = spec.options.get("task"), spec.options.get("model")
         if not isinstance(task, str) or not task:
             raise PermanentBackendError(f"job {spec.label!r}: cli backend needs options.task")
+        want = _Wanted(task, None if model is None else str(model), submission_key(spec))
+        since = resume_since(spec)
+        if since is not None and (found := self._find(want, since)) is not None:
+            return found
         args = ["run", "--detach", "--json", "--task", task]
-        if model is not None:
-            args += ["--model", str(model)]
-        obj = self._json(args, dict)
+        if want.model is not None:
+            args += ["--model", want.model]
+        if self.names and want.key:
+            args += ["--name", want.key]
+        began = datetime.now(UTC)
+        try:
+            obj = self._json(args, dict)
+        except TransientBackendError as exc:  # the job may exist: look, never run it again
+            return self._after_lost_answer(want, began, exc)
         job_id = obj.get("job_id")
         if not isinstance(job_id, str) or not job_id:
             raise PermanentBackendError(f"agy run printed no job_id: {obj!r:.200}")
         return job_id
+
+    def _after_lost_answer(self, want: _Wanted, began: datetime, lost: BackendError) -> str:
+        try:
+            found = self._find(want, began)
+        except TransientBackendError as exc:
+            raise TransientBackendError(
+                f"{lost}; looking for its job failed too ({exc}): the retry looks again first"
+            ) from None
+        if found is None:
+            raise TransientBackendError(
+                f"{lost}; `jobs list` shows no job of it: the retry looks again first"
+            )
+        return found
+
+    def _find(self, want: _Wanted, since: datetime) -> str | None:
+        """The job ``want`` describes, started since ``since``; several are permanent."""
+        after = since - self.clock_skew
+        found = [
+            obj["job_id"]
+            for obj in self._json(["jobs", "list", "--json"], list)
+            if isinstance(obj, dict)
+            and isinstance(obj.get("job_id"), str)
+            and (obj.get("name") == want.key if self.names and want.key else want.matches(obj))
+            and _since(obj, after)
+        ]
+        if len(found) > 1:
+            what = f"name {want.key!r}" if self.names and want.key else f"task {want.task!r}"
+            raise PermanentBackendError(
+                f"{len(found)} agy jobs of {what} (model {want.model or 'default'}) created "
+                f"since {since:%Y-%m-%d %H:%M:%S}Z: {', '.join(found)}; a duplicate may exist: "
+                "check `agy jobs list`, keep one, cancel the others"
+            )
+        return found[0] if found else None
 
     def status(self, external_id: str) -> JobStatus:
         """``agy jobs get ID --json``."""

@@ -6,7 +6,6 @@ or download, so those two are retried here.
 
 from __future__ import annotations
 
-import contextlib
 import random
 import threading
 import time
@@ -20,6 +19,7 @@ from google.genai import types
 
 from tasks.backends.base import ExternalState, JobSpec, JobStatus
 from tasks.backends.gemini_client import (
+    Failure,
     RetryPolicy,
     SdkCaller,
     build_gemini_client,
@@ -30,13 +30,14 @@ from tasks.backends.gemini_options import GeminiJobOptions
 from tasks.backends.gemini_results import (
     batch_results,
     finish_job,
-    inline_request,
     read_manifest,
     write_manifest,
 )
+from tasks.backends.gemini_submit import BatchCreator
 from tasks.backends.gemini_wait import BATCH_STATES, CancelWait, is_final_state, settle
+from tasks.backends.submission import resume_since, submission_key
 from tasks.batch_input import BatchRow, load_batch_input, sdk_request
-from tasks.errors import BackendError, PermanentBackendError
+from tasks.errors import BackendError, PermanentBackendError, TransientBackendError
 from tasks.reconcile import RowResult
 
 __all__ = ["GeminiBatchBackend", "GeminiJobOptions", "RetryPolicy", "build_gemini_client"]
@@ -70,9 +71,10 @@ class GeminiBatchBackend:
         self._fallback_concurrency = max(1, fallback_concurrency)
         self._list_limit = list_limit  # batches status_many reads before asking one by one
         self._cancel_wait = cancel_wait or CancelWait()
+        self._creator = BatchCreator(client, self._sdk, list_limit)
         self._sleep = sleep
         self._history: dict[str, list[str]] = {}
-        self._submitted: dict[str, int] = {}
+        self._submitted_rows: dict[str, int] = {}
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -84,35 +86,32 @@ class GeminiBatchBackend:
 
     # -- Backend protocol ----------------------------------------------------------------
     def submit(self, spec: JobSpec) -> str:
-        """Validate the input (InputFileError: nothing sent), then create the batch."""
+        """Validate the input (InputFileError: nothing sent), then create the batch at most once.
+
+        The batch's display name is ``options.submission_key`` (else the label). With
+        ``options.resume_since`` (an earlier try of this attempt may have made the batch) it
+        is looked for first and returned if found.
+        """
         opts = GeminiJobOptions.from_spec(spec)
         rows = load_batch_input(opts.input)
-        size = opts.input.stat().st_size
-        config = types.CreateBatchJobConfig(display_name=spec.label)
-        if len(rows) <= opts.inline_threshold_rows and size <= opts.inline_threshold_bytes:
-            src: Any = [inline_request(row) for row in rows]
-            how = "inline"
-        else:
-            upload_cfg = types.UploadFileConfig(
-                mime_type="application/jsonl", display_name=spec.label
-            )
-            file = self._sdk.call_retrying(
-                "upload input",
-                lambda: self._client.files.upload(file=opts.input, config=upload_cfg),
-            )
-            src, how = file.name, f"file {file.name}"
-        job = self._sdk.call(
-            "create batch",
-            lambda: self._client.batches.create(model=opts.model, src=src, config=config),
-        )
+        name = submission_key(spec) or spec.label
+        since = resume_since(spec)
+        found = self._creator.find(name, since) if since is not None else None
+        if found is not None:
+            return self._submitted(found, opts, rows, "found after an interrupted submit")
+        src, how = self._creator.source(opts, rows, spec.label)
+        return self._submitted(self._creator.create(opts.model, src, name), opts, rows, how)
+
+    def _submitted(self, job: Any, opts: GeminiJobOptions, rows: list[BatchRow], how: str) -> str:
         external_id = str(job.name)
         with self._lock:
-            self._submitted[external_id] = len(rows)
+            self._submitted_rows[external_id] = len(rows)
         state = sdk_state_name(job.state)
         self._note(external_id, f"submitted {len(rows)} rows ({how}) -> {state}")
         try:  # the batch exists now: a lost manifest must not lose its id
-            write_manifest(opts.output, external_id, rows, model=opts.model, mode=how)
-        except OSError as exc:
+            if read_manifest(opts.output, external_id) is None:
+                write_manifest(opts.output, external_id, rows, model=opts.model, mode=how)
+        except (OSError, PermanentBackendError) as exc:
             self._note(external_id, f"manifest not written ({exc}): collect reads the input")
         return external_id
 
@@ -123,11 +122,14 @@ class GeminiBatchBackend:
     def status_many(self, external_ids: Iterable[str]) -> dict[str, JobStatus | BackendError]:
         """Many states from one ``batches.list`` walk; ids it doesn't reach are asked singly.
 
-        A failure of one id (unknown batch, unparsable operation) is that id's value. Only a
-        transient failure of the listing raises; a permanent one (the SDK rejects a whole page
-        for one bad operation) falls back to asking every id singly.
+        A failure of one id (unknown batch, unparsable operation) is that id's value, and so is
+        a refused key (401/403) on the listing. Only a transient failure of the listing raises;
+        another permanent one (the SDK rejects a page for one bad operation) falls back to
+        asking every id singly.
         """
         wanted = set(external_ids)
+        if not wanted:
+            return {}
         found: dict[str, Any] = {}
 
         def walk() -> None:
@@ -138,11 +140,15 @@ class GeminiBatchBackend:
                 if len(found) == len(wanted) or seen >= self._list_limit:
                     return
 
-        with contextlib.suppress(PermanentBackendError):  # keep what the walk found
-            self._sdk.call("list batches", walk)
+        listed = self._sdk.attempt("list batches", walk)
         out: dict[str, JobStatus | BackendError] = {
             name: self._to_status(name, job) for name, job in found.items()
         }
+        if isinstance(listed, Failure):
+            if isinstance(listed.error, TransientBackendError):
+                raise listed.error
+            if listed.auth:  # every single get would be refused the same way
+                return {**out, **dict.fromkeys(wanted - set(found), listed.error)}
         for name in sorted(wanted - set(found)):
             try:
                 out[name] = self.status(name)
@@ -166,7 +172,7 @@ class GeminiBatchBackend:
             extra={
                 "batch_state": raw,
                 "display_name": job.display_name,
-                "submitted_rows": self._submitted.get(external_id),
+                "submitted_rows": self._submitted_rows.get(external_id),
             },
         )
 

@@ -20,31 +20,44 @@ from google.genai import types
 from tasks.errors import BackendError, PermanentBackendError, TransientBackendError
 from tasks.settings import Settings
 
-__all__ = ["RetryPolicy", "SdkCaller", "build_gemini_client", "sdk_json", "sdk_state_name"]
+__all__ = [
+    "AUTH_CODES",
+    "Failure",
+    "RetryPolicy",
+    "SdkCaller",
+    "build_gemini_client",
+    "sdk_json",
+    "sdk_state_name",
+]
 
 T = TypeVar("T")
 _TRANSIENT_CODES = frozenset({408, 429, 500, 502, 503, 504})
 
 
-def _transport_errors() -> tuple[type[Exception], ...]:
-    """Connection, timeout and protocol errors of whichever HTTP stack google-genai uses."""
+def _http_errors(*names: str) -> tuple[type[Exception], ...]:
+    """These error classes of whichever HTTP stacks google-genai may use."""
     found = []
-    for name in ("httpx2", "httpx"):  # google-genai >= 3.6 talks through httpx2
+    for module in ("httpx2", "httpx"):  # google-genai >= 3.6 talks through httpx2
         try:
-            found.append(importlib.import_module(name).TransportError)
+            imported = importlib.import_module(module)
         except ImportError:
             continue
+        found += [getattr(imported, name) for name in names]
     return tuple(found)
 
 
-_TRANSPORT_ERRORS = _transport_errors()
+# no answer, or one that could not be read: worth asking again (the request may have been served)
+_TRANSIENT_HTTP_ERRORS = _http_errors("TransportError", "DecodingError")
+# every request-level failure, e.g. TooManyRedirects (a base URL that redirects in a loop)
+_HTTP_ERRORS = _http_errors("RequestError")
 # everything an SDK call may raise that we translate (ValueError covers pydantic validation)
 _SDK_ERRORS: tuple[type[Exception], ...] = (
     genai_errors.APIError,
-    *_TRANSPORT_ERRORS,
+    *_HTTP_ERRORS,
     ValueError,
     KeyError,
 )
+AUTH_CODES = frozenset({401, 403})
 _EXCLUDE = {"sdk_http_response", "automatic_function_calling_history", "parsed"}
 
 
@@ -124,6 +137,25 @@ def sdk_json(model: Any) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
+class Failure:
+    """A failed SDK call: its translated error and HTTP status (None: no readable answer)."""
+
+    error: BackendError
+    code: int | None = None
+
+    @property
+    def auth(self) -> bool:
+        """The API refused the key (401) or its permissions (403)."""
+        return self.code in AUTH_CODES
+
+    @property
+    def maybe_served(self) -> bool:
+        """The request may have taken effect although no success came back (a lost answer)."""
+        # a transient failure other than throttling (429: refused before any work)
+        return isinstance(self.error, TransientBackendError) and self.code != 429
+
+
+@dataclass(frozen=True)
 class SdkCaller:
     """Runs SDK calls of one client and turns what escapes into a BackendError."""
 
@@ -142,7 +174,7 @@ class SdkCaller:
             msg = self._scrub(f"{what}: HTTP {exc.code} {exc.status or ''}: {exc.message}")
             transient = exc.code in _TRANSIENT_CODES or (exc.code or 0) >= 500
             return (TransientBackendError if transient else PermanentBackendError)(msg)
-        if isinstance(exc, _TRANSPORT_ERRORS):
+        if isinstance(exc, _TRANSIENT_HTTP_ERRORS):
             return TransientBackendError(self._scrub(f"{what}: {type(exc).__name__}: {exc}"))
         return PermanentBackendError(self._scrub(f"{what}: {type(exc).__name__}: {exc}"))
 
@@ -159,13 +191,20 @@ class SdkCaller:
             error = self.translate(what, exc)
         raise error  # outside the except block: nothing chained
 
+    def attempt(self, what: str, fn: Callable[[], T]) -> T | Failure:
+        """Run an SDK call; a failure comes back as a value: its error and HTTP code."""
+        try:
+            return fn()
+        except _SDK_ERRORS as exc:
+            code = exc.code if isinstance(exc, genai_errors.APIError) else None
+            return Failure(self.translate(what, exc), code or None)
+
     def try_call(self, what: str, fn: Callable[[], T]) -> tuple[T | None, dict[str, Any] | None]:
         """Run an SDK call; a failure comes back as a REST-style ``{"code", "message"}`` dict."""
-        try:
-            return fn(), None
-        except _SDK_ERRORS as exc:
-            code = exc.code if isinstance(exc, genai_errors.APIError) else 0
-            return None, {"code": code or 0, "message": str(self.translate(what, exc))}
+        result = self.attempt(what, fn)
+        if isinstance(result, Failure):
+            return None, {"code": result.code or 0, "message": str(result.error)}
+        return result, None
 
     def call_retrying(self, what: str, fn: Callable[[], T]) -> T:
         """Run a call the SDK does not retry (file bytes), with our own backoff."""
