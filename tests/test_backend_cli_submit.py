@@ -13,6 +13,7 @@ import pytest
 
 from tasks.backends.base import JobSpec
 from tasks.backends.cli import CliBackend
+from tasks.backends.submission import resume_since
 from tasks.errors import PermanentBackendError, TransientBackendError
 
 AGY = [sys.executable, "-m", "sandbox.agy"]
@@ -134,3 +135,13 @@ def test_an_unreadable_resume_since_is_permanent(env) -> None:
     with pytest.raises(PermanentBackendError, match="resume_since"):
         CliBackend(AGY, env=env).submit(bad)
     assert runs(env) == []
+
+
+def test_resume_since_is_read_as_utc() -> None:
+    def read(value: str) -> datetime | None:
+        return resume_since(JobSpec("x", "cli", {"resume_since": value}))
+
+    assert read("2026-11-29T03:00:00") == datetime(2026, 11, 29, 3, tzinfo=UTC)
+    assert read("2026-11-29T05:00:00+02:00") == datetime(2026, 11, 29, 3, tzinfo=UTC)
+    assert str(read("2026-11-29T05:00:00+02:00")).endswith("+00:00")
+    assert resume_since(JobSpec("x", "cli", {})) is None

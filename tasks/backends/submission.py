@@ -32,4 +32,4 @@ def resume_since(spec: JobSpec) -> datetime | None:
         raise PermanentBackendError(
             f"job {spec.label!r}: resume_since {raw!r} is not an ISO-8601 time"
         ) from None
-    return since if since.tzinfo else since.replace(tzinfo=UTC)
+    return since.astimezone(UTC) if since.tzinfo else since.replace(tzinfo=UTC)
