@@ -43,6 +43,7 @@ def _number_to_str(value: Any) -> Any:
 
 
 Arg = Annotated[str, BeforeValidator(_number_to_str)]
+EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 
 
 class _Strict(BaseModel):
@@ -92,7 +93,9 @@ class CommandJob(_JobBase):
     backend: Literal["command"]
     argv: list[Arg] = Field(min_length=1)
     cwd: str | None = None
-    env: dict[str, str] = {}
+    # jobs inherit our environment minus secrets; they name what else they need
+    env: dict[EnvName, Arg] = {}
+    pass_env: list[EnvName] = []
 
 
 class CliJob(_JobBase):
@@ -101,6 +104,8 @@ class CliJob(_JobBase):
     backend: Literal["cli"]
     task: str = Field(min_length=1)
     model: str = "gemini-3.5-flash"
+    env: dict[EnvName, Arg] = {}
+    pass_env: list[EnvName] = []
 
 
 class GeminiBatchJob(_JobBase):

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from tasks.backends.base import ExternalState, JobSpec, JobStatus
 from tasks.errors import BackendError, PermanentBackendError, TransientBackendError
+from tasks.settings import child_environment
 
 __all__ = ["CliBackend"]
 
@@ -81,7 +82,8 @@ class CliBackend:
         if not self.command:
             raise ValueError("executable must not be empty")
         self.timeout_s = timeout_s
-        self.env = {**os.environ, **env} if env is not None else None
+        # the CLI gets our environment minus secrets (read at each call), plus these values
+        self.env = dict(env or {})
 
     def submit(self, spec: JobSpec) -> str:
         """``agy run --detach --json --task T --model M``; returns the CLI's job id."""
@@ -91,7 +93,7 @@ class CliBackend:
         args = ["run", "--detach", "--json", "--task", task]
         if model is not None:
             args += ["--model", str(model)]
-        obj = self._json(args, dict)
+        obj = self._json(args, dict, spec.options)
         job_id = obj.get("job_id")
         if not isinstance(job_id, str) or not job_id:
             raise PermanentBackendError(f"agy run printed no job_id: {obj!r:.200}")
@@ -141,8 +143,13 @@ class CliBackend:
             raise PermanentBackendError(f"not an agy job id: {external_id!r}")
         return external_id
 
-    def _run(self, args: list[str]) -> str:
+    def _run(self, args: list[str], job: Mapping[str, Any] | None = None) -> str:
         exe = self.command[0]
+        # a job's own `env` and `pass_env` (catalogue) reach the CLI only when it is submitted
+        job = job or {}
+        env = child_environment(
+            os.environ, {**self.env, **job.get("env", {})}, job.get("pass_env", ())
+        )
         what = f"`{' '.join([exe, *args[:3]])}`"
         try:
             proc = subprocess.run(
@@ -152,7 +159,7 @@ class CliBackend:
                 encoding="utf-8",
                 errors="replace",
                 timeout=self.timeout_s,
-                env=self.env,
+                env=env,
             )
         except FileNotFoundError as exc:
             raise PermanentBackendError(
@@ -171,8 +178,8 @@ class CliBackend:
             raise PermanentBackendError(f"{what} exited {proc.returncode}: {_tail(proc.stderr)}")
         return proc.stdout
 
-    def _json(self, args: list[str], kind: type[_T]) -> _T:
-        out = self._run(args)
+    def _json(self, args: list[str], kind: type[_T], job: Mapping[str, Any] | None = None) -> _T:
+        out = self._run(args, job)
         try:
             obj = json.loads(out)
         except ValueError as exc:
