@@ -30,6 +30,24 @@ class BatchRow(NamedTuple):
     line: int
 
 
+class _DuplicateJsonKey(ValueError):
+    """A JSON object names one key twice (``json`` would silently keep the last)."""
+
+
+def _strict_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for name, value in pairs:
+        if name in seen:
+            raise _DuplicateJsonKey(f"key {name!r} given twice in one object")
+        seen[name] = value
+    return seen
+
+
+def _loads(text: str) -> Any:
+    """``json.loads`` that refuses an object naming a key twice."""
+    return json.loads(text, object_pairs_hook=_strict_object)
+
+
 def _split_record_end(lines: list[str], start: int) -> int | None:
     """Index of the line that completes a JSON object begun on ``lines[start]``, if any."""
     if not lines[start].lstrip().startswith("{"):
@@ -38,7 +56,7 @@ def _split_record_end(lines: list[str], start: int) -> int | None:
     for end in range(start + 1, min(len(lines), start + 1 + _SPLIT_LOOKAHEAD)):
         joined += "\n" + lines[end]
         try:
-            obj = json.loads(joined)
+            obj = _loads(joined)
         except ValueError:
             continue
         return end if isinstance(obj, dict) else None
@@ -87,7 +105,10 @@ def parse_batch_input(text: str, path: Path | str = "<input>") -> list[BatchRow]
             problems.append(InputProblem(line_no, "blank line"))
             continue
         try:
-            obj = json.loads(raw)
+            obj = _loads(raw)
+        except _DuplicateJsonKey as exc:
+            problems.append(InputProblem(line_no, f"invalid JSON: {exc}"))
+            continue
         except json.JSONDecodeError as exc:
             end = _split_record_end(lines, line_no - 1)
             if end is not None:
@@ -113,9 +134,16 @@ def load_batch_input(path: Path | str) -> list[BatchRow]:
     """Read and validate an input file; unreadable files are an InputFileError too."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        data = path.read_bytes()
+    except OSError as exc:
         raise InputFileError(path, [InputProblem(0, f"cannot read file: {exc}")]) from exc
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        reason = f"not UTF-8: invalid byte 0x{data[exc.start]:02x} at column {column}"
+        raise InputFileError(path, [InputProblem(line, reason)]) from None
     return parse_batch_input(text, path)
 
 
