@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tasks.errors import InputFileError, InputProblem
 
+if TYPE_CHECKING:
+    from tasks.catalogue import Catalogue
+
 __all__ = [
     "BatchRow",
+    "catalogue_input_problems",
     "load_batch_input",
     "parse_batch_input",
     "render_rows",
@@ -136,7 +140,8 @@ def load_batch_input(path: Path | str) -> list[BatchRow]:
     try:
         data = path.read_bytes()
     except OSError as exc:
-        raise InputFileError(path, [InputProblem(0, f"cannot read file: {exc}")]) from exc
+        reason = f"cannot read file: {exc.strerror or exc}"
+        raise InputFileError(path, [InputProblem(0, reason)]) from exc
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -159,3 +164,25 @@ def sdk_request(request: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
         if name in request:
             config[name] = request[name]
     return list(request["contents"]), config
+
+
+def catalogue_input_problems(catalogue: Catalogue) -> tuple[list[str], list[str]]:
+    """Every bad line of the batch inputs a catalogue names, and notes on inputs not there yet.
+
+    A missing input of a job that depends on others is only a note: an earlier step may write it.
+    """
+    home = catalogue.path.resolve().parent if catalogue.path is not None else Path.cwd()
+    errors: list[str] = []
+    notes: list[str] = []
+    for job in catalogue.jobs:
+        if job.backend != "gemini_batch":
+            continue
+        path = home / job.input
+        if job.depends_on and not path.exists():
+            notes.append(f"{path}: job {job.label!r}: not there yet (an earlier step may write it)")
+            continue
+        try:
+            load_batch_input(path)
+        except InputFileError as exc:
+            errors += [f"{p.where(path)}: job {job.label!r}: {p.reason}" for p in exc.problems]
+    return errors, notes

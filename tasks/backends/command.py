@@ -164,6 +164,8 @@ class CommandBackend:
         else:
             state = ExternalState.FAILED
             detail = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+            if (why := _read(jobdir / runner.START_ERROR)) is not None:
+                detail += f": {why.strip()}"  # argv never ran: say why here, not only in the log
         return JobStatus(state, code, started, _dt(finished_ts), detail)
 
     def cancel(self, external_id: str) -> None:
