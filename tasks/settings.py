@@ -50,8 +50,9 @@ def load_settings(**overrides: object) -> Settings:
 
 
 # names of variables a child process never inherits unless its job asks for them by name
-_SECRET_WORDS = ("PASSWORD", "PASSWD", "SECRET", "TOKEN", "CREDENTIAL", "PRIVATE_KEY")
-_SECRET_SUFFIXES = ("_KEY", "APIKEY", "_AUTH_STRING", "_DATABASE_URL", "_CONNECTION_URL", "_DSN")
+_SECRET_WORDS = ("PASSWORD", "PASSWD", "SECRET", "CREDENTIAL", "APIKEY")  # anywhere in the name
+_SECRET_PARTS = frozenset({"TOKEN", "KEY", "PASS", "COOKIE", "DSN"})  # a whole _-separated part
+_SECRET_SUFFIXES = ("_AUTH_STRING", "_DATABASE_URL", "_CONNECTION_URL")
 _SECRET_PREFIXES = ("SLACK_", "NIGHTSHIFT_GEMINI_", "NIGHTSHIFT_SLACK_")
 _SECRET_NAMES = frozenset({"DATABASE_URL", "NIGHTSHIFT_DATABASE_URL"})
 # scheme://user:password@host: a URL that carries its own password, whatever its name
@@ -64,6 +65,7 @@ def is_secret_variable(name: str, value: str = "") -> bool:
     return (
         upper in _SECRET_NAMES
         or any(word in upper for word in _SECRET_WORDS)
+        or not _SECRET_PARTS.isdisjoint(re.split(r"[^A-Z0-9]+", upper))
         or upper.endswith(_SECRET_SUFFIXES)
         or upper.startswith(_SECRET_PREFIXES)
         or bool(_URL_WITH_PASSWORD.match(value))

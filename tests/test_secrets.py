@@ -27,6 +27,12 @@ SECRETS = {
     "MY_DB_PASSWORD": "sekrit-pw-9999",
     "REDIS_URL": "redis://user:sekrit-redis-0000@cache:6379/0",
     "AWS_SECRET_ACCESS_KEY": "sekrit-aws-1212",
+    "AWS_ACCESS_KEY_ID": "sekrit-aws-id-1313",
+    "SMTP_PASS": "sekrit-smtp-1414",
+    "SENTRY_DSN": "https://sekrit-1515@sentry.example/1",
+    "GITHUB_TOKEN": "ghp_sekrit1616",
+    "PGPASSWORD": "sekrit-pg-1717",
+    "OPENAI_API_KEY": "sekrit-openai-1818",
 }
 KEPT = {"PATH", "HOME", "LANG", "PYTHONPATH", "AGY_STATE_DIR", "PREFECT_API_URL", "TZ"}
 DUMP_ENV = "import json, os; print(json.dumps(dict(os.environ)))"
@@ -49,7 +55,10 @@ def test_secret_variables_are_recognised(name: str) -> None:
     assert is_secret_variable(name, SECRETS[name])
 
 
-@pytest.mark.parametrize("name", sorted(KEPT | {"LC_ALL", "SHELL", "AGY_TIME_SCALE", "USER"}))
+ORDINARY = {"LC_ALL", "SHELL", "AGY_TIME_SCALE", "USER", "SSH_AUTH_SOCK", "TOKENIZERS_PARALLELISM"}
+
+
+@pytest.mark.parametrize("name", sorted(KEPT | ORDINARY))
 def test_ordinary_variables_are_kept(name: str) -> None:
     assert not is_secret_variable(name, "/some/value")
 
