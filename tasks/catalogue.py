@@ -131,6 +131,9 @@ Job = Annotated[CommandJob | CliJob | GeminiBatchJob, Field(discriminator="backe
 
 class CliSettings(_Strict):
     executable: str | None = None
+    # what every call of the job CLI may see beyond our environment minus secrets (its login)
+    env: dict[EnvName, Arg] = {}
+    pass_env: list[EnvName] = []
 
 
 class GeminiSettings(_Strict):

@@ -99,9 +99,8 @@ def test_a_command_job_sees_no_secret_but_what_it_names(
     assert not any(value in spec_file for value in SECRETS.values())
 
 
-def test_the_job_cli_sees_no_secret_but_what_the_job_names(
-    secret_env: dict[str, str], tmp_path: Path
-) -> None:
+def _env_dumping_agy(tmp_path: Path) -> tuple[Path, Path]:
+    """The fake agy, writing the environment of each call as a JSON line first."""
     dumps = tmp_path / "cli-env.jsonl"
     wrapper = tmp_path / "agy-dump"
     wrapper.write_text(
@@ -111,6 +110,36 @@ def test_the_job_cli_sees_no_secret_but_what_the_job_names(
         "from sandbox.agy import main\n"
         "raise SystemExit(main())\n"
     )
+    return dumps, wrapper
+
+
+def test_the_job_cli_gets_what_the_catalogue_cli_section_names_on_every_call(
+    secret_env: dict[str, str], tmp_path: Path
+) -> None:
+    from tasks.backends import build_backends
+    from tasks.catalogue import parse_catalogue
+    from tasks.jobspec import job_spec
+    from tasks.settings import load_settings
+
+    dumps, wrapper = _env_dumping_agy(tmp_path)
+    catalogue = parse_catalogue(
+        f"cli: {{executable: {sys.executable} {wrapper}, pass_env: [GEMINI_API_KEY]}}\n"
+        "jobs:\n  - {label: g, backend: cli, task: 't [run=0]'}\n",
+        tmp_path / "n.yaml",
+    )
+    backend = build_backends(catalogue, load_settings())["cli"]
+    backend.status(backend.submit(job_spec(catalogue, "g")))
+    calls = [json.loads(line) for line in dumps.read_text().splitlines()]
+    assert len(calls) == 2
+    for seen in calls:
+        assert seen["GEMINI_API_KEY"] == SECRETS["GEMINI_API_KEY"]
+        assert "PREFECT_API_KEY" not in seen and "NIGHTSHIFT_DATABASE_URL" not in seen
+
+
+def test_the_job_cli_sees_no_secret_but_what_the_job_names(
+    secret_env: dict[str, str], tmp_path: Path
+) -> None:
+    dumps, wrapper = _env_dumping_agy(tmp_path)
     backend = CliBackend([sys.executable, str(wrapper)], timeout_s=20)
     options = {"task": "t [run=0]", "pass_env": ["GEMINI_API_KEY"], "env": {"JOB_VAR": "x"}}
     job_id = backend.submit(JobSpec("gen", "cli", options))

@@ -77,6 +77,7 @@ class CliBackend:
         timeout_s: float = 30,
         *,
         env: Mapping[str, str] | None = None,
+        pass_env: Sequence[str] = (),
     ) -> None:
         self.command = [executable] if isinstance(executable, str) else list(executable)
         if not self.command:
@@ -84,6 +85,7 @@ class CliBackend:
         self.timeout_s = timeout_s
         # the CLI gets our environment minus secrets (read at each call), plus these values
         self.env = dict(env or {})
+        self.pass_env = list(pass_env)
 
     def submit(self, spec: JobSpec) -> str:
         """``agy run --detach --json --task T --model M``; returns the CLI's job id."""
@@ -148,7 +150,9 @@ class CliBackend:
         # a job's own `env` and `pass_env` (catalogue) reach the CLI only when it is submitted
         job = job or {}
         env = child_environment(
-            os.environ, {**self.env, **job.get("env", {})}, job.get("pass_env", ())
+            os.environ,
+            {**self.env, **job.get("env", {})},
+            [*self.pass_env, *job.get("pass_env", ())],
         )
         what = f"`{' '.join([exe, *args[:3]])}`"
         try:
