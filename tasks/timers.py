@@ -57,6 +57,13 @@ def timer_problems(catalogue: Catalogue, lines: Lines) -> list[CatalogueProblem]
                     "raise timeout, lower sla or set fallback: none",
                     "timeout",
                 )
+            if queued is not None and job.fallback == "on_demand" and queued >= fallback_at:
+                problem(
+                    f"queued_timeout ({_fmt(queued)}) is not before the batch's fallback at "
+                    f"{_fmt(fallback_at)} ({defaults.sla_fallback_at:g} x sla {_fmt(sla)}), "
+                    "which takes over a batch still queued: it can never fire",
+                    "queued_timeout",
+                )
         elif timeout is not None and timeout > defaults.deadline:
             problem(
                 f"timeout ({_fmt(timeout)}) is longer than the night's deadline "

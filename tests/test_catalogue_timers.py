@@ -47,6 +47,15 @@ def test_a_batch_timeout_before_its_fallback_is_refused() -> None:
     parse_catalogue(BATCH + "    sla: 10h\n    timeout: 9h\n")
 
 
+def test_a_batch_queue_timer_past_its_fallback_is_refused() -> None:
+    assert problems(BATCH + "    sla: 10h\n    queued_timeout: 9h\n") == [
+        "night.yaml:8: job 'r': field 'queued_timeout': queued_timeout (9h00m) is not before "
+        "the batch's fallback at 8h00m (0.8 x sla 10h00m), which takes over a batch still "
+        "queued: it can never fire"
+    ]
+    parse_catalogue(BATCH + "    sla: 10h\n    queued_timeout: 2h\n")
+
+
 def test_a_queue_timer_not_shorter_than_the_job_timeout_is_refused() -> None:
     assert problems(CMD + "    timeout: 5m\n    queued_timeout: 5m\n") == [
         "night.yaml:6: job 'a': field 'queued_timeout': queued_timeout (5m) is not shorter "
