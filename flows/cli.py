@@ -7,13 +7,40 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
+
+from sqlalchemy.exc import SQLAlchemyError
 
 __all__ = ["main"]
 
 EXIT_LOCKED = 3
 EXIT_BAD_CATALOGUE = 4
 EXIT_NO_PREFECT = 5
+EXIT_NO_LEDGER = 6
+EXIT_USAGE = 64  # EX_USAGE: never 2, which a wrapper reads as "partial night"
+
+# a bad URL, an unreachable server, a missing driver, an unwritable SQLite folder
+_DATABASE_ERRORS = (SQLAlchemyError, ImportError, OSError)
+
+EXIT_CODES = """\
+exit codes:
+  0   every job succeeded
+  1   no job succeeded, or the night crashed
+  2   some jobs succeeded (a partial night)
+  3   refused: another night of the same catalogue is running
+  4   invalid catalogue, batch input, --only or --night
+  5   the Prefect API could not be reached
+  6   the ledger database could not be opened (NIGHTSHIFT_DATABASE_URL)
+  64  bad command line (usage)
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with its own exit code for usage errors (argparse's 2 means "partial" here)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,12 +49,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help(sys.stderr)
-        return 2
+        return EXIT_USAGE
     if not args.verbose:
         # the live table and the summary are the display; Prefect's own lines (and the
         # flow's per-job warnings, which the summary repeats) stay in the run's logs
-        # (only the console's level: the run's logs in the Prefect UI keep everything)
-        os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "ERROR")
+        # (only the console's level: the run's logs in the Prefect UI keep everything);
+        # our own one-line errors say what went wrong, so no engine traceback without -v
+        os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "CRITICAL")
         os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     # the temporary server takes ~15 s on a new database, more on a busy 2-core machine
@@ -42,17 +70,27 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="nightshift", description=__doc__)
+    parser = _Parser(
+        prog="nightshift",
+        description=__doc__,
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="show Prefect's logs")
     sub = parser.add_subparsers(dest="command")
     run = sub.add_parser(
-        "run", help="run the nightly flow locally (exit 0 ok, 2 partial, 1 failed)"
+        "run",
+        help="run the nightly flow locally (exit 0 ok, 2 partial, 1 failed)",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     run.add_argument("--catalog", default="nightshift.yaml", help="catalogue file")
     run.add_argument("--only", nargs="+", metavar="LABEL", help="run only these jobs")
     run.add_argument("--night", help="the night's date (default: today); reruns reuse it")
     run.add_argument("--json", action="store_true", help="print one summary object at the end")
-    check = sub.add_parser("validate", help="validate a catalogue (exit 4 when invalid)")
+    check = sub.add_parser(
+        "validate", help="validate a catalogue and its batch inputs (exit 4 when invalid)"
+    )
     check.add_argument("--catalog", default="nightshift.yaml")
     demo = sub.add_parser("demo", help="a sandboxed night on local emulators, no keys needed")
     demo.add_argument("--scenario", choices=["calm", "rough"], default="calm")
@@ -64,13 +102,21 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _validate(path: str) -> int:
+    from tasks.batch_input import catalogue_input_problems
     from tasks.catalogue import load_catalogue
+    from tasks.catalogue_timers import schedule_warnings
     from tasks.errors import CatalogueError
 
     try:
         catalogue = load_catalogue(path)
     except CatalogueError as exc:
         print(exc, file=sys.stderr)
+        return EXIT_BAD_CATALOGUE
+    errors, notes = catalogue_input_problems(catalogue)
+    for line in [*schedule_warnings(catalogue), *notes]:
+        _say(line)
+    if errors:
+        _say("invalid batch input:\n  " + "\n  ".join(errors))
         return EXIT_BAD_CATALOGUE
     print(f"{path}: ok, {len(catalogue.jobs)} jobs")
     return 0
@@ -108,6 +154,11 @@ def run_catalogue(
     from tasks.settings import load_settings
 
     settings = load_settings()
+    # the ledger and the lease first: a clear line now, not a traceback from inside the flow
+    if (refusal := _check_ledger(settings.ledger_url(), catalogue.key)) is not None:
+        code, message = refusal
+        _say(message)
+        return code
     if (problem := _connect(err.is_terminal)) is not None:
         _say(problem)
         return EXIT_NO_PREFECT
@@ -130,6 +181,9 @@ def run_catalogue(
         if isinstance(error, CatalogueError):
             _say(str(error))
             return EXIT_BAD_CATALOGUE
+        if _is_database_error(error):
+            _say(_ledger_problem(settings.ledger_url(), error))
+            return EXIT_NO_LEDGER
         if isinstance(error, NightshiftError):
             _say(f"error: {error}")
             return 1
@@ -143,6 +197,55 @@ def run_catalogue(
     return int(summary["exit_code"])
 
 
+def _check_ledger(url: str, key: str) -> tuple[int, str] | None:
+    """Open the ledger and look at the catalogue's lease: (exit code, one line), or None."""
+    from datetime import UTC, datetime
+
+    from tasks.errors import LockHeldError
+    from tasks.lease import Lease
+    from tasks.ledger import Ledger
+
+    try:
+        ledger = Ledger(url)
+    except _DATABASE_ERRORS as exc:
+        return EXIT_NO_LEDGER, _ledger_problem(url, exc)
+    try:
+        holder = Lease(ledger.engine, key).holder()
+    except _DATABASE_ERRORS as exc:
+        return EXIT_NO_LEDGER, _ledger_problem(url, exc)
+    finally:
+        ledger.close()
+    if holder is None:
+        return None
+    owner, expires_at = holder
+    left = (expires_at - datetime.now(UTC)).total_seconds()
+    if left <= 0:
+        return None  # a crashed night's lease: this night takes it over
+    return EXIT_LOCKED, f"refused: {LockHeldError(key, owner, left)}"
+
+
+def _is_database_error(exc: object) -> bool:
+    """Errors of the ledger's database (bad URL, unreachable, missing driver, unwritable file)."""
+    return isinstance(exc, _DATABASE_ERRORS)
+
+
+def _ledger_problem(url: str, exc: BaseException) -> str:
+    """One line naming the database (password hidden) and why it could not be used."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+        shown, password = parsed.render_as_string(hide_password=True), parsed.password
+    except ArgumentError:
+        shown, password = "(NIGHTSHIFT_DATABASE_URL: not a database URL)", None
+    lines = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    text = (lines[0] if lines else type(exc).__name__).replace(url, shown)
+    if password:
+        text = text.replace(str(password), "***")
+    return f"cannot open the ledger database {shown}: {text}"
+
+
 def _connect(verbose: bool) -> str | None:
     """Reach the Prefect API now (starting the temporary server if none is configured).
 
@@ -152,7 +255,11 @@ def _connect(verbose: bool) -> str | None:
     from prefect.client.orchestration import get_client
     from prefect.settings import PREFECT_API_URL
 
+    from flows.reaper import install
+
     url = PREFECT_API_URL.value()
+    if not url:
+        install()  # the temporary server must not outlive us, even after a kill -9
     if verbose and not url:
         _say("starting Prefect's temporary server (about 15 s; set PREFECT_API_URL to use yours)")
     try:

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tasks.errors import InputFileError, InputProblem
 
+if TYPE_CHECKING:
+    from tasks.catalogue import Catalogue
+
 __all__ = [
     "BatchRow",
+    "catalogue_input_problems",
     "load_batch_input",
     "parse_batch_input",
     "render_rows",
@@ -30,6 +34,24 @@ class BatchRow(NamedTuple):
     line: int
 
 
+class _DuplicateJsonKey(ValueError):
+    """A JSON object names one key twice (``json`` would silently keep the last)."""
+
+
+def _strict_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for name, value in pairs:
+        if name in seen:
+            raise _DuplicateJsonKey(f"key {name!r} given twice in one object")
+        seen[name] = value
+    return seen
+
+
+def _loads(text: str) -> Any:
+    """``json.loads`` that refuses an object naming a key twice."""
+    return json.loads(text, object_pairs_hook=_strict_object)
+
+
 def _split_record_end(lines: list[str], start: int) -> int | None:
     """Index of the line that completes a JSON object begun on ``lines[start]``, if any."""
     if not lines[start].lstrip().startswith("{"):
@@ -38,7 +60,7 @@ def _split_record_end(lines: list[str], start: int) -> int | None:
     for end in range(start + 1, min(len(lines), start + 1 + _SPLIT_LOOKAHEAD)):
         joined += "\n" + lines[end]
         try:
-            obj = json.loads(joined)
+            obj = _loads(joined)
         except ValueError:
             continue
         return end if isinstance(obj, dict) else None
@@ -87,7 +109,10 @@ def parse_batch_input(text: str, path: Path | str = "<input>") -> list[BatchRow]
             problems.append(InputProblem(line_no, "blank line"))
             continue
         try:
-            obj = json.loads(raw)
+            obj = _loads(raw)
+        except _DuplicateJsonKey as exc:
+            problems.append(InputProblem(line_no, f"invalid JSON: {exc}"))
+            continue
         except json.JSONDecodeError as exc:
             end = _split_record_end(lines, line_no - 1)
             if end is not None:
@@ -113,9 +138,17 @@ def load_batch_input(path: Path | str) -> list[BatchRow]:
     """Read and validate an input file; unreadable files are an InputFileError too."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputFileError(path, [InputProblem(0, f"cannot read file: {exc}")]) from exc
+        data = path.read_bytes()
+    except OSError as exc:
+        reason = f"cannot read file: {exc.strerror or exc}"
+        raise InputFileError(path, [InputProblem(0, reason)]) from exc
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        reason = f"not UTF-8: invalid byte 0x{data[exc.start]:02x} at column {column}"
+        raise InputFileError(path, [InputProblem(line, reason)]) from None
     return parse_batch_input(text, path)
 
 
@@ -131,3 +164,25 @@ def sdk_request(request: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
         if name in request:
             config[name] = request[name]
     return list(request["contents"]), config
+
+
+def catalogue_input_problems(catalogue: Catalogue) -> tuple[list[str], list[str]]:
+    """Every bad line of the batch inputs a catalogue names, and notes on inputs not there yet.
+
+    A missing input of a job that depends on others is only a note: an earlier step may write it.
+    """
+    home = catalogue.path.resolve().parent if catalogue.path is not None else Path.cwd()
+    errors: list[str] = []
+    notes: list[str] = []
+    for job in catalogue.jobs:
+        if job.backend != "gemini_batch":
+            continue
+        path = home / job.input
+        if job.depends_on and not path.exists():
+            notes.append(f"{path}: job {job.label!r}: not there yet (an earlier step may write it)")
+            continue
+        try:
+            load_batch_input(path)
+        except InputFileError as exc:
+            errors += [f"{p.where(path)}: job {job.label!r}: {p.reason}" for p in exc.problems]
+    return errors, notes

@@ -16,6 +16,8 @@ from pydantic import (
     model_validator,
 )
 
+from tasks.catalogue_graph import graph_problems
+from tasks.catalogue_timers import timer_problems
 from tasks.durations import parse_duration
 from tasks.errors import CatalogueError, CatalogueProblem
 
@@ -35,6 +37,8 @@ BACKENDS = ("command", "cli", "gemini_batch")
 LABEL_PATTERN = r"^[a-z0-9:_.-]+$"
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
+# a timer of 0 would fire at once: never what the catalogue means
+Timer = Annotated[Duration, Field(gt=0)]
 
 
 def _number_to_str(value: Any) -> Any:
@@ -43,6 +47,7 @@ def _number_to_str(value: Any) -> Any:
 
 
 Arg = Annotated[str, BeforeValidator(_number_to_str)]
+EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 
 
 class _Strict(BaseModel):
@@ -73,17 +78,17 @@ class Defaults(_Strict):
     retry_delay: Duration = 2.0
     poll: PollSettings = PollSettings()
     stagger: Duration = 0.5
-    deadline: Duration = 3600.0
-    queued_timeout: Duration = 900.0
-    sla: Duration = 86400.0
+    deadline: Timer = 3600.0
+    queued_timeout: Timer = 900.0
+    sla: Timer = 86400.0
     sla_fallback_at: float = Field(0.8, gt=0, le=1)
 
 
 class _JobBase(_Strict):
     label: str = Field(pattern=LABEL_PATTERN)
     depends_on: list[str] = []
-    timeout: Duration | None = None
-    queued_timeout: Duration | None = None
+    timeout: Timer | None = None
+    queued_timeout: Timer | None = None
 
 
 class CommandJob(_JobBase):
@@ -92,7 +97,9 @@ class CommandJob(_JobBase):
     backend: Literal["command"]
     argv: list[Arg] = Field(min_length=1)
     cwd: str | None = None
-    env: dict[str, str] = {}
+    # jobs inherit our environment minus secrets; they name what else they need
+    env: dict[EnvName, Arg] = {}
+    pass_env: list[EnvName] = []
 
 
 class CliJob(_JobBase):
@@ -101,6 +108,8 @@ class CliJob(_JobBase):
     backend: Literal["cli"]
     task: str = Field(min_length=1)
     model: str = "gemini-3.5-flash"
+    env: dict[EnvName, Arg] = {}
+    pass_env: list[EnvName] = []
 
 
 class GeminiBatchJob(_JobBase):
@@ -110,7 +119,7 @@ class GeminiBatchJob(_JobBase):
     model: str
     input: str
     output: str
-    sla: Duration | None = None
+    sla: Timer | None = None
     fallback: Literal["on_demand", "none"] = "on_demand"
     # inputs up to both thresholds go inline; larger ones as an uploaded JSONL file
     inline_threshold_rows: int = Field(1000, ge=0)
@@ -122,6 +131,9 @@ Job = Annotated[CommandJob | CliJob | GeminiBatchJob, Field(discriminator="backe
 
 class CliSettings(_Strict):
     executable: str | None = None
+    # what every call of the job CLI may see beyond our environment minus secrets (its login)
+    env: dict[EnvName, Arg] = {}
+    pass_env: list[EnvName] = []
 
 
 class GeminiSettings(_Strict):
@@ -144,8 +156,15 @@ class Catalogue(_Strict):
     # label -> job, built once: the runner looks a job up on every state change
     _by_label: dict[str, CommandJob | CliJob | GeminiBatchJob] = PrivateAttr(default_factory=dict)
 
+    # (key, index, ...) path -> line in the file, for problems found after validation
+    _lines: dict[tuple[Any, ...], int] = PrivateAttr(default_factory=dict)
+
     def model_post_init(self, _context: Any) -> None:
         self._by_label = {job.label: job for job in self.jobs}
+
+    def line(self, *at: Any) -> int | None:
+        """The line of ``at`` (e.g. ``"jobs", 0, "timeout"``) in the file, when known."""
+        return self._lines.get(at)
 
     def job(self, label: str) -> CommandJob | CliJob | GeminiBatchJob:
         """The job called ``label`` (KeyError naming it when there is none)."""
@@ -163,10 +182,24 @@ def load_catalogue(path: str | Path) -> Catalogue:
     """Read and validate a catalogue file; raise CatalogueError naming file, line, job, field."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except OSError as exc:
         raise CatalogueError(path, [CatalogueProblem(f"cannot read: {exc.strerror}")]) from exc
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CatalogueError(path, [not_utf8(data, exc)]) from None
     return parse_catalogue(text, path)
+
+
+def not_utf8(data: bytes, exc: UnicodeDecodeError) -> CatalogueProblem:
+    """Where a file stops being UTF-8 text: its line, and the byte within the line."""
+    line = data.count(b"\n", 0, exc.start) + 1
+    column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+    byte = data[exc.start]
+    return CatalogueProblem(
+        f"not UTF-8 text (a binary file?): invalid byte 0x{byte:02x} at column {column}", line
+    )
 
 
 def parse_catalogue(text: str, path: str | Path = "<catalogue>") -> Catalogue:
@@ -193,7 +226,8 @@ def parse_catalogue(text: str, path: str | Path = "<catalogue>") -> Catalogue:
     except ValidationError as exc:
         problems = [_locate(err, data, lines) for err in exc.errors()]
         raise CatalogueError(path, problems) from None
-    problems = _graph_problems(catalogue, lines)
+    catalogue._lines = lines
+    problems = graph_problems(catalogue, lines) + timer_problems(catalogue, lines)
     if problems:
         raise CatalogueError(path, problems)
     return catalogue
@@ -269,98 +303,9 @@ def _locate(err: Any, data: dict[str, Any], lines: dict[tuple[Any, ...], int]) -
         field_parts = ["backend"]
     elif err["type"] == "string_pattern_mismatch" and field_parts[-1:] == ["label"]:
         message = "labels use only a-z, 0-9 and : _ . -"
+    elif err["type"] == "greater_than":
+        message = f"must be more than {err['ctx']['gt']}"
     elif message.startswith("Value error, "):
         message = message.removeprefix("Value error, ")
     field_name = ".".join(str(p) for p in field_parts) or None
     return CatalogueProblem(message, line, job, field_name)
-
-
-def _graph_problems(
-    catalogue: Catalogue, lines: dict[tuple[Any, ...], int]
-) -> list[CatalogueProblem]:
-    """Duplicate labels, unknown depends_on targets and cycles."""
-    problems: list[CatalogueProblem] = []
-    seen: dict[str, int] = {}
-    for i, job in enumerate(catalogue.jobs):
-        if job.label in seen:
-            first = lines.get(("jobs", seen[job.label], "label"))
-            problems.append(
-                CatalogueProblem(
-                    f"duplicate label (first defined on line {first})",
-                    lines.get(("jobs", i, "label")),
-                    job.label,
-                    "label",
-                )
-            )
-        else:
-            seen[job.label] = i
-        for d, dep in enumerate(job.depends_on):
-            if dep not in {j.label for j in catalogue.jobs}:
-                problems.append(
-                    CatalogueProblem(
-                        f"unknown job {dep!r}",
-                        lines.get(("jobs", i, "depends_on", d)),
-                        job.label,
-                        "depends_on",
-                    )
-                )
-            elif dep == job.label:
-                problems.append(
-                    CatalogueProblem(
-                        "a job cannot depend on itself",
-                        lines.get(("jobs", i, "depends_on", d)),
-                        job.label,
-                        "depends_on",
-                    )
-                )
-    outputs: dict[str, str] = {}
-    for i, job in enumerate(catalogue.jobs):
-        if isinstance(job, GeminiBatchJob):
-            if job.output in outputs:
-                problems.append(
-                    CatalogueProblem(
-                        f"output {job.output!r} is also written by {outputs[job.output]!r}",
-                        lines.get(("jobs", i, "output")),
-                        job.label,
-                        "output",
-                    )
-                )
-            outputs.setdefault(job.output, job.label)
-    if problems:
-        return problems
-    cycle = _find_cycle({j.label: list(j.depends_on) for j in catalogue.jobs})
-    if cycle:
-        index = next(i for i, j in enumerate(catalogue.jobs) if j.label == cycle[0])
-        problems.append(
-            CatalogueProblem(
-                "dependency cycle: " + " -> ".join([*cycle, cycle[0]]),
-                lines.get(("jobs", index, "depends_on")),
-                cycle[0],
-                "depends_on",
-            )
-        )
-    return problems
-
-
-def _find_cycle(graph: dict[str, list[str]]) -> list[str] | None:
-    """One cycle in ``graph`` (label -> dependencies) as a list of labels, or None."""
-    white, grey, black = 0, 1, 2
-    colour = dict.fromkeys(graph, white)
-    stack: list[str] = []
-
-    def visit(node: str) -> list[str] | None:
-        colour[node] = grey
-        stack.append(node)
-        for dep in graph[node]:
-            if colour[dep] == grey:
-                return stack[stack.index(dep) :]
-            if colour[dep] == white and (found := visit(dep)):
-                return found
-        stack.pop()
-        colour[node] = black
-        return None
-
-    for node in graph:
-        if colour[node] == white and (found := visit(node)):
-            return found
-    return None

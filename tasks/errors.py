@@ -69,8 +69,12 @@ class CatalogueError(NightshiftError):
 class InputProblem:
     """One bad line of a batch input file."""
 
-    line: int
+    line: int  # 0: the file as a whole
     reason: str
+
+    def where(self, path: Path | str) -> str:
+        """``path:line``, or just ``path`` for a problem of the whole file."""
+        return f"{path}:{self.line}" if self.line else str(path)
 
 
 @dataclass
@@ -81,7 +85,7 @@ class InputFileError(NightshiftError):
     problems: list[InputProblem] = field(default_factory=list)
 
     def __str__(self) -> str:
-        lines = [f"{self.path}:{p.line}: {p.reason}" for p in self.problems]
+        lines = [f"{p.where(self.path)}: {p.reason}" for p in self.problems]
         return f"{len(self.problems)} bad line(s) in {self.path}:\n  " + "\n  ".join(lines)
 
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from pydantic import SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["Settings", "load_settings"]
+__all__ = ["Settings", "child_environment", "is_secret_variable", "load_settings"]
 
 
 class Settings(BaseSettings):
@@ -45,3 +47,42 @@ class Settings(BaseSettings):
 def load_settings(**overrides: object) -> Settings:
     """Settings from the environment, with explicit overrides winning."""
     return Settings(**overrides)  # type: ignore[arg-type]
+
+
+# names of variables a child process never inherits unless its job asks for them by name
+_SECRET_WORDS = ("PASSWORD", "PASSWD", "SECRET", "CREDENTIAL", "APIKEY")  # anywhere in the name
+_SECRET_PARTS = frozenset({"TOKEN", "KEY", "PASS", "COOKIE", "DSN"})  # a whole _-separated part
+_SECRET_SUFFIXES = ("_AUTH_STRING", "_DATABASE_URL", "_CONNECTION_URL")
+_SECRET_PREFIXES = ("SLACK_", "NIGHTSHIFT_GEMINI_", "NIGHTSHIFT_SLACK_")
+_SECRET_NAMES = frozenset({"DATABASE_URL", "NIGHTSHIFT_DATABASE_URL"})
+# scheme://user:password@host: a URL that carries its own password, whatever its name
+_URL_WITH_PASSWORD = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/@\s]*:[^/@\s]+@")
+
+
+def is_secret_variable(name: str, value: str = "") -> bool:
+    """Whether an environment variable looks like a credential (by name, or a URL's password)."""
+    upper = name.upper()
+    return (
+        upper in _SECRET_NAMES
+        or any(word in upper for word in _SECRET_WORDS)
+        or not _SECRET_PARTS.isdisjoint(re.split(r"[^A-Z0-9]+", upper))
+        or upper.endswith(_SECRET_SUFFIXES)
+        or upper.startswith(_SECRET_PREFIXES)
+        or bool(_URL_WITH_PASSWORD.match(value))
+    )
+
+
+def child_environment(
+    parent: Mapping[str, str],
+    env: Mapping[str, str] | None = None,
+    pass_env: Iterable[str] = (),
+) -> dict[str, str]:
+    """The environment of a job's process: ``parent`` minus its secrets, plus what the job names.
+
+    ``pass_env`` names parent variables the job may have even if they look secret; ``env``
+    gives values outright and wins over both.
+    """
+    out = {k: v for k, v in parent.items() if not is_secret_variable(k, v)}
+    out.update({name: parent[name] for name in pass_env if name in parent})
+    out.update(env or {})
+    return out

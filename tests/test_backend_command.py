@@ -176,6 +176,22 @@ def test_missing_executable_fails_with_reason_in_logs(backend: CommandBackend) -
     status = wait_final(backend, job_id)
     assert (status.state, status.exit_code) == (ExternalState.FAILED, 127)
     assert "cannot start 'definitely-not-a-command-4242'" in backend.logs(job_id)
+    assert status.detail == "exit code 127: executable 'definitely-not-a-command-4242' not found"
+
+
+def test_why_a_command_could_not_start_is_in_its_detail(
+    backend: CommandBackend, tmp_path: Path
+) -> None:
+    script = tmp_path / "not-executable.sh"
+    script.write_text("echo hi\n")
+    job_id = backend.submit(spec([str(script)]))
+    status = wait_final(backend, job_id)
+    assert status.detail == f"exit code 126: cannot run {str(script)!r}: permission denied"
+    job_id = backend.submit(spec(["true"], cwd=str(tmp_path / "nowhere")))
+    status = wait_final(backend, job_id)
+    assert (
+        status.detail == f"exit code 127: working directory {str(tmp_path / 'nowhere')!r} not found"
+    )
 
 
 def test_supervisor_killed_without_exit_code_is_lost(backend: CommandBackend) -> None:

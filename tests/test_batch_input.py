@@ -123,3 +123,24 @@ def test_sdk_request_moves_config_fields() -> None:
         "maxOutputTokens": 5,
         "systemInstruction": {"parts": [{"text": "be brief"}]},
     }
+
+
+def test_invalid_utf8_names_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "in.jsonl"
+    path.write_bytes((line("a") + "\n" + line("b") + "\n").encode().replace(b'"b"', b'"\xe9"'))
+    with pytest.raises(InputFileError) as info:
+        load_batch_input(path)
+    assert [(p.line, p.reason) for p in info.value.problems] == [
+        (2, "not UTF-8: invalid byte 0xe9 at column 10")
+    ]
+    assert f"{path}:2: not UTF-8" in str(info.value)
+
+
+def test_a_key_given_twice_in_one_object_is_refused() -> None:
+    request, contents = json.dumps(REQUEST), json.dumps(REQUEST["contents"])
+    twice = '{"key": "a", "key": "b", "request": ' + request + "}"
+    nested = '{"key": "c", "request": {"contents": [], "contents": ' + contents + "}}"
+    assert problems(line("z") + "\n" + twice + "\n" + nested + "\n") == [
+        (2, "invalid JSON: key 'key' given twice in one object"),
+        (3, "invalid JSON: key 'contents' given twice in one object"),
+    ]

@@ -64,6 +64,7 @@ def test_a_second_night_is_refused_while_the_first_holds_the_lease(catalogue: Pa
     assert code == 3
     err = capsys.readouterr().err
     assert "another night of 'cli-test' is running (other-host:123:abcd)" in err
+    assert "Traceback" not in err
     assert not (Path(load_settings().state_dir) / "jobs").exists()  # nothing was submitted
 
 
@@ -102,3 +103,83 @@ def test_prefect_yaml_deploys_the_nightly_flow_on_a_schedule() -> None:
 def test_night_must_be_a_date(catalogue: Path, capsys) -> None:
     assert main(["run", "--catalog", str(catalogue), "--night", "../elsewhere"]) == 4
     assert "--night must be a date like 2026-11-29" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [[], ["run", "--bogus"], ["validate", "extra"], ["frobnicate"]])
+def test_usage_errors_have_their_own_exit_code_not_partial(argv: list[str], capsys) -> None:
+    with pytest.raises(SystemExit) as info:
+        code = main(argv)
+        raise SystemExit(code)
+    assert info.value.code == 64
+    assert "usage: nightshift" in capsys.readouterr().err
+
+
+def test_help_lists_every_exit_code(capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    for code in ("0 ", "1 ", "2 ", "3 ", "4 ", "5 ", "6 ", "64 "):
+        assert f"\n  {code}" in out
+
+
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_a_binary_catalogue_is_one_line_and_exit_4(command: str, sandbox: Path, capsys) -> None:
+    path = sandbox / "bin.yaml"
+    path.write_bytes(b"jobs: []\n\x00\xff\xfe binary")
+    assert main([command, "--catalog", str(path)]) == 4
+    err = capsys.readouterr().err
+    assert f"{path}:2: not UTF-8 text (a binary file?): invalid byte 0xff at column 2" in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql+psycopg://night:hunter2-pw@127.0.0.1:1/ledger",
+        "not a url hunter2-pw",
+        "sqlite:////proc/no-such-dir/hunter2-pw/x.db",
+    ],
+)
+def test_a_ledger_that_cannot_be_opened_is_one_line_and_exit_6(
+    url: str, catalogue: Path, monkeypatch, capsys
+) -> None:
+    monkeypatch.setenv("NIGHTSHIFT_DATABASE_URL", url)
+    assert main(["run", "--catalog", str(catalogue)]) == 6
+    err = capsys.readouterr().err
+    (line,) = err.splitlines()
+    assert line.startswith("cannot open the ledger database ")
+    if "//night:" in url:
+        assert "hunter2-pw" not in line and "night:***@127.0.0.1:1" in line
+
+
+def test_validate_checks_the_batch_inputs_the_catalogue_names(sandbox: Path, capsys) -> None:
+    good = json.dumps({"key": "a", "request": {"contents": [{"parts": [{"text": "hi"}]}]}})
+    (sandbox / "in.jsonl").write_text(good + "\n" + '{"key": "b"}\n')
+    path = sandbox / "n.yaml"
+    batch = "  - {label: %s, backend: gemini_batch, model: m, input: %s, output: %s.jsonl%s}\n"
+    path.write_text(
+        "jobs:\n"
+        + batch % ("r:a", "in.jsonl", "a", "")
+        + "  - {label: make, backend: command, argv: [x]}\n"
+        + batch % ("r:b", "later.jsonl", "b", ", depends_on: [make]")
+    )
+    assert main(["validate", "--catalog", str(path)]) == 4
+    err = capsys.readouterr().err
+    assert f"{sandbox / 'in.jsonl'}:2: job 'r:a': missing 'request' object" in err
+    assert f"{sandbox / 'later.jsonl'}: job 'r:b': not there yet" in err
+    (sandbox / "in.jsonl").write_text(good + "\n")
+    assert main(["validate", "--catalog", str(path)]) == 0
+
+
+def test_validate_warns_of_a_job_that_outlives_its_schedule_and_passes(
+    sandbox: Path, capsys
+) -> None:
+    path = sandbox / "n.yaml"
+    path.write_text(
+        "defaults: {deadline: 25h}\njobs:\n  - {label: a, backend: command, argv: [x]}\n"
+    )
+    assert main(["validate", "--catalog", str(path)]) == 0
+    captured = capsys.readouterr()
+    assert f"{path}:3: job 'a': warning: can run for up to 25h00m" in captured.err
+    assert "assumed daily" in captured.err
+    assert captured.out == f"{path}: ok, 1 jobs\n"

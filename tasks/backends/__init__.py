@@ -28,7 +28,8 @@ def build_backends(catalogue: Catalogue, settings: Settings) -> dict[str, Backen
 
         # catalogue wins over NIGHTSHIFT_AGY; either may carry arguments ("python -m sandbox.agy")
         executable = catalogue.cli.executable or settings.agy
-        out["cli"] = CliBackend(shlex.split(executable))
+        cli = catalogue.cli
+        out["cli"] = CliBackend(shlex.split(executable), env=cli.env, pass_env=cli.pass_env)
     if "gemini_batch" in used:
         from tasks.backends.gemini_batch import GeminiBatchBackend, build_gemini_client
 

@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 from tasks.backends.base import ExternalState, JobSpec, JobStatus
 from tasks.backends.submission import resume_since, submission_key
 from tasks.errors import BackendError, PermanentBackendError, TransientBackendError
+from tasks.settings import child_environment
 
 __all__ = ["CliBackend"]
 
@@ -111,6 +112,7 @@ class CliBackend:
         timeout_s: float = 30,
         *,
         env: Mapping[str, str] | None = None,
+        pass_env: Sequence[str] = (),
         names: bool = False,
         clock_skew_s: float = 5.0,
     ) -> None:
@@ -118,7 +120,9 @@ class CliBackend:
         if not self.command:
             raise ValueError("executable must not be empty")
         self.timeout_s = timeout_s
-        self.env = {**os.environ, **env} if env is not None else None
+        # the CLI gets our environment minus secrets (read at each call), plus these values
+        self.env = dict(env or {})
+        self.pass_env = list(pass_env)
         self.names = names  # the agy takes ``run --name KEY`` and lists ``name``
         # how much earlier than our clock the CLI's created_at of our job may read
         self.clock_skew = timedelta(seconds=clock_skew_s)
@@ -139,7 +143,7 @@ class CliBackend:
             args += ["--name", want.key]
         began = datetime.now(UTC)
         try:
-            obj = self._json(args, dict)
+            obj = self._json(args, dict, spec.options)
         except TransientBackendError as exc:  # the job may exist: look, never run it again
             return self._after_lost_answer(want, began, exc)
         job_id = obj.get("job_id")
@@ -224,8 +228,15 @@ class CliBackend:
             raise PermanentBackendError(f"not an agy job id: {external_id!r}")
         return external_id
 
-    def _run(self, args: list[str]) -> str:
+    def _run(self, args: list[str], job: Mapping[str, Any] | None = None) -> str:
         exe = self.command[0]
+        # a job's own `env` and `pass_env` (catalogue) reach the CLI only when it is submitted
+        job = job or {}
+        env = child_environment(
+            os.environ,
+            {**self.env, **job.get("env", {})},
+            [*self.pass_env, *job.get("pass_env", ())],
+        )
         what = f"`{' '.join([exe, *args[:3]])}`"
         try:
             proc = subprocess.run(
@@ -235,7 +246,7 @@ class CliBackend:
                 encoding="utf-8",
                 errors="replace",
                 timeout=self.timeout_s,
-                env=self.env,
+                env=env,
             )
         except FileNotFoundError as exc:
             raise PermanentBackendError(
@@ -254,8 +265,8 @@ class CliBackend:
             raise PermanentBackendError(f"{what} exited {proc.returncode}: {_tail(proc.stderr)}")
         return proc.stdout
 
-    def _json(self, args: list[str], kind: type[_T]) -> _T:
-        out = self._run(args)
+    def _json(self, args: list[str], kind: type[_T], job: Mapping[str, Any] | None = None) -> _T:
+        out = self._run(args, job)
         try:
             obj = json.loads(out)
         except ValueError as exc:

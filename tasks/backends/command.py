@@ -25,6 +25,7 @@ from typing import Any
 from tasks.backends import command_runner as runner
 from tasks.backends.base import ExternalState, JobSpec, JobStatus
 from tasks.errors import PermanentBackendError, TransientBackendError
+from tasks.settings import child_environment
 
 __all__ = ["CommandBackend"]
 
@@ -98,7 +99,7 @@ class CommandBackend:
 
     def submit(self, spec: JobSpec) -> str:
         """Start the supervisor for ``spec``; return the job id (its directory name)."""
-        argv, cwd, env = self._options(spec)
+        argv, cwd, env, pass_env = self._options(spec)
         key = spec.options.get("submission_key")
         # a submission key makes submit idempotent: the same key never starts a second job
         # (a night that crashed between starting a job and recording its id finds it again)
@@ -111,7 +112,8 @@ class CommandBackend:
             shutil.rmtree(jobdir)  # a start that died before its supervisor came up
         jobdir.mkdir(parents=True)
         record: dict[str, Any] = {"label": spec.label, "argv": argv, "cwd": cwd}
-        record.update(env_keys=sorted(env), submitted_at=time.time())  # env values may be secrets
+        # env values may be secrets: only their names are recorded
+        record.update(env_keys=sorted(env), pass_env=pass_env, submitted_at=time.time())
         runner.write_atomic(jobdir / "spec.json", json.dumps(record, indent=2))
         cmd = [self.python, str(_RUNNER_PATH), str(jobdir), "--grace", str(self.kill_grace_s)]
         cmd += ["--cwd", cwd, "--", *argv]
@@ -124,7 +126,7 @@ class CommandBackend:
                     stdout=err,
                     stderr=err,
                     cwd=jobdir,
-                    env={**os.environ, **env},
+                    env=child_environment(os.environ, env, pass_env),
                     timeout=30,
                     start_new_session=True,
                 )
@@ -162,6 +164,8 @@ class CommandBackend:
         else:
             state = ExternalState.FAILED
             detail = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+            if (why := _read(jobdir / runner.START_ERROR)) is not None:
+                detail += f": {why.strip()}"  # argv never ran: say why here, not only in the log
         return JobStatus(state, code, started, _dt(finished_ts), detail)
 
     def cancel(self, external_id: str) -> None:
@@ -220,7 +224,7 @@ class CommandBackend:
         return bool(ident) and runner.identity_alive(ident)  # type: ignore[arg-type]
 
     @staticmethod
-    def _options(spec: JobSpec) -> tuple[list[str], str, dict[str, str]]:
+    def _options(spec: JobSpec) -> tuple[list[str], str, dict[str, str], list[str]]:
         opts = spec.options
         argv = opts.get("argv")
         if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
@@ -231,5 +235,9 @@ class CommandBackend:
         env = opts.get("env") or {}
         if not isinstance(env, dict):
             raise PermanentBackendError(f"job {spec.label!r}: options.env must be a mapping")
+        pass_env = opts.get("pass_env") or []
+        if not isinstance(pass_env, list):
+            raise PermanentBackendError(f"job {spec.label!r}: options.pass_env must be a list")
         cwd = Path(opts["cwd"]) if opts.get("cwd") else Path.cwd()
-        return argv, str(cwd.absolute()), {str(k): str(v) for k, v in env.items()}
+        env = {str(k): str(v) for k, v in env.items()}
+        return argv, str(cwd.absolute()), env, [str(name) for name in pass_env]

@@ -28,6 +28,7 @@ __all__ = [
     "LOG",
     "RUNNER_PID",
     "STARTED_AT",
+    "START_ERROR",
     "group_alive",
     "identity_alive",
     "main",
@@ -42,6 +43,7 @@ FINISHED_AT = "finished_at"
 EXIT_CODE = "exit_code"
 CANCEL = "cancel"
 LOG = "output.log"
+START_ERROR = "start_error"  # why argv could not be started, one line, for the job's detail
 
 # exit codes for "argv could not be started", as a shell would report them
 _NOT_FOUND, _NOT_EXECUTABLE = 127, 126
@@ -115,6 +117,17 @@ def _killpg(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
 
 
+def _start_problem(exc: OSError, executable: str, cwd: str | None) -> str:
+    """Why ``executable`` could not be started, in a few words."""
+    if isinstance(exc, FileNotFoundError):
+        if cwd is not None and exc.filename == cwd:
+            return f"working directory {cwd!r} not found"
+        return f"executable {executable!r} not found"
+    if isinstance(exc, PermissionError):
+        return f"cannot run {executable!r}: permission denied"
+    return f"cannot start {executable!r}: {exc.strerror or exc}"
+
+
 def _grace(jobdir: Path, default: float) -> float:
     try:
         return float(json.loads((jobdir / CANCEL).read_text())["grace_s"])
@@ -157,6 +170,7 @@ class _Supervisor:
             )
         except OSError as exc:
             print(f"nightshift: cannot start {self.argv[0]!r}: {exc}", file=sys.stderr, flush=True)
+            write_atomic(self.jobdir / START_ERROR, _start_problem(exc, self.argv[0], self.cwd))
             code = _NOT_FOUND if isinstance(exc, FileNotFoundError) else _NOT_EXECUTABLE
             return self._record(code)
         write_atomic(self.jobdir / CHILD_PID, json.dumps(process_identity(self.child.pid)))
