@@ -281,6 +281,7 @@ def _say(message: str) -> None:
 def _print_summary(summary: dict[str, Any], run_dir: Path) -> None:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     from tasks.durations import format_duration
 
@@ -289,12 +290,13 @@ def _print_summary(summary: dict[str, Any], run_dir: Path) -> None:
         table.add_column(column)
     for job in summary["jobs"]:
         style = "green" if job["state"] == "succeeded" else "red"
+        # Text, not markup: a label like `gen:a:` or a detail with `[x]` is shown as it is
         table.add_row(
-            job["label"],
-            f"[{style}]{job['state']}[/{style}]",
+            Text(job["label"]),
+            Text(job["state"], style=style),
             format_duration(job["duration_s"]),
             str(job["attempts"]),
-            (job.get("detail") or "")[:80],
+            Text((job.get("detail") or "")[:80]),
         )
     console = Console()
     console.print(table)

@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
 __all__ = ["LiveTable"]
 
@@ -48,7 +49,9 @@ class LiveTable:
             done = sum(s in _FINAL for s, _ in self._states.values())
         if self._lines and state in _FINAL:
             # not a terminal (CI, a log file): one line per finished job instead of a table
-            self._console.print(f"[{done}/{len(self._states)}] {label}: {state}", highlight=False)
+            line = f"[{done}/{len(self._states)}] {label}: {state}"
+            # `gen:a:` would be an emoji and `[x]` markup: print labels as they are
+            self._console.print(line, highlight=False, markup=False, emoji=False)
 
     def render(self) -> Table:
         """The table as it stands."""
@@ -62,7 +65,7 @@ class LiveTable:
         now = time.monotonic()
         for label, (state, since) in rows:
             style = _STYLE.get(state, "white")
-            table.add_row(label, f"[{style}]{state}[/{style}]", f"{now - since:.0f}s")
+            table.add_row(Text(label), Text(state, style=style), f"{now - since:.0f}s")
         return table
 
     @contextmanager
