@@ -2,8 +2,8 @@
 
 Rows written before this revision get catalogue ``""`` ("before catalogues"), a key no real
 catalogue has (a catalogue's key is its name, else its resolved path): they stay readable in the
-database but no catalogue's Ledger matches them. The server default also files rows written
-without a catalogue (an older Nightshift still running during an upgrade) under ``""``.
+database but no catalogue's Ledger matches them. The server default fills them in, and files
+a row inserted without a catalogue (by a Nightshift from before migrations) there too.
 
 Revision ID: 0002
 Revises: 0001
