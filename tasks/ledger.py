@@ -141,7 +141,8 @@ class Ledger:
         self.url = url
         self.catalogue = catalogue
         self.engine = make_engine(url)
-        migrations.upgrade(self.engine)
+        # (from, to) when this Ledger upgraded the schema, for the caller to say so
+        self.schema_upgrade = migrations.upgrade(self.engine)
         self._lock = threading.Lock()
         # (night, label) -> (state, at) of the job's latest transition written by this process
         self._last: dict[tuple[str, str], tuple[str, datetime]] = {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 import time
@@ -200,6 +201,18 @@ def test_a_ledger_from_before_migrations_upgrades_in_place(db_url: str, with_lea
     lease = Lease(tonight.engine, "nightly.yaml", "new:2:y", clock=lambda: T0 + timedelta(hours=1))
     lease.acquire()
     assert lease.holder() == ("new:2:y", T0 + timedelta(hours=1, seconds=60))
+
+
+def test_upgrading_leaves_the_apps_logging_alone(db_url: str) -> None:
+    app = logging.getLogger("nightshift.test.app")
+    root = logging.getLogger()
+    before = (list(root.handlers), root.level, app.disabled, app.level)
+
+    ledger = Ledger(db_url)
+
+    assert ledger.schema_upgrade == (None, migrations.HEAD)
+    assert (list(root.handlers), root.level, app.disabled, app.level) == before
+    assert Ledger(db_url).schema_upgrade is None
 
 
 def test_at_head_a_ledger_costs_one_small_query(db_url: str) -> None:
