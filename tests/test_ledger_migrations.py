@@ -300,3 +300,32 @@ def test_processes_starting_together_upgrade_once(db_url: str, tmp_path: Path, s
     assert Ledger(db_url, BEFORE_CATALOGUES).get_job(NIGHT, "etl") == (
         _OLD_JOB if start == "before-migrations" else None
     )
+
+
+def test_a_lease_taken_before_the_first_ledger_is_kept(db_url: str) -> None:
+    Lease(db_url, "nightly.yaml", "early:1:z").acquire()  # creates only its own table
+
+    Ledger(db_url, "nightly.yaml").record_state(NIGHT, "etl", "failed", detail="no input")
+
+    assert _revision(db_url) == migrations.HEAD
+    held = Lease(db_url, "nightly.yaml", "other").holder()
+    assert held is not None and held[0] == "early:1:z"
+
+
+def test_revision_0002_can_be_undone_and_redone(db_url: str) -> None:
+    Ledger(db_url, "nightly.yaml").record_submit(NIGHT, "etl", "cli", "job-1", 1, at=T0)
+    engine = make_engine(db_url)
+    config = Config()
+    config.set_main_option("script_location", str(Path(migrations.__file__).parent))
+    from alembic import command
+
+    with engine.begin() as conn:
+        config.attributes["connection"] = conn
+        command.downgrade(config, "0001")
+    assert _revision(db_url) == "0001"
+    with engine.connect() as conn:
+        assert "catalogue" not in {c["name"] for c in sa.inspect(conn).get_columns("jobs")}
+    engine.dispose()
+
+    assert Ledger(db_url, BEFORE_CATALOGUES).get_job(NIGHT, "etl") is not None
+    assert _revision(db_url) == migrations.HEAD
