@@ -60,11 +60,13 @@ def upgrade() -> None:
         )
     bind = op.get_bind()
     # SQLite copies the table from _jobs_0001(), which has no key to drop
-    old_pk = None if bind.dialect.name == "sqlite" else sa.inspect(bind).get_pk_constraint("jobs")
+    old_pk = None
+    if bind.dialect.name != "sqlite":  # jobs_pkey, unless someone named it otherwise
+        old_pk = sa.inspect(bind).get_pk_constraint("jobs").get("name")
     with op.batch_alter_table("jobs", recreate="auto", copy_from=_jobs_0001()) as batch:
         batch.add_column(_catalogue())
-        if old_pk:  # jobs_pkey on PostgreSQL, whatever an older tool named it elsewhere
-            batch.drop_constraint(old_pk["name"], type_="primary")
+        if old_pk:
+            batch.drop_constraint(old_pk, type_="primary")
         batch.create_primary_key("pk_jobs", ["catalogue", "night", "label"])
         batch.drop_index("ix_jobs_label_state")
         batch.create_index("ix_jobs_catalogue_label_state", ["catalogue", "label", "state"])
