@@ -114,7 +114,7 @@ def main() -> int:
     if bad:
         print(f"flow state {state.type.value}; not all jobs succeeded: {bad}", file=sys.stderr)
         return 1
-    ledger = Ledger(load_settings().ledger_url())
+    ledger = Ledger(load_settings().ledger_url(), str(catalog.resolve()))
     records = [ledger.get_job(night, j["label"]) for j in jobs]
     ledger.close()
     first_submit = min(r.submitted_at for r in records if r and r.submitted_at)

@@ -114,7 +114,7 @@ def nightly(
     night = parse_night(night) if night else tonight(flow_run.scheduled_start_time)
     run_path = Path(run_dir) if run_dir else run_dir_for(settings, night)
     run_path.mkdir(parents=True, exist_ok=True)
-    ledger = Ledger(settings.ledger_url())
+    ledger = Ledger(settings.ledger_url(), catalogue.key)
     try:
         with Lease(ledger.engine, catalogue.key, ttl_s=settings.lease_ttl) as lease:
             summary = _run_night(catalogue, only, night, run_path, ledger, settings, lease)

@@ -1,8 +1,10 @@
 """The dwell ledger and job records: every state change of every job, in SQLite or PostgreSQL.
 
 ``transitions`` holds one row per state change (never sampled) with the seconds spent in the
-previous state; ``jobs`` holds one row per (night, label) so a rerun of a night can re-attach to a
-job still running, skip jobs that succeeded and redo only the failed ones.
+previous state; ``jobs`` holds one row per (catalogue, night, label) so a rerun of a night can
+re-attach to a job still running, skip jobs that succeeded and redo only the failed ones. A Ledger
+reads and writes one catalogue's rows only; rows from before catalogues (``""``) match none. The
+schema is Alembic's (``tasks.migrations``), brought up to date when a Ledger is made.
 """
 
 from __future__ import annotations
@@ -18,11 +20,13 @@ from typing import Any
 import pandas as pd
 import sqlalchemy as sa
 
+from tasks import migrations
 from tasks.db import UTCDateTime, make_engine
 
 __all__ = [
     "AT",
     "BACKEND",
+    "BEFORE_CATALOGUES",
     "DWELL_S",
     "HISTORY_COLUMNS",
     "LABEL",
@@ -46,12 +50,21 @@ DWELL_S = "dwell_s"  # seconds spent in STATE
 AT = "at"  # when the job left STATE (datetime64[us, UTC])
 HISTORY_COLUMNS = [NIGHT, RUN_ID, LABEL, BACKEND, STATE, DWELL_S, AT]
 
+BEFORE_CATALOGUES = ""  # the catalogue of rows written before jobs were keyed by catalogue
+
+# what migrations build (tests compare the two); the schema itself lives in tasks/migrations
 _metadata = sa.MetaData()
+
+
+def _catalogue_column() -> sa.Column[str]:
+    return sa.Column("catalogue", sa.String(300), nullable=False, server_default=BEFORE_CATALOGUES)
+
 
 _transitions = sa.Table(
     "transitions",
     _metadata,
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    _catalogue_column(),
     sa.Column("night", sa.String(32), nullable=False),
     sa.Column("run_id", sa.String(64), nullable=False),
     sa.Column("label", sa.String(200), nullable=False),
@@ -61,15 +74,16 @@ _transitions = sa.Table(
     sa.Column("to_state", sa.String(32), nullable=False),
     sa.Column("at", UTCDateTime(), nullable=False),
     sa.Column("dwell_s", sa.Float, nullable=True),
-    sa.Index("ix_transitions_night_label", "night", "label", "id"),
+    sa.Index("ix_transitions_catalogue_night_label", "catalogue", "night", "label", "id"),
     sa.Index("ix_transitions_at", "at"),
 )
 
 _jobs = sa.Table(
     "jobs",
     _metadata,
-    sa.Column("night", sa.String(32), primary_key=True),
-    sa.Column("label", sa.String(200), primary_key=True),
+    _catalogue_column(),
+    sa.Column("night", sa.String(32), nullable=False),
+    sa.Column("label", sa.String(200), nullable=False),
     sa.Column("backend", sa.String(64), nullable=True),  # None: failed before submit
     sa.Column("external_id", sa.String(500), nullable=True),
     sa.Column("state", sa.String(32), nullable=False),
@@ -78,8 +92,13 @@ _jobs = sa.Table(
     sa.Column("finished_at", UTCDateTime(), nullable=True),
     sa.Column("detail", sa.Text, nullable=True),
     sa.Column("data", sa.Text, nullable=True),  # JSON object
-    sa.Index("ix_jobs_label_state", "label", "state"),
+    sa.PrimaryKeyConstraint("catalogue", "night", "label", name="pk_jobs"),
+    sa.Index("ix_jobs_catalogue_label_state", "catalogue", "label", "state"),
 )
+
+# every column but the catalogue, which a Ledger already knows
+_TRANSITION_FIELDS = [c for c in _transitions.c if c.name != "catalogue"]
+_JOB_FIELDS = [c for c in _jobs.c if c.name != "catalogue"]
 
 
 @dataclass(frozen=True)
@@ -115,13 +134,15 @@ class JobRecord:
 
 
 class Ledger:
-    """The dwell ledger and job records behind one database URL; safe across threads."""
+    """One catalogue's dwell ledger and job records behind a database URL; thread-safe."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, catalogue: str = "default") -> None:
+        """Upgrade the schema if needed; BEFORE_CATALOGUES reads the rows of older Nightshifts."""
         self.url = url
+        self.catalogue = catalogue
         self.engine = make_engine(url)
-        with self.engine.begin() as conn:
-            _metadata.create_all(conn)
+        # (from, to) when this Ledger upgraded the schema, for the caller to say so
+        self.schema_upgrade = migrations.upgrade(self.engine)
         self._lock = threading.Lock()
         # (night, label) -> (state, at) of the job's latest transition written by this process
         self._last: dict[tuple[str, str], tuple[str, datetime]] = {}
@@ -149,7 +170,8 @@ class Ledger:
             if previous is None:
                 row = conn.execute(
                     sa.select(_transitions.c.to_state, _transitions.c.at)
-                    .where(_transitions.c.night == night, _transitions.c.label == label)
+                    .where(*self._mine(_transitions), _transitions.c.night == night)
+                    .where(_transitions.c.label == label)
                     .order_by(_transitions.c.id.desc())
                     .limit(1)
                 ).first()
@@ -163,6 +185,7 @@ class Ledger:
                 from_state, dwell_s = previous[0], max(0.0, (at - previous[1]).total_seconds())
             conn.execute(
                 sa.insert(_transitions).values(
+                    catalogue=self.catalogue,
                     night=night,
                     run_id=run_id,
                     label=label,
@@ -178,7 +201,9 @@ class Ledger:
 
     def dwells(self, night: str, label: str | None = None) -> list[Transition]:
         """Every transition of ``night`` (optionally one job's), in the order they were written."""
-        query = sa.select(_transitions).where(_transitions.c.night == night)
+        query = sa.select(*_TRANSITION_FIELDS).where(
+            *self._mine(_transitions), _transitions.c.night == night
+        )
         if label is not None:
             query = query.where(_transitions.c.label == label)
         with self.engine.begin() as conn:
@@ -192,7 +217,7 @@ class Ledger:
             sa.select(
                 t.c.night, t.c.run_id, t.c.label, t.c.backend, t.c.from_state, t.c.dwell_s, t.c.at
             )
-            .where(t.c.from_state.is_not(None), t.c.at >= _utc(since))
+            .where(*self._mine(t), t.c.from_state.is_not(None), t.c.at >= _utc(since))
             .order_by(t.c.at, t.c.id)
         )
         with self.engine.begin() as conn:
@@ -207,9 +232,7 @@ class Ledger:
     def get_job(self, night: str, label: str) -> JobRecord | None:
         """The record of one job of one night, or None if it never got one."""
         with self.engine.begin() as conn:
-            row = conn.execute(
-                sa.select(_jobs).where(_jobs.c.night == night, _jobs.c.label == label)
-            ).first()
+            row = conn.execute(sa.select(*_JOB_FIELDS).where(*self._job_key(night, label))).first()
         if row is None:
             return None
         values = row._asdict()
@@ -259,6 +282,7 @@ class Ledger:
         if not wanted:
             return {}
         query = sa.select(_jobs.c.label, _jobs.c.submitted_at, _jobs.c.finished_at).where(
+            *self._mine(_jobs),
             _jobs.c.label.in_(wanted),
             _jobs.c.state == str(succeeded),
             _jobs.c.submitted_at >= _utc(since),
@@ -270,14 +294,22 @@ class Ledger:
                 seconds.setdefault(label, []).append((finished_at - submitted_at).total_seconds())
         return {label: float(statistics.median(values)) for label, values in seconds.items()}
 
+    def _mine(self, table: sa.Table) -> tuple[sa.ColumnElement[bool]]:
+        """The filter every query carries: this catalogue's rows only."""
+        return (table.c.catalogue == self.catalogue,)
+
+    def _job_key(self, night: str, label: str) -> tuple[sa.ColumnElement[bool], ...]:
+        return (*self._mine(_jobs), _jobs.c.night == night, _jobs.c.label == label)
+
     def _upsert_job(self, night: str, label: str, values: dict[str, Any]) -> None:
         # under BEGIN IMMEDIATE (SQLite) the read-then-write is atomic; on PostgreSQL one
-        # (night, label) is only ever written by the single live night holding the lease
-        where = (_jobs.c.night == night, _jobs.c.label == label)
+        # (catalogue, night, label) is only ever written by the live night holding the
+        # catalogue's lease
+        where = self._job_key(night, label)
         with self.engine.begin() as conn:
             if conn.execute(sa.update(_jobs).where(*where).values(**values)).rowcount == 0:
-                row = {"night": night, "label": label, "attempts": 0, **values}
-                conn.execute(sa.insert(_jobs).values(row))
+                key = {"catalogue": self.catalogue, "night": night, "label": label}
+                conn.execute(sa.insert(_jobs).values({**key, "attempts": 0, **values}))
 
 
 def _now() -> datetime:

@@ -55,7 +55,7 @@ def test_a_killed_night_is_resumed_without_resubmitting(
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    ledger = Ledger(load_settings().ledger_url())
+    ledger = Ledger(load_settings().ledger_url(), "crash-test")
     try:
 
         def long_is_running() -> bool:

@@ -200,3 +200,47 @@ def test_the_ledger_creates_missing_directories(tmp_path: Path) -> None:
     ledger.transition(NIGHT_1, "r", "etl", "cli", None, "queued", at=T0)
 
     assert (tmp_path / "state" / "deep" / "ledger.sqlite3").exists()
+
+
+def test_two_catalogues_with_the_same_label_on_one_night_do_not_see_each_other(url: str) -> None:
+    a, b = Ledger(url, "team-a"), Ledger(url, "/srv/team-b/nightshift.yaml")
+    a.record_submit(NIGHT_1, "etl", "cli", "job-a", 1, at=T0)
+    _walk(a, "etl", [("queued", 0), ("running", 10), ("succeeded", 70)])
+    a.record_state(NIGHT_1, "etl", "succeeded", finished_at=T0 + timedelta(seconds=70))
+
+    # b's etl has never run: no record, no chain to continue, no expected duration
+    assert b.get_job(NIGHT_1, "etl") is None
+    assert b.dwells(NIGHT_1) == []
+    assert b.history(since=T0).empty
+    assert b.expected_durations(["etl"], since=T0) == {}
+
+    b.record_submit(NIGHT_1, "etl", "gemini_batch", "batches/b", 1, at=T0 + timedelta(seconds=5))
+    b.transition(NIGHT_1, "run-b", "etl", "gemini_batch", "batches/b", "queued", at=T0)
+    b.transition(NIGHT_1, "run-b", "etl", "gemini_batch", "batches/b", "succeeded", at=T0)
+    b.record_state(NIGHT_1, "etl", "succeeded", finished_at=T0 + timedelta(seconds=905))
+
+    # a fresh Ledger per catalogue (a rerun in a new process) reads only its own rows
+    a, b = Ledger(url, "team-a"), Ledger(url, "/srv/team-b/nightshift.yaml")
+    job_a, job_b = a.get_job(NIGHT_1, "etl"), b.get_job(NIGHT_1, "etl")
+    assert job_a is not None and job_b is not None
+    assert (job_a.external_id, job_b.external_id) == ("job-a", "batches/b")
+    assert [(r.from_state, r.to_state) for r in a.dwells(NIGHT_1, "etl")] == [
+        (None, "queued"),
+        ("queued", "running"),
+        ("running", "succeeded"),
+    ]
+    assert [(r.from_state, r.to_state) for r in b.dwells(NIGHT_1, "etl")] == [
+        (None, "queued"),
+        ("queued", "succeeded"),
+    ]
+    assert list(a.history(since=T0)[STATE]) == ["queued", "running"]
+    assert list(b.history(since=T0)[BACKEND]) == ["gemini_batch"]
+    assert a.expected_durations(["etl"], since=T0) == {"etl": 70.0}
+    assert b.expected_durations(["etl"], since=T0) == {"etl": 900.0}
+
+
+def test_a_ledger_without_a_catalogue_is_the_default_one(url: str) -> None:
+    Ledger(url).record_state(NIGHT_1, "etl", "failed", detail="bad input")
+
+    assert Ledger(url, "default").get_job(NIGHT_1, "etl") is not None
+    assert Ledger(url, "other").get_job(NIGHT_1, "etl") is None

@@ -111,7 +111,7 @@ def test_a_mixed_night_of_twelve_jobs(sandbox: Path) -> None:
     assert jobs["audit:slow"]["duration_s"] >= 10  # ran until the deadline cancelled it
 
     # every transition went to the ledger, in order, with dwell times
-    ledger = Ledger(load_settings().ledger_url())
+    ledger = Ledger(load_settings().ledger_url(), str((sandbox / "nightshift.yaml").resolve()))
     night = ledger.dwells(summary["started_at"][:10], "gen:a")
     assert [t.to_state for t in night][-3:] == ["queued", "running", "succeeded"] or [
         t.to_state for t in night
@@ -179,7 +179,7 @@ def test_a_cap_bounds_jobs_in_flight_and_starts_the_longest_first(sandbox: Path)
 
     from prefect.client.orchestration import get_client
 
-    ledger = Ledger(load_settings().ledger_url())
+    ledger = Ledger(load_settings().ledger_url(), str((sandbox / "nightshift.yaml").resolve()))
     long_ago = datetime.now(UTC) - timedelta(days=2)
     for i, seconds in enumerate([10, 50, 30, 40, 20]):  # history: j1 is the longest
         ledger.record_submit("2026-11-01", f"j{i}", "command", f"old-{i}", 1, at=long_ago)

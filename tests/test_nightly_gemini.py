@@ -73,7 +73,9 @@ def test_dropped_rows_make_a_partial_job_and_a_stuck_batch_falls_back(
     stuck = jobs["report:stuck"]
     assert stuck["state"] == "succeeded", stuck
     assert stuck["data"]["reconciliation"]["fallback"] == 6
-    assert stuck["duration_s"] < 5
+    # fired at 80 % of the SLA (4 s): not before, and not at the night's 60 s deadline; how
+    # punctually is for the watcher's fake-clock tests, not a wall-clock window on a busy machine
+    assert 4 <= stuck["duration_s"] < 60
     answered = (sandbox / "out" / "stuck.jsonl").read_text().splitlines()
     assert sorted(json.loads(line)["key"] for line in answered) == [f"r{i}" for i in range(6)]
     assert emulator.count("models.generateContent") == 6

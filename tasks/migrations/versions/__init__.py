@@ -1,0 +1,1 @@
+"""The ledger's revisions, oldest first (Alembic skips this file)."""
