@@ -60,7 +60,7 @@ def kill_mid_submit(path: Path, created: Callable[[], bool], key: str, label: st
     finally:
         os.killpg(night.pid, signal.SIGKILL)  # no cleanup, no ledger write, no lease release
         night.wait()
-    ledger = Ledger(load_settings().ledger_url())
+    ledger = Ledger(load_settings().ledger_url(), key)
     try:
         record = ledger.get_job(NIGHT, label)
         assert record is not None and record.state == "submitting" and not record.external_id
@@ -101,7 +101,7 @@ def test_a_job_cli_run_whose_night_died_before_recording_it_is_found_by_the_reru
     )
     assert state.is_completed()
     assert runs() == 1  # re-attached to the job the dead night made: one billed run
-    ledger = Ledger(load_settings().ledger_url())
+    ledger = Ledger(load_settings().ledger_url(), "crash-cli")
     try:
         record = ledger.get_job(NIGHT, "gen")
         assert (record.state, record.attempts) == ("succeeded", 1)

@@ -35,11 +35,6 @@ def _night(sandbox: Path, name: str, marker: Path) -> dict[str, str]:
     return job
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="tasks/runner.py's submission key (night/label/attempt) lacks the catalogue: the "
-    "command backend re-attaches team-b's etl to team-a's finished process",
-)
 def test_a_label_another_catalogue_ran_tonight_still_runs(sandbox: Path) -> None:
     marker = sandbox / "ran.txt"
 
