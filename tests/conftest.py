@@ -80,3 +80,23 @@ def emu(shared_emu: Any) -> Any:
     """The module's emulator, forgetting everything earlier tests did to it."""
     shared_emu.reset()
     return shared_emu
+
+
+class FakeClock:
+    """Seconds that move only when a test moves them (``clock.now += 1``)."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clocked_emu() -> Iterator[tuple[Any, FakeClock]]:
+    """A Gemini emulator on a fake clock: batch states change only when the test says so."""
+    from sandbox.gemini_emulator import GeminiEmulator
+
+    clock = FakeClock()
+    with GeminiEmulator(time_scale=4000, api_key=GEMINI_KEY, clock=clock) as emulator:
+        yield emulator, clock

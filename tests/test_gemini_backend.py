@@ -90,13 +90,18 @@ def test_backend_satisfies_protocol(backend: GeminiBatchBackend) -> None:
     assert backend.name == "gemini_batch"
 
 
-def test_inline_batch_end_to_end(emu, backend, tmp_path) -> None:
+def test_inline_batch_end_to_end(clocked_emu, tmp_path) -> None:
+    emu, clock = clocked_emu  # states change only when the test moves the clock
+    backend = make_backend(emu)
     emu.script_batch("inline-job", BatchScript(queued_s=5 * MINUTES, running_s=15 * MINUTES))
     spec = make_spec(tmp_path, "inline-job", 6)
     batch_id = backend.submit(spec)
 
-    states = wait_final(backend, batch_id)
-    assert states == [ExternalState.QUEUED, ExternalState.RUNNING, ExternalState.SUCCEEDED]
+    assert backend.status(batch_id).state == ExternalState.QUEUED
+    clock.now += 5 * MINUTES / emu.time_scale
+    assert backend.status(batch_id).state == ExternalState.RUNNING
+    clock.now += 15 * MINUTES / emu.time_scale
+    assert backend.status(batch_id).state == ExternalState.SUCCEEDED
     sent = emu.last_body["batches.create"]["batch"]
     assert sent["displayName"] == "inline-job"
     first = sent["inputConfig"]["requests"]["requests"][0]["request"]

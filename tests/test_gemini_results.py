@@ -306,14 +306,18 @@ def test_collect_after_a_cancel_with_no_results_retries_every_row(emu, backend, 
     assert len(read_jsonl(outcome["retry_file"])) == 3
 
 
-def test_collect_after_a_slow_cancel_includes_rows_finished_meanwhile(emu, tmp_path) -> None:
-    backend = make_backend(emu, cancel_wait=CancelWait(timeout_s=2, initial_s=0.01))
+def test_collect_after_a_slow_cancel_includes_rows_finished_meanwhile(
+    clocked_emu, tmp_path
+) -> None:
+    emu, clock = clocked_emu
+    backend = make_backend(emu, cancel_wait=CancelWait(timeout_s=30, initial_s=0.01))
     script = BatchScript(final="stuck", done_on_cancel=3, cancel_delay_s=10 * MINUTES)
     emu.script_batch("slow", script)
     spec = make_spec(tmp_path, "slow", 5, inline_threshold_rows=2)
     batch_id = backend.submit(spec)
     backend.cancel(batch_id)
     assert backend.status(batch_id).state == ExternalState.RUNNING  # the cancel is not done yet
+    clock.now += 10 * MINUTES / emu.time_scale  # now it is
 
     outcome = backend.collect(spec, batch_id)
     rec = outcome["reconciliation"]
