@@ -203,3 +203,27 @@ def test_a_chain_is_one_task_run_named_by_its_steps_and_inherits_the_run_tags(
     assert names == sorted(["solo", "fetch", "link", "publish", "fetch → link → publish"])
     assert subflows == []
     assert all("nightshift" in t.tags for t in task_runs), {t.name: t.tags for t in task_runs}
+
+
+def test_a_night_whose_lease_was_not_renewed_in_time_submits_nothing_more(tmp_path: Path) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from sqlalchemy import create_engine, text
+
+    from tasks.watcher import Watcher
+
+    now = [datetime(2026, 11, 29, 2, 0, tzinfo=UTC)]
+    url = f"sqlite:///{tmp_path / 'ledger.sqlite3'}"
+    watcher = Watcher(lambda *_: None)
+    try:
+        with Lease(url, "edges", "me", ttl_s=0.3, clock=lambda: now[0]) as lease:
+            assert nightly_module._stop_reason(lease, watcher) is None
+            engine = create_engine(url)
+            with engine.begin() as conn:  # the database goes away under the night
+                conn.execute(text("DROP TABLE leases"))
+            engine.dispose()
+            now[0] += timedelta(seconds=0.31)
+            reason = nightly_module._stop_reason(lease, watcher)
+    finally:
+        watcher.stop()
+    assert reason is not None and reason.startswith("not submitted: the lease on 'edges'")
