@@ -124,7 +124,6 @@ def run_chain(name: str, labels: list[str], night_key: str) -> State:
         if blockers:
             reason = f"{blockers[0]} {done[blockers[0]].state.value}"
             done[label] = end_job(ctx, label, Outcome.SKIPPED, reason)
-            _withdraw(ctx, label)
             continue
         state = _with_retries(ctx)(label, night_key, return_state=True)
         done[label] = _outcome_of(ctx, label, state)
