@@ -196,8 +196,9 @@ class Lease:
                 _log.error("lost the lease: %s", exc)
                 return
             except Exception as exc:  # any error: say so and retry; lost_reason reports a lapse
-                self.last_error = _one_line(exc)
-                _log.warning("renewing the lease on %r failed: %s", self.key, self.last_error)
+                error = _one_line(exc)
+                _log.warning("renewing the lease on %r failed: %s", self.key, error)
+                self.last_error = error
 
 
 def _one_line(error: BaseException) -> str:
