@@ -98,7 +98,7 @@ def run_job(label: str, night_key: str) -> JobOutcome | State:
 
 
 def _never(task: Any, task_run: Any, state: State) -> bool:
-    """A chain is never retried as a whole: its steps retry themselves."""
+    """Never retry (a chain as a whole: its steps retry themselves; jobs with `retries: 0`)."""
     return False
 
 
@@ -301,8 +301,10 @@ def _stop_reason(lease: Lease, watcher: Watcher) -> str | None:
 def _with_retries(ctx: NightContext) -> Any:
     """The job task with the catalogue's retry policy."""
     defaults = ctx.catalogue.defaults
+    # `retries: 0` as one retry that never fires: see run_chain on Prefect's empty traceback
     return run_job.with_options(
-        retries=defaults.retries,
+        retries=max(defaults.retries, 1),
+        retry_condition_fn=_transient_only if defaults.retries else _never,
         retry_delay_seconds=exponential_backoff(backoff_factor=defaults.retry_delay),
     )
 

@@ -227,3 +227,15 @@ def test_a_night_whose_lease_was_not_renewed_in_time_submits_nothing_more(tmp_pa
     finally:
         watcher.stop()
     assert reason is not None and reason.startswith("not submitted: the lease on 'edges'")
+
+
+def test_a_failed_job_logs_no_empty_traceback_even_without_retries(
+    sandbox: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    body = f"  - {{label: bad, backend: command, argv: [{PY}, -c, 'exit(3)']}}\n"
+    path = write(sandbox, body)
+    path.write_text(path.read_text().replace("stagger: 0s", "stagger: 0s, retries: 0"))
+    run_dir = sandbox / "run"
+    nightly(catalog=str(path), run_dir=str(run_dir), return_state=True)
+    assert jobs_of(summary_of(run_dir))["bad"]["state"] == "failed"
+    assert "Task run failed with state" not in caplog.text  # Prefect's, with "NoneType: None"
