@@ -173,11 +173,11 @@ def run_catalogue(
     finally:
         LIVE_OBSERVERS.remove(table.update)
     summary_file = run_dir / "summary.json"
+    error: Any = state.result(raise_on_failure=False)
+    if isinstance(error, LockHeldError):  # a refused night leaves a summary too: say it in a line
+        _say(f"refused: {error}")
+        return EXIT_LOCKED
     if not summary_file.exists():
-        error: Any = state.result(raise_on_failure=False)
-        if isinstance(error, LockHeldError):
-            _say(f"refused: {error}")
-            return EXIT_LOCKED
         if isinstance(error, CatalogueError):
             _say(str(error))
             return EXIT_BAD_CATALOGUE

@@ -32,10 +32,12 @@ def prefect_slots(
     def hold(backend: str, timeout_s: float) -> AbstractContextManager[object]:
         if backend not in limits:
             return nullcontext()
-        # strict: a limit deleted under us is an error, not a silent free-for-all; the wait
-        # ends at the night's deadline (TimeoutError) instead of outliving it
+        # not strict: a strict slot whose lease renewal fails (a Prefect API blip) cancels the
+        # job's thread at a random instruction. A limit deleted under us only warns; the
+        # night's own admission gate still caps the backend. The wait ends at the night's
+        # deadline (TimeoutError) instead of outliving it.
         return concurrency(
-            limit_name(backend), occupy=1, strict=True, timeout_seconds=max(timeout_s, 0.1)
+            limit_name(backend), occupy=1, strict=False, timeout_seconds=max(timeout_s, 0.1)
         )
 
     return hold

@@ -7,6 +7,7 @@ SQLite (3.35+) and PostgreSQL; no row returned means someone else holds a live l
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import threading
@@ -18,7 +19,7 @@ from typing import Any
 
 from sqlalchemy import Column, Connection, Engine, MetaData, String, Table, delete, or_, select
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import SQLAlchemyError
 
 from tasks.db import UTCDateTime, make_engine
 from tasks.errors import LockHeldError
@@ -26,6 +27,8 @@ from tasks.errors import LockHeldError
 __all__ = ["Clock", "Lease", "default_owner"]
 
 Clock = Callable[[], datetime]
+
+_log = logging.getLogger(__name__)
 
 _metadata = MetaData()
 
@@ -75,6 +78,10 @@ class Lease:
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
         self._lost: LockHeldError | None = None
+        # on self._clock: when a renewal last succeeded, and why the lease can't be trusted
+        self._renewed_at: datetime | None = None
+        self._lapsed: str | None = None
+        self.last_error: str | None = None
         with self.engine.begin() as conn:
             _metadata.create_all(conn)
 
@@ -82,6 +89,25 @@ class Lease:
     def lost(self) -> LockHeldError | None:
         """Why background renewal stopped because another holder took the lease, if it did."""
         return self._lost
+
+    @property
+    def lost_reason(self) -> str | None:
+        """Why the holder must stop acting as one: taken over, or not renewed within the ttl.
+
+        A lapse is for good: another holder may have come and gone while we could not renew.
+        """
+        if self._lost is not None:
+            return str(self._lost)
+        renewed_at = self._renewed_at
+        if self._lapsed is None and self._renewer is not None and renewed_at is not None:
+            age = (self._clock() - renewed_at).total_seconds()
+            if age >= self.ttl_s:
+                self._lapsed = (
+                    f"the lease on {self.key!r} was not renewed for {age:.0f}s (ttl "
+                    f"{self.ttl_s:g}s), so another night may hold it; last error: "
+                    f"{self.last_error or 'none'}"
+                )
+        return self._lapsed
 
     def acquire(self) -> None:
         """Take the lease; raises LockHeldError while another owner's lease is unexpired."""
@@ -107,6 +133,8 @@ class Lease:
         self.acquire()
         self._stop.clear()
         self._lost = None
+        self._lapsed = None
+        self.last_error = None
         self._renewer = threading.Thread(
             target=self._renew_until_stopped, name=f"lease-renew {self.key}", daemon=True
         )
@@ -123,7 +151,11 @@ class Lease:
         if self._renewer is not None:
             self._renewer.join()
             self._renewer = None
-        self.release()
+        try:
+            self.release()
+        except SQLAlchemyError as error:
+            # the database is down: the lease runs out on its own; the night's own error wins
+            _log.warning("releasing the lease on %r failed: %s", self.key, _one_line(error))
 
     def _claim(self) -> None:
         # a row deleted between our failed upsert and the holder lookup (PostgreSQL, read
@@ -141,6 +173,7 @@ class Lease:
                 )
                 # RETURNING, not rowcount: drivers disagree on rowcount for an upsert
                 if conn.execute(upsert.returning(_leases.c.owner)).first() is not None:
+                    self._renewed_at = now
                     return
                 holder = self._holder(conn)
             if holder is not None:
@@ -160,8 +193,16 @@ class Lease:
                 self.renew()
             except LockHeldError as exc:
                 self._lost = exc
+                _log.error("lost the lease: %s", exc)
                 return
-            except OperationalError:
-                # a busy or briefly unreachable database: the next tick retries, and two
-                # missed renewals still leave a third of the ttl
-                continue
+            except Exception as exc:  # any error: say so and retry; lost_reason reports a lapse
+                error = _one_line(exc)
+                _log.warning("renewing the lease on %r failed: %s", self.key, error)
+                self.last_error = error
+
+
+def _one_line(error: BaseException) -> str:
+    """An error as one short line (SQLAlchemy's own text carries the SQL and a URL)."""
+    cause = getattr(error, "orig", None) or error
+    text = str(cause).strip().splitlines()
+    return f"{type(cause).__name__}: {text[0] if text else ''}"

@@ -202,3 +202,41 @@ def test_a_lease_held_by_a_killed_process_becomes_free_once_expired(url: str) ->
         if child.poll() is None:
             child.kill()
             child.wait(timeout=10)
+
+
+def _break_database(url: str) -> None:
+    """Take the lease table away: OperationalError on SQLite, ProgrammingError on PostgreSQL."""
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(text("DROP TABLE leases"))
+    engine.dispose()
+
+
+def test_a_lease_not_renewed_within_its_ttl_is_reported_lost(url: str, caplog) -> None:
+    clock = FakeClock()
+    with Lease(url, KEY, "me", ttl_s=0.3, clock=clock) as lease:
+        _break_database(url)
+        deadline = time.monotonic() + 10
+        while "renewing the lease" not in caplog.text:  # the renewer saw the outage, said so
+            assert time.monotonic() < deadline, "the renewer never reported the outage"
+            time.sleep(0.02)
+        assert lease.lost_reason is None  # within the ttl on the lease's clock: still ours
+        clock.advance(0.31)
+        reason = lease.lost_reason
+        assert reason is not None and "not renewed" in reason and KEY in reason
+        assert lease._renewer is not None and lease._renewer.is_alive()  # it keeps trying
+    # leaving the block while the database is down does not raise over the night's outcome
+
+
+def test_a_lease_taken_over_is_reported_lost(url: str) -> None:
+    clock = FakeClock()
+    with Lease(url, KEY, "me", ttl_s=0.3, clock=clock) as lease:
+        clock.advance(0.31)
+        Lease(url, KEY, "rescuer", ttl_s=60, clock=clock).acquire()
+        deadline = time.monotonic() + 10
+        while lease.lost is None:
+            assert time.monotonic() < deadline, "the takeover was never noticed"
+            time.sleep(0.02)
+        assert "rescuer" in (lease.lost_reason or "")
