@@ -99,8 +99,8 @@ def main() -> int:
     from prefect.testing.utilities import prefect_test_harness
 
     from flows.nightly import nightly
-    from tasks.ledger import Ledger
-    from tasks.settings import load_settings
+    from nightshift.config.settings import load_settings
+    from nightshift.store.ledger import Ledger
 
     night, run_dir = "2000-01-01", tmp / "run"
     print(f"starting a temporary Prefect server; catalogue and state in {tmp}", flush=True)

@@ -5,36 +5,33 @@ from __future__ import annotations
 import threading
 import uuid
 from contextlib import ExitStack
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from prefect import flow, get_run_logger, tags, task
+from prefect import flow, get_run_logger, tags
 from prefect.artifacts import (
     create_progress_artifact,
     update_progress_artifact,
 )
-from prefect.cache_policies import NO_CACHE
-from prefect.futures import PrefectFuture
-from prefect.runtime import flow_run, task_run
+from prefect.runtime import flow_run
 from prefect.states import Completed, Failed, State
 from prefect.task_runners import ThreadPoolTaskRunner
-from prefect.tasks import exponential_backoff
 
-from flows.limits import prefect_slots
-from flows.report import NightEndedEarly, not_run, report, why
-from tasks.backends import build_backends
-from tasks.catalogue import Catalogue, load_catalogue
-from tasks.errors import LockHeldError, TransientBackendError
-from tasks.gate import Admission
-from tasks.lease import Lease
-from tasks.ledger import Ledger
-from tasks.outcomes import JobOutcome, NightSummary, Outcome, join
-from tasks.plan import parse_night, plan_night, tonight
-from tasks.runner import NightContext, Observer, end_job, run_one_job
-from tasks.settings import Settings, load_settings
-from tasks.watcher import Watcher
+from nightshift.backends import build_backends
+from nightshift.config.catalogue import Catalogue, load_catalogue
+from nightshift.config.settings import Settings, load_settings
+from nightshift.engine.admission import Admission
+from nightshift.engine.outcomes import JobOutcome, NightSummary, Outcome, join
+from nightshift.engine.plan import parse_night, plan_night, tonight
+from nightshift.engine.runner import NightContext, Observer, end_job
+from nightshift.engine.watcher import Watcher
+from nightshift.errors import LockHeldError
+from nightshift.orchestration.limits import prefect_slots
+from nightshift.orchestration.report import NightEndedEarly, not_run, report, why
+from nightshift.store.lease import Lease
+from nightshift.store.ledger import Ledger
+from tasks.jobs import NIGHTS, Night, outcome_of, run_chain, with_retries
 
 __all__ = ["LIVE_OBSERVERS", "nightly", "run_dir_for"]
 
@@ -43,92 +40,6 @@ LIVE_OBSERVERS: list[Observer] = []
 HISTORY_DAYS = 30
 PROGRESS_KEY = "nightly-progress"
 EXIT_LOCKED = 3  # as the CLI's: another night of the catalogue holds its lease
-
-
-@dataclass
-class _Night:
-    """A running night as its tasks see it."""
-
-    ctx: NightContext
-    # backends that could not be built, with the reason their jobs fail
-    broken: dict[str, str] = field(default_factory=dict)
-
-
-# the nights running in this process, by key; tasks get the key, not the live objects
-_NIGHTS: dict[str, _Night] = {}
-
-
-def _transient_only(task: Any, task_run: Any, state: State) -> bool:
-    """Retry a job task only for transient backend errors."""
-    try:
-        state.result()
-    except TransientBackendError:
-        return True
-    except Exception:
-        return False
-    return False
-
-
-@task(
-    name="run-job",
-    task_run_name="{label}",
-    cache_policy=NO_CACHE,
-    retries=2,
-    retry_delay_seconds=exponential_backoff(backoff_factor=2),
-    retry_jitter_factor=0.5,
-    retry_condition_fn=_transient_only,
-)
-def run_job(label: str, night_key: str) -> JobOutcome | State:
-    """Submit or re-attach one external job and wait for its outcome.
-
-    A job that did not succeed ends its task run Failed (red on the night's timeline); its
-    outcome stays with the night, which reads it from there.
-    """
-    night = _NIGHTS[night_key]
-    try:
-        broken = night.broken.get(night.ctx.catalogue.job(label).backend)
-        if broken is not None:
-            outcome = end_job(night.ctx, label, Outcome.FAILED, f"not run: {broken}")
-        else:
-            outcome = run_one_job(night.ctx, label, attempt=task_run.run_count or 1)
-    finally:
-        # whatever failed before the runner, later jobs of a capped backend must not wait for it
-        _withdraw(night.ctx, label)
-    return outcome if outcome.ok else Failed(message=outcome.line())
-
-
-def _never(task: Any, task_run: Any, state: State) -> bool:
-    """Never retry (a chain as a whole: its steps retry themselves; jobs with `retries: 0`)."""
-    return False
-
-
-# retries=1 that never fire: a task returning Failed with no retries configured makes Prefect
-# log "Task run failed with state" with an empty traceback at ERROR
-@task(
-    name="run-chain",
-    task_run_name="{name}",
-    cache_policy=NO_CACHE,
-    retries=1,
-    retry_condition_fn=_never,
-)
-def run_chain(name: str, labels: list[str], night_key: str) -> State:
-    """Run dependent jobs one after another; a step that did not succeed skips its dependents.
-
-    One task run per chain, named by its steps; each step is a task run of its own inside it.
-    """
-    ctx = _NIGHTS[night_key].ctx
-    done: dict[str, JobOutcome] = {}
-    for label in labels:
-        deps = ctx.catalogue.job(label).depends_on
-        blockers = [d for d in deps if d in done and not done[d].ok]
-        if blockers:
-            reason = f"{blockers[0]} {done[blockers[0]].state.value}"
-            done[label] = end_job(ctx, label, Outcome.SKIPPED, reason)
-            continue
-        state = _with_retries(ctx)(label, night_key, return_state=True)
-        done[label] = _outcome_of(ctx, label, state)
-    bad = [o.line() for o in done.values() if not o.ok]
-    return Failed(message="; ".join(bad)) if bad else Completed(message=f"{len(done)} steps ok")
 
 
 @flow(name="nightly", task_runner=ThreadPoolTaskRunner(max_workers=256))  # type: ignore[arg-type]
@@ -261,8 +172,8 @@ def _run_night(
             stop_reason=lambda: _stop_reason(lease, watcher),
             owns_night=lambda: lease.lost_reason is None,
         )
-        _NIGHTS[key] = _Night(ctx, broken)
-        cleanup.callback(_NIGHTS.pop, key, None)
+        NIGHTS[key] = Night(ctx, broken)
+        cleanup.callback(NIGHTS.pop, key, None)
         for backend in catalogue.limits:
             # with a cap, jobs start longest-expected first: announce them in that order
             ranks = [
@@ -276,11 +187,11 @@ def _run_night(
             len(plan.independent),
             len(plan.chains),
         )
-        runner = _with_retries(ctx)
+        runner = with_retries(ctx)
         futures = runner.map(plan.independent, night_key=key) if plan.independent else []
         chains = [run_chain.submit(" → ".join(chain), chain, key) for chain in plan.chains]
         for label, future in zip(plan.independent, futures, strict=True):
-            _outcome_of(ctx, label, future)
+            outcome_of(ctx, label, future)
         for chain_future in chains:
             chain_future.wait()
     for label in plan.labels:
@@ -296,37 +207,6 @@ def _stop_reason(lease: Lease, watcher: Watcher) -> str | None:
     if watcher.stopped:
         return "not submitted: the night's watcher stopped (see the flow run's logs)"
     return None
-
-
-def _with_retries(ctx: NightContext) -> Any:
-    """The job task with the catalogue's retry policy."""
-    defaults = ctx.catalogue.defaults
-    # `retries: 0` as one retry that never fires: see run_chain on Prefect's empty traceback
-    return run_job.with_options(
-        retries=max(defaults.retries, 1),
-        retry_condition_fn=_transient_only if defaults.retries else _never,
-        retry_delay_seconds=exponential_backoff(backoff_factor=defaults.retry_delay),
-    )
-
-
-def _withdraw(ctx: NightContext, label: str) -> None:
-    """The job will not ask for a slot (again): later jobs of its backend stop waiting for it."""
-    ctx.admission.withdraw(ctx.catalogue.job(label).backend, ctx.priorities.get(label, 0))
-
-
-def _outcome_of(ctx: NightContext, label: str, ran: PrefectFuture[Any] | State) -> JobOutcome:
-    """The job's outcome; a task that raised (retries exhausted, or a bug) ends as failed."""
-    if isinstance(ran, PrefectFuture):
-        ran.wait()
-        state = ran.state
-    else:
-        state = ran
-    _withdraw(ctx, label)  # a task run that crashed before its body ran never did
-    if label in ctx.outcomes:
-        return ctx.outcomes[label]
-    value = state.result(raise_on_failure=False)
-    detail = f"{type(value).__name__}: {value}" if isinstance(value, BaseException) else None
-    return end_job(ctx, label, Outcome.FAILED, detail or "the job task did not return")
 
 
 def _close_backends(backends: dict[str, Any]) -> None:

@@ -100,3 +100,26 @@ def clocked_emu() -> Iterator[tuple[Any, FakeClock]]:
     clock = FakeClock()
     with GeminiEmulator(time_scale=4000, api_key=GEMINI_KEY, clock=clock) as emulator:
         yield emulator, clock
+
+
+LAYERS = {
+    "unit": "pure logic and the engine on scripted backends: seconds, no server",
+    "backends": "each backend against real subprocesses and the emulators",
+    "store": "the ledger, its migrations and the lease on SQLite and PostgreSQL",
+    "nights": "whole nights under a real Prefect server",
+    "e2e": "the CLI, deployments and process handling from outside",
+}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name, what in LAYERS.items():
+        config.addinivalue_line("markers", f"{name}: {what}")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Each test carries its layer's marker (its folder): `pytest -m unit` runs the fast layer."""
+    here = Path(__file__).resolve().parent
+    for item in items:
+        parts = Path(str(item.fspath)).resolve().relative_to(here).parts
+        if parts and parts[0] in LAYERS:
+            item.add_marker(parts[0])

@@ -1,0 +1,76 @@
+"""Backends, and the one place they are built from settings and the catalogue."""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from nightshift.backends.base import Backend, ExternalState, JobSpec, JobStatus
+from nightshift.errors import NightshiftError
+
+if TYPE_CHECKING:
+    from nightshift.config.catalogue import Catalogue
+    from nightshift.config.settings import Settings
+
+__all__ = ["Backend", "ExternalState", "JobSpec", "JobStatus", "build_backends"]
+
+
+def build_backends(
+    catalogue: Catalogue, settings: Settings, errors: dict[str, str] | None = None
+) -> dict[str, Backend]:
+    """A backend for every backend name the catalogue uses; tests pass their own instead.
+
+    With ``errors``, a backend that can't be built (no Gemini key, a missing Secret block) is
+    left out and the reason recorded there, so the other backends' jobs still run.
+    """
+    builders: dict[str, Callable[[], Backend]] = {
+        "command": lambda: _command(settings),
+        "cli": lambda: _cli(catalogue, settings),
+        "gemini_batch": lambda: _gemini(catalogue, settings),
+    }
+    used = {job.backend for job in catalogue.jobs}
+    out: dict[str, Backend] = {}
+    for name, build in builders.items():
+        if name not in used:
+            continue
+        try:
+            out[name] = build()
+        except Exception as exc:  # whatever a client or Secret block raises: that backend only
+            if errors is None:
+                raise
+            reason = str(exc)
+            if not isinstance(exc, NightshiftError):
+                reason = f"{type(exc).__name__}: {reason}"
+            errors[name] = f"the {name} backend could not be built: {reason}"
+    return out
+
+
+def _command(settings: Settings) -> Backend:
+    from nightshift.backends.command.backend import CommandBackend
+
+    return CommandBackend(settings.state_dir)
+
+
+def _cli(catalogue: Catalogue, settings: Settings) -> Backend:
+    from nightshift.backends.cli import CliBackend
+
+    # catalogue wins over NIGHTSHIFT_AGY; either may carry arguments ("python -m sandbox.agy")
+    cli = catalogue.cli
+    executable = cli.executable or settings.agy
+    return CliBackend(shlex.split(executable), env=cli.env, pass_env=cli.pass_env)
+
+
+def _gemini(catalogue: Catalogue, settings: Settings) -> Backend:
+    from nightshift.backends.gemini.batch import GeminiBatchBackend, build_gemini_client
+
+    overrides: dict[str, object] = {}
+    if catalogue.gemini.base_url and not os.environ.get("NIGHTSHIFT_GEMINI_BASE_URL"):
+        overrides["gemini_base_url"] = catalogue.gemini.base_url
+    if catalogue.gemini.api_key_block and not settings.gemini_api_key_block:
+        overrides["gemini_api_key_block"] = catalogue.gemini.api_key_block
+    if catalogue.gemini.api_version:
+        overrides["gemini_api_version"] = catalogue.gemini.api_version
+    client = build_gemini_client(settings.model_copy(update=overrides))
+    return GeminiBatchBackend(client)

@@ -1,0 +1,218 @@
+"""The google-genai client of the Gemini backend: how it is built, retried, and how it fails.
+
+SDK exceptions are translated here, into the tree of nightshift/errors.py, and nowhere else.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from google import genai
+from google.genai import errors as genai_errors
+from google.genai import types
+
+from nightshift.config.settings import Settings
+from nightshift.errors import BackendError, PermanentBackendError, TransientBackendError
+
+__all__ = [
+    "AUTH_CODES",
+    "Failure",
+    "RetryPolicy",
+    "SdkCaller",
+    "build_gemini_client",
+    "sdk_json",
+    "sdk_state_name",
+]
+
+T = TypeVar("T")
+_TRANSIENT_CODES = frozenset({408, 429, 500, 502, 503, 504})
+
+
+def _http_errors(*names: str) -> tuple[type[Exception], ...]:
+    """These error classes of whichever HTTP stacks google-genai may use."""
+    found = []
+    for module in ("httpx2", "httpx"):  # google-genai >= 3.6 talks through httpx2
+        try:
+            imported = importlib.import_module(module)
+        except ImportError:
+            continue
+        found += [getattr(imported, name) for name in names]
+    return tuple(found)
+
+
+# no answer, or one that could not be read: worth asking again (the request may have been served)
+_TRANSIENT_HTTP_ERRORS = _http_errors("TransportError", "DecodingError")
+# every request-level failure, e.g. TooManyRedirects (a base URL that redirects in a loop)
+_HTTP_ERRORS = _http_errors("RequestError")
+# everything an SDK call may raise that we translate (ValueError covers pydantic validation)
+_SDK_ERRORS: tuple[type[Exception], ...] = (
+    genai_errors.APIError,
+    *_HTTP_ERRORS,
+    ValueError,
+    KeyError,
+)
+AUTH_CODES = frozenset({401, 403})
+_EXCLUDE = {"sdk_http_response", "automatic_function_calling_history", "parsed"}
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Exponential backoff with jitter, shared by the SDK and our own byte transfers."""
+
+    attempts: int = 4
+    initial_delay_s: float = 1.0
+    max_delay_s: float = 30.0
+    exp_base: float = 2.0
+    jitter_s: float = 1.0
+
+    def http_retry_options(self) -> types.HttpRetryOptions:
+        """The same policy as google-genai HttpRetryOptions."""
+        return types.HttpRetryOptions(
+            attempts=self.attempts,
+            initial_delay=self.initial_delay_s,
+            max_delay=self.max_delay_s,
+            exp_base=self.exp_base,
+            jitter=self.jitter_s,
+            http_status_codes=sorted(_TRANSIENT_CODES),
+        )
+
+    def delay(self, retry: int, rand: float) -> float:
+        """Seconds before retry number ``retry`` (0-based); ``rand`` in [0, 1)."""
+        base = self.initial_delay_s * self.exp_base**retry
+        return min(self.max_delay_s, base + rand * self.jitter_s)
+
+
+def _resolve_api_key(settings: Settings) -> str:
+    # explicit beats ambient: a key or block named in config wins over GEMINI_API_KEY
+    if settings.gemini_api_key is not None:
+        return settings.gemini_api_key.get_secret_value()
+    if settings.gemini_api_key_block:
+        from prefect.blocks.system import Secret  # deferred: importing prefect costs ~1 s
+
+        name = settings.gemini_api_key_block
+        try:
+            secret: Any = Secret.load(name)  # sync in a sync context
+        except ValueError as exc:  # Prefect's "block document not found"
+            raise PermanentBackendError(
+                f"Prefect Secret block {name!r} for the Gemini API key not found"
+            ) from exc
+        return str(secret.get())
+    if os.environ.get("GEMINI_API_KEY"):
+        return os.environ["GEMINI_API_KEY"]
+    raise PermanentBackendError(
+        "no Gemini API key: set NIGHTSHIFT_GEMINI_API_KEY, GEMINI_API_KEY or "
+        "NIGHTSHIFT_GEMINI_API_KEY_BLOCK (a Prefect Secret block)"
+    )
+
+
+def build_gemini_client(
+    settings: Settings, *, retry: RetryPolicy | None = None, timeout_s: float = 60.0
+) -> genai.Client:
+    """The one place a google-genai client is built (Gemini Developer API, never Vertex)."""
+    retry = retry or RetryPolicy()
+    options = types.HttpOptions(
+        base_url=settings.gemini_base_url,
+        api_version=settings.gemini_api_version,
+        timeout=int(timeout_s * 1000),
+        retry_options=retry.http_retry_options(),
+    )
+    return genai.Client(vertexai=False, api_key=_resolve_api_key(settings), http_options=options)
+
+
+def sdk_state_name(state: Any) -> str:
+    """A batch or job state enum as its bare name (``SUCCEEDED``, not ``JOB_STATE_SUCCEEDED``)."""
+    raw = getattr(state, "value", state) or "UNSPECIFIED"
+    return str(raw).removeprefix("JOB_STATE_").removeprefix("BATCH_STATE_")
+
+
+def sdk_json(model: Any) -> dict[str, Any]:
+    """An SDK pydantic object as REST-style JSON (camelCase, no SDK-only fields)."""
+    return dict(model.model_dump(mode="json", by_alias=True, exclude_none=True, exclude=_EXCLUDE))
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A failed SDK call: its translated error and HTTP status (None: no readable answer)."""
+
+    error: BackendError
+    code: int | None = None
+
+    @property
+    def auth(self) -> bool:
+        """The API refused the key (401) or its permissions (403)."""
+        return self.code in AUTH_CODES
+
+    @property
+    def maybe_served(self) -> bool:
+        """The request may have taken effect although no success came back (a lost answer)."""
+        # a transient failure other than throttling (429: refused before any work)
+        return isinstance(self.error, TransientBackendError) and self.code != 429
+
+
+@dataclass(frozen=True)
+class SdkCaller:
+    """Runs SDK calls of one client and turns what escapes into a BackendError."""
+
+    client: Any
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    sleep: Callable[[float], None] = time.sleep
+    rand: Callable[[], float] = random.random
+
+    def _scrub(self, text: str) -> str:
+        key = getattr(getattr(self.client, "_api_client", None), "api_key", None)
+        return text.replace(key, "***") if key else text
+
+    def translate(self, what: str, exc: Exception) -> BackendError:
+        """Transient for timeouts, throttling and 5xx, else permanent; never shows the key."""
+        if isinstance(exc, genai_errors.APIError):
+            msg = self._scrub(f"{what}: HTTP {exc.code} {exc.status or ''}: {exc.message}")
+            transient = exc.code in _TRANSIENT_CODES or (exc.code or 0) >= 500
+            return (TransientBackendError if transient else PermanentBackendError)(msg)
+        if isinstance(exc, _TRANSIENT_HTTP_ERRORS):
+            return TransientBackendError(self._scrub(f"{what}: {type(exc).__name__}: {exc}"))
+        return PermanentBackendError(self._scrub(f"{what}: {type(exc).__name__}: {exc}"))
+
+    def call(self, what: str, fn: Callable[[], T]) -> T:
+        """Run an SDK call (the SDK retries it) and translate what escapes.
+
+        The SDK exception is neither the ``__cause__`` nor the ``__context__`` of ours: its text
+        (and traceback locals) may hold the API key, and loggers print chained exceptions.
+        Ours carries its scrubbed type name and message instead.
+        """
+        try:
+            return fn()
+        except _SDK_ERRORS as exc:
+            error = self.translate(what, exc)
+        raise error  # outside the except block: nothing chained
+
+    def attempt(self, what: str, fn: Callable[[], T]) -> T | Failure:
+        """Run an SDK call; a failure comes back as a value: its error and HTTP code."""
+        try:
+            return fn()
+        except _SDK_ERRORS as exc:
+            code = exc.code if isinstance(exc, genai_errors.APIError) else None
+            return Failure(self.translate(what, exc), code or None)
+
+    def try_call(self, what: str, fn: Callable[[], T]) -> tuple[T | None, dict[str, Any] | None]:
+        """Run an SDK call; a failure comes back as a REST-style ``{"code", "message"}`` dict."""
+        result = self.attempt(what, fn)
+        if isinstance(result, Failure):
+            return None, {"code": result.code or 0, "message": str(result.error)}
+        return result, None
+
+    def call_retrying(self, what: str, fn: Callable[[], T]) -> T:
+        """Run a call the SDK does not retry (file bytes), with our own backoff."""
+        for retry in range(self.retry.attempts):
+            try:
+                return self.call(what, fn)
+            except TransientBackendError:
+                if retry + 1 >= self.retry.attempts:
+                    raise
+                self.sleep(self.retry.delay(retry, self.rand()))
+        raise AssertionError("unreachable")

@@ -1,0 +1,164 @@
+"""How each job of a night ended, and the night's verdict (pure)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from nightshift.backends.base import JobStatus
+from nightshift.config.durations import format_duration
+
+__all__ = [
+    "JobOutcome",
+    "NightSummary",
+    "Outcome",
+    "Severity",
+    "join",
+    "join_details",
+    "outcome_from_record",
+    "status_detail",
+]
+
+
+class Outcome(StrEnum):
+    """The final word on one job."""
+
+    SUCCEEDED = "succeeded"
+    PARTIAL = "partial"  # the job ran but some of its rows failed or went missing
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    TIMEOUT = "timeout"
+    STUCK_QUEUED = "stuck_queued"
+    SKIPPED = "skipped"
+
+
+class Severity(StrEnum):
+    """The night's verdict, with its process exit code."""
+
+    OK = "ok"
+    PARTIAL = "partial"
+    FAILED = "failed"
+
+    @property
+    def exit_code(self) -> int:
+        return {"ok": 0, "partial": 2, "failed": 1}[self.value]
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    """One job's ending: state, duration, attempts and where to look."""
+
+    label: str
+    state: Outcome
+    duration_s: float = 0.0
+    attempts: int = 0
+    external_id: str | None = None
+    log_tail_path: str | None = None
+    backend: str | None = None
+    detail: str | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.state is Outcome.SUCCEEDED
+
+    def line(self) -> str:
+        """``audit:internal-links (12m, failed)`` plus the detail when there is one."""
+        text = f"{self.label} ({format_duration(self.duration_s)}, {self.state.value})"
+        return f"{text}: {self.detail}" if self.detail else text
+
+    def to_json(self) -> dict[str, Any]:
+        """The job as it appears in ``nightshift run --json``."""
+        out = asdict(self)
+        out["state"] = self.state.value
+        out["duration_s"] = round(self.duration_s, 3)
+        if not out["data"]:
+            del out["data"]
+        return out
+
+
+@dataclass(frozen=True)
+class NightSummary:
+    """The joined night."""
+
+    severity: Severity
+    jobs: list[JobOutcome]
+    started_at: str | None = None
+    finished_at: str | None = None
+
+    @property
+    def exit_code(self) -> int:
+        return self.severity.exit_code
+
+    @property
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for job in self.jobs:
+            out[job.state.value] = out.get(job.state.value, 0) + 1
+        return out
+
+    @property
+    def not_ok(self) -> list[JobOutcome]:
+        return [job for job in self.jobs if not job.ok]
+
+    def headline(self) -> str:
+        """One line: ``partial: 10/12 succeeded (1 failed, 1 timeout)``."""
+        ok = sum(job.ok for job in self.jobs)
+        rest = ", ".join(f"{n} {s}" for s, n in sorted(self.counts.items()) if s != "succeeded")
+        text = f"{self.severity.value}: {ok}/{len(self.jobs)} succeeded"
+        return f"{text} ({rest})" if rest else text
+
+
+def join(
+    outcomes: list[JobOutcome], started_at: str | None = None, finished_at: str | None = None
+) -> NightSummary:
+    """The verdict: ok when all succeeded, failed when none produced anything, else partial.
+
+    A ``partial`` job (a batch with some rows missing) produced most of its work: a night of
+    partial jobs is partial, not failed.
+    """
+    succeeded = sum(job.ok for job in outcomes)
+    produced = sum(job.state in (Outcome.SUCCEEDED, Outcome.PARTIAL) for job in outcomes)
+    if succeeded == len(outcomes):
+        severity = Severity.OK
+    elif produced == 0:
+        severity = Severity.FAILED
+    else:
+        severity = Severity.PARTIAL
+    return NightSummary(severity, list(outcomes), started_at, finished_at)
+
+
+def outcome_from_record(record: Any) -> JobOutcome:
+    """A job that already succeeded tonight, as read back from its ledger record."""
+    duration = 0.0
+    if record.submitted_at and record.finished_at:
+        duration = (record.finished_at - record.submitted_at).total_seconds()
+    return JobOutcome(
+        label=record.label,
+        state=Outcome.SUCCEEDED,
+        duration_s=duration,
+        attempts=record.attempts,
+        external_id=record.external_id,
+        backend=record.backend,
+        # its own detail (rows, cost) stays; the run that did it is said to be an earlier one
+        detail=join_details("kept: succeeded earlier tonight", record.detail),
+        data=record.data or {},
+    )
+
+
+def status_detail(status: JobStatus | None) -> str | None:
+    """What a final status says beyond its state: its detail, or a non-zero exit code."""
+    if status is None:
+        return None
+    if status.detail:
+        return status.detail
+    if status.exit_code not in (None, 0):
+        return f"exit code {status.exit_code}"
+    return None
+
+
+def join_details(*parts: str | None) -> str | None:
+    """Details joined with "; ", or None when there are none."""
+    text = "; ".join(p for p in parts if p)
+    return text or None

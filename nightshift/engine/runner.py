@@ -1,0 +1,363 @@
+"""Run one job of a night: submit (or re-attach), watch, collect, record. No Prefect here."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager, ExitStack, nullcontext
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from nightshift.backends.base import Backend, ExternalState, JobSpec, JobStatus
+from nightshift.config.catalogue import Catalogue
+from nightshift.engine.admission import Admission, Deadline
+from nightshift.engine.backoff import PollPolicy
+from nightshift.engine.jobspec import job_spec, safe_name
+from nightshift.engine.outcomes import (
+    JobOutcome,
+    Outcome,
+    join_details,
+    outcome_from_record,
+    status_detail,
+)
+from nightshift.engine.timers import JobTimers, job_timers
+from nightshift.engine.watcher import Watcher, WatchRequest, WatchResult
+from nightshift.errors import BackendError, InputFileError, PermanentBackendError
+from nightshift.store.ledger import Ledger
+
+__all__ = ["LOST", "NightContext", "end_job", "run_one_job"]
+
+LOG_TAIL_LINES = 40
+# ledger states of a job that may still be alive out there: a rerun re-attaches, never re-submits
+LOST = "lost"
+FALLBACK = "fallback"  # the batch was given up on; its missing rows are being answered on demand
+# a submit began but its answer was not recorded: the next try looks for the job before creating
+SUBMITTING = "submitting"
+_LIVE = {"submitted", "queued", "running", LOST, FALLBACK}
+_FINAL_TO_OUTCOME = {
+    ExternalState.SUCCEEDED: Outcome.SUCCEEDED,
+    ExternalState.FAILED: Outcome.FAILED,
+    ExternalState.CANCELLED: Outcome.CANCELLED,
+}
+
+Observer = Callable[[str, str], None]
+
+
+@dataclass
+class NightContext:
+    """Everything the jobs of one night share. Built by the flow, used from task threads."""
+
+    catalogue: Catalogue
+    night: str
+    run_id: str
+    run_dir: Path
+    backends: dict[str, Backend]
+    ledger: Ledger
+    watcher: Watcher
+    admission: Admission
+    deadline_at: float  # on the watcher's clock
+    priorities: dict[str, int] = field(default_factory=dict)
+    observers: list[Observer] = field(default_factory=list)
+    on_finished: Callable[[JobOutcome], None] | None = None
+    # every job's outcome once it has one, whichever path ended it
+    outcomes: dict[str, JobOutcome] = field(default_factory=dict)
+    external_ids: dict[str, str] = field(default_factory=dict)
+    # holds a server-side slot of a capped backend while its job is in flight; (backend, timeout)
+    hold: Callable[[str, float], AbstractContextManager[object]] = lambda _b, _t: nullcontext()
+    # why no more jobs may be submitted (the night's lease was lost), or None
+    stop_reason: Callable[[], str | None] = lambda: None
+    # False once another night took this one's lease: its ledger rows are no longer ours
+    owns_night: Callable[[], bool] = lambda: True
+    # when the watcher first saw each job's final state: the ledger's time for the final row
+    final_seen: dict[str, datetime] = field(default_factory=dict)
+
+    def mark(
+        self, label: str, state: str, external_id: str | None = None, at: datetime | None = None
+    ) -> None:
+        """Record a state change in the ledger and tell observers (the live table)."""
+        job = self.catalogue.job(label)
+        if external_id is not None:
+            self.external_ids[label] = external_id
+        external_id = external_id or self.external_ids.get(label)
+        if self.owns_night():
+            self.ledger.transition(
+                self.night, self.run_id, label, job.backend, external_id, state, at=at
+            )
+        for observer in list(self.observers):
+            observer(label, state)
+
+    def seen(self, label: str, state: ExternalState, _status: JobStatus | None = None) -> None:
+        """The watcher saw a job change state. A final state is recorded by the runner only,
+        once it knows the true outcome (a SUCCEEDED batch with missing rows is ``partial``)."""
+        if state.final:
+            self.final_seen.setdefault(label, datetime.now(UTC))
+            return
+        self.mark(label, state.value)
+
+
+def run_one_job(ctx: NightContext, label: str, attempt: int = 1) -> JobOutcome:
+    """Take one job from wherever tonight left it to a final outcome.
+
+    A job that already succeeded tonight is not run again; one still queued or running is
+    re-attached by its external id; anything else is submitted. Transient backend errors
+    propagate (the caller retries); permanent ones end the job as failed.
+    """
+    job = ctx.catalogue.job(label)
+    backend = ctx.backends[job.backend]
+    try:
+        return _run(ctx, label, job, backend)
+    finally:
+        # no-op once the job was admitted; frees later jobs if this one never asks for a slot
+        ctx.admission.withdraw(job.backend, ctx.priorities.get(label, 0))
+
+
+def _run(ctx: NightContext, label: str, job: Any, backend: Backend) -> JobOutcome:
+    record = ctx.ledger.get_job(ctx.night, label)
+    if record is not None and record.state == Outcome.SUCCEEDED and record.external_id:
+        done = outcome_from_record(record)
+        for observer in list(ctx.observers):
+            observer(label, done.state.value)
+        return _report(ctx, done)
+    reattach = record is not None and bool(record.external_id) and record.state in _LIVE
+    # an earlier try of this attempt began submitting and never recorded an id (a crash, or a
+    # retry after an error): the same attempt again, and the backend looks before it creates
+    resume = record is not None and not reattach and record.state == SUBMITTING
+    attempts = (record.attempts if record else 0) + (0 if reattach or resume else 1)
+    # the key lets a backend find or refuse a repeated submit of this attempt
+    key = f"{ctx.catalogue.key}/{ctx.night}/{label}/{attempts}"
+    spec = job_spec(ctx.catalogue, label, key)
+    if resume and record is not None and record.submitted_at is not None:
+        spec.options["resume_since"] = record.submitted_at.isoformat()
+    priority = ctx.priorities.get(label, 0)
+    with ExitStack() as held:
+        try:
+            slot = ctx.admission.slot(job.backend, priority, ctx.deadline_at, stagger=not reattach)
+            held.enter_context(slot)
+            held.enter_context(ctx.hold(job.backend, max(0.0, ctx.deadline_at - ctx.watcher.now())))
+        except (Deadline, TimeoutError):  # TimeoutError: no Prefect slot before the deadline
+            return end_job(ctx, label, Outcome.TIMEOUT, "night deadline before submit")
+        # a job's duration counts from its submission, not from its wait for a turn
+        started_wall = datetime.now(UTC)
+        if reattach:
+            assert record is not None and record.external_id is not None
+            external_id = record.external_id
+            started_wall = record.submitted_at or started_wall
+            ctx.external_ids[label] = external_id
+        else:
+            if (reason := ctx.stop_reason()) is not None:
+                return _finish(ctx, label, None, Outcome.FAILED, started_wall, attempts - 1, reason)
+            if not resume and ctx.owns_night():
+                # written before the create: a crash after it leaves a trace to look for
+                ctx.ledger.record_submit(
+                    ctx.night, label, job.backend, None, attempts, at=started_wall, state=SUBMITTING
+                )
+            ctx.mark(label, SUBMITTING)
+            try:
+                external_id = backend.submit(spec)
+            except (PermanentBackendError, InputFileError) as exc:  # nothing (more) to watch
+                return _finish(ctx, label, None, Outcome.FAILED, started_wall, attempts, str(exc))
+            ctx.ledger.record_submit(ctx.night, label, job.backend, external_id, attempts)
+            ctx.mark(label, "submitted", external_id)
+        if reattach and record is not None and record.state == FALLBACK:
+            # a night that crashed during the fallback: finish it, don't watch a cancelled batch
+            result: WatchResult | Exception = WatchResult("fallback", None, 0)
+            timers = JobTimers()
+        else:
+            timers = _timers(ctx, label, started_wall)
+            result = _watch(ctx, label, backend, external_id, timers, look_first=reattach)
+        return _conclude(
+            ctx, label, backend, spec, external_id, result, started_wall, attempts, timers
+        )
+    raise AssertionError("unreachable")  # for type checkers: the with block always returns
+
+
+def _timers(ctx: NightContext, label: str, started: datetime) -> JobTimers:
+    """The job's timers on the watcher's clock, counted from its submission."""
+    now = ctx.watcher.now()
+    return job_timers(
+        ctx.catalogue.job(label),
+        ctx.catalogue.defaults,
+        # also for a re-attached job submitted by an earlier run
+        origin=now - (datetime.now(UTC) - started).total_seconds(),
+        deadline_at=ctx.deadline_at,
+        deadline_wall=datetime.now(UTC) + timedelta(seconds=ctx.deadline_at - now),
+    )
+
+
+def _watch(
+    ctx: NightContext,
+    label: str,
+    backend: Backend,
+    external_id: str,
+    timers: JobTimers,
+    *,
+    look_first: bool,
+) -> WatchResult | Exception:
+    defaults = ctx.catalogue.defaults
+    request = WatchRequest(
+        label=label,
+        backend=backend,
+        external_id=external_id,
+        policy=PollPolicy(defaults.poll.initial, defaults.poll.factor, defaults.poll.max),
+        timeout_at=timers.timeout_at,
+        queued_timeout_at=timers.queued_timeout_at,
+        fallback_at=timers.fallback_at,
+        max_errors=defaults.retries,
+        look_first=look_first,
+    )
+    try:
+        return ctx.watcher.watch(request).result()
+    except PermanentBackendError as exc:
+        return exc
+
+
+def _conclude(
+    ctx: NightContext,
+    label: str,
+    backend: Backend,
+    spec: JobSpec,
+    external_id: str,
+    result: WatchResult | Exception,
+    started: datetime,
+    attempts: int,
+    timers: JobTimers,
+) -> JobOutcome:
+    end = (ctx, label, external_id)
+    if isinstance(result, Exception):
+        return _finish(*end, Outcome.FAILED, started, attempts, str(result), None, backend)
+    data: dict[str, Any] = {}
+    detail = status_detail(result.status)
+    if result.reason == "unreadable":
+        detail = join_details(f"status unreadable: {result.error}", detail)
+        if result.cancel_error:
+            # it may still be running: keep it live in the ledger so a rerun re-attaches
+            why = f"cancel failed: {result.cancel_error}; kept as lost, a rerun re-attaches"
+            detail = join_details(detail, why)
+            return _finish(*end, Outcome.FAILED, started, attempts, detail, None, backend, LOST)
+        detail = join_details(detail, "cancelled it, so nothing runs on unseen")
+        return _finish(*end, Outcome.FAILED, started, attempts, detail, None, backend)
+    if result.reason == FALLBACK:
+        ctx.mark(label, FALLBACK, external_id)
+        if ctx.owns_night():
+            ctx.ledger.record_state(ctx.night, label, FALLBACK)  # live: a rerun resumes it
+        data = backend.fallback(spec, external_id)  # type: ignore[attr-defined]
+        outcome = Outcome.SUCCEEDED if data.get("ok") else Outcome.PARTIAL
+        detail = data.get("summary")
+    elif result.reason in ("timeout", "stuck_queued"):
+        stuck = result.reason == "stuck_queued"
+        outcome = Outcome.STUCK_QUEUED if stuck else Outcome.TIMEOUT
+        detail = join_details(timers.queued_why if stuck else timers.timeout_why, detail)
+        if result.cancel_error:
+            # it may still be running: keep it live in the ledger so a rerun re-attaches
+            detail = join_details(detail, f"cancel failed: {result.cancel_error}")
+            return _finish(*end, outcome, started, attempts, detail, None, backend, LOST)
+        data, note = _collect(backend, spec, external_id)
+        # keep what the cancelled job did finish; the rest goes to its dead-letter file
+        detail = join_details(detail, note)
+    else:
+        assert result.status is not None
+        outcome = _FINAL_TO_OUTCOME[result.status.state]
+        if result.status.state is not ExternalState.CANCELLED:
+            data, note = _collect(backend, spec, external_id)
+            if outcome is Outcome.SUCCEEDED and not data.get("ok", True):
+                outcome = Outcome.PARTIAL
+            detail = join_details(detail, note)
+    return _finish(*end, outcome, started, attempts, detail, data, backend)
+
+
+def _collect(
+    backend: Backend, spec: JobSpec, external_id: str
+) -> tuple[dict[str, Any], str | None]:
+    """What a backend that collects results made of the job, and a note for the detail."""
+    collect = getattr(backend, "collect", None)
+    if collect is None:
+        return {}, None
+    try:
+        data: dict[str, Any] = collect(spec, external_id)
+    except (BackendError, InputFileError) as exc:
+        return {}, f"collecting results failed: {exc}"
+    return data, data.get("summary")
+
+
+def end_job(ctx: NightContext, label: str, outcome: Outcome, detail: str | None) -> JobOutcome:
+    """End a job that never got (or lost) its external run: skipped, or failed by an error.
+
+    A job that was submitted but lost (its task gave up on an error) stays live in the ledger,
+    so a rerun re-attaches to it instead of starting a second copy.
+    """
+    record = ctx.ledger.get_job(ctx.night, label)
+    external_id = ctx.external_ids.get(label) or (record.external_id if record else None)
+    live = record is not None and record.state in _LIVE and external_id is not None
+    attempts = record.attempts if record is not None else 0
+    return _finish(
+        ctx,
+        label,
+        external_id,
+        outcome,
+        datetime.now(UTC),
+        attempts,
+        detail,
+        ledger_state=LOST if live else None,
+    )
+
+
+def _finish(
+    ctx: NightContext,
+    label: str,
+    external_id: str | None,
+    outcome: Outcome,
+    started: datetime,
+    attempts: int,
+    detail: str | None,
+    data: dict[str, Any] | None = None,
+    backend: Backend | None = None,
+    ledger_state: str | None = None,
+) -> JobOutcome:
+    finished = datetime.now(UTC)
+    tail_path = None
+    if outcome is not Outcome.SUCCEEDED and backend is not None and external_id is not None:
+        tail_path = _save_tail(ctx, label, backend, external_id)
+    job = ctx.catalogue.job(label)
+    result = JobOutcome(
+        label=label,
+        state=outcome,
+        duration_s=max(0.0, (finished - started).total_seconds()),
+        attempts=attempts,
+        external_id=external_id,
+        log_tail_path=tail_path,
+        backend=job.backend,
+        detail=detail,
+        data=data or {},
+    )
+    if ctx.owns_night():
+        ctx.ledger.record_state(
+            ctx.night,
+            label,
+            ledger_state or outcome.value,
+            finished_at=finished,
+            detail=detail,
+            data=data or None,
+        )
+    # the final row is dated when the watcher first saw the end, not after collecting results
+    ctx.mark(label, outcome.value, external_id, at=ctx.final_seen.pop(label, None))
+    return _report(ctx, result)
+
+
+def _report(ctx: NightContext, outcome: JobOutcome) -> JobOutcome:
+    """Hand a job's outcome to the night."""
+    ctx.outcomes[outcome.label] = outcome
+    if ctx.on_finished is not None:
+        ctx.on_finished(outcome)
+    return outcome
+
+
+def _save_tail(ctx: NightContext, label: str, backend: Backend, external_id: str) -> str | None:
+    try:
+        text = backend.logs(external_id, tail=LOG_TAIL_LINES)
+    except BackendError as exc:
+        text = f"(could not read the job's log: {exc})\n"
+    path = ctx.run_dir / "logs" / f"{safe_name(label)}.tail.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text if text.endswith("\n") or not text else text + "\n", encoding="utf-8")
+    return str(path)

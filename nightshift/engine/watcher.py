@@ -1,0 +1,370 @@
+"""One loop per night that watches every in-flight job.
+
+Each job keeps its own backoff and timers. A due backend that can list many jobs at once
+(``status_many``) is asked once per tick; otherwise each due job gets its own status call, side
+by side (bounded per backend), so a hung call costs only its own job. Timers are checked by the
+loop itself: they fire on time whatever a status call is doing. A job is never asked again once
+it is final.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from nightshift.backends.base import Backend, ExternalState, JobStatus
+from nightshift.engine.backoff import PollPolicy
+from nightshift.errors import BackendError, PermanentBackendError, TransientBackendError
+
+__all__ = ["WatchRequest", "WatchResult", "Watcher"]
+
+Reason = Literal["final", "timeout", "stuck_queued", "fallback", "unreadable"]
+OnChange = Callable[[str, ExternalState, JobStatus], None]
+_TIMER_REASONS: tuple[Reason, ...] = ("fallback", "timeout", "stuck_queued")
+
+
+@dataclass(frozen=True)
+class WatchResult:
+    """Why watching ended, and the last status seen."""
+
+    reason: Reason
+    status: JobStatus | None
+    checks: int
+    cancel_error: str | None = None
+    error: str | None = None  # why the status could not be read ("unreadable")
+
+
+@dataclass
+class WatchRequest:
+    """A job to watch; times are on the watcher's monotonic clock (None: no such timer)."""
+
+    label: str
+    backend: Backend
+    external_id: str
+    policy: PollPolicy
+    timeout_at: float | None = None
+    queued_timeout_at: float | None = None
+    fallback_at: float | None = None
+    max_errors: int = 3
+    last_state: ExternalState | None = None
+    # a re-attached job: ask at once, and let no timer fire before that first answer (its
+    # timers may have run out while nobody watched, but it may have finished meanwhile)
+    look_first: bool = False
+    # bookkeeping, owned by the watcher
+    checks: int = 0
+    errors: int = 0
+    next_at: float = 0.0
+    last_status: JobStatus | None = None
+    checking: bool = False  # a status call for this job is in flight
+    closing: bool = False  # watching is ending: no more checks, results ignored
+    future: Future[WatchResult] = field(default_factory=Future)
+
+    def timers(self) -> dict[Reason, float]:
+        """The timers that still apply: the queue timer only while the job never ran."""
+        out: dict[Reason, float] = {}
+        if self.look_first and self.checks == 0:
+            return out
+        if self.fallback_at is not None:
+            out["fallback"] = self.fallback_at
+        if self.timeout_at is not None:
+            out["timeout"] = self.timeout_at
+        never_ran = self.last_state in (None, ExternalState.QUEUED)
+        # the answer in flight may say it runs: "stuck in the queue" needs a look at the queue
+        if never_ran and self.queued_timeout_at is not None and not self.checking:
+            out["stuck_queued"] = self.queued_timeout_at
+        return out
+
+    def timer_due(self, now: float) -> Reason | None:
+        """The timer that has fired, the SLA fallback first (it keeps the rows)."""
+        timers = self.timers()
+        return next((r for r in _TIMER_REASONS if r in timers and now >= timers[r]), None)
+
+    def wake_at(self) -> float | None:
+        """When the loop must next look at this job (its next check or its next timer)."""
+        times = list(self.timers().values())
+        if not self.checking:
+            times.append(self.next_at)
+        return min(times) if times else None
+
+
+class Watcher:
+    """Polls all registered jobs from one loop; ``watch`` returns a future per job."""
+
+    def __init__(
+        self,
+        on_change: OnChange,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        calls_per_backend: int = 8,
+        threads: int = 32,
+    ) -> None:
+        self._on_change = on_change
+        self._clock = clock
+        self._cond = threading.Condition()
+        self._entries: list[WatchRequest] = []
+        self._stopped = False
+        self._calls_per_backend = calls_per_backend
+        self._calls: dict[int, int] = {}  # backend (by id) -> status calls in flight
+        self._listing: set[int] = set()  # backends whose status_many call is in flight
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="nightshift-status")
+        self._thread = threading.Thread(target=self._loop, name="nightshift-watcher", daemon=True)
+        self._thread.start()
+
+    def now(self) -> float:
+        """The watcher's clock."""
+        return self._clock()
+
+    def watch(self, request: WatchRequest) -> Future[WatchResult]:
+        """Start watching; the first check comes after the policy's initial delay."""
+        request.next_at = self._clock() + (0.0 if request.look_first else request.policy.delay(0))
+        with self._cond:
+            if self._stopped:
+                raise RuntimeError("watcher is stopped")
+            self._entries.append(request)
+            self._cond.notify_all()
+        return request.future
+
+    def in_flight(self) -> list[str]:
+        """Labels still being watched."""
+        with self._cond:
+            return [e.label for e in self._entries]
+
+    def poke(self) -> None:
+        """Look at the clock again now (a test moved its fake clock)."""
+        with self._cond:
+            self._cond.notify_all()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until no call is in flight and nothing is due; False if ``timeout`` ran out."""
+        end = time.monotonic() + timeout
+        with self._cond:
+            while self._busy():
+                left = end - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(timeout=left)
+        return True
+
+    def stop(self) -> None:
+        """Stop the loop; jobs still watched get a RuntimeError on their futures."""
+        with self._cond:
+            self._stopped = True
+            stranded, self._entries = self._entries, []
+            self._cond.notify_all()
+        self._thread.join(timeout=10)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        for entry in stranded:
+            self._settle(entry, exc=RuntimeError("watcher stopped"))
+
+    @property
+    def stopped(self) -> bool:
+        """True once the loop has ended (stopped, or died on a bug)."""
+        return self._stopped
+
+    # -- the loop -----------------------------------------------------------------------
+    def _busy(self) -> bool:
+        now = self._clock()
+        if any(self._calls.values()) or self._listing:
+            return True
+        return any(
+            e.checking or (not e.closing and (w := e.wake_at()) is not None and w <= now)
+            for e in self._entries
+        )
+
+    def _loop(self) -> None:
+        try:
+            while True:
+                with self._cond:
+                    if self._stopped:
+                        return
+                    now = self._clock()
+                    work, wake = self._take_work(now)
+                    if not work:
+                        self._cond.wait(timeout=max(0.0, min(wake - now, 3600.0)))
+                        continue
+                for fn, args in work:
+                    self._pool.submit(fn, *args)
+        except BaseException as exc:  # a bug here must not leave every job waiting forever
+            self._strand(exc)
+            raise
+
+    def _take_work(
+        self, now: float
+    ) -> tuple[list[tuple[Callable[..., None], tuple[Any, ...]]], float]:
+        """Under the lock: fire due timers, start the due status calls; say when to look next.
+
+        A job whose backend has no free call waits for one to end (that end wakes the loop),
+        so only its timers count towards the next wake-up.
+        """
+        work: list[tuple[Callable[..., None], tuple[Any, ...]]] = []
+        wake = now + 3600.0
+        for entry in self._entries:
+            if not entry.closing and (reason := entry.timer_due(now)) is not None:
+                entry.closing = True
+                work.append((self._fire, (entry, reason)))
+        due: dict[int, list[WatchRequest]] = {}
+        for entry in self._entries:
+            if not entry.closing and not entry.checking and entry.next_at <= now:
+                due.setdefault(id(entry.backend), []).append(entry)
+        for key, entries in due.items():
+            backend = entries[0].backend
+            if hasattr(backend, "status_many") and len(entries) > 1:
+                if key in self._listing:
+                    continue  # one listing at a time; its end wakes the loop for these
+                self._listing.add(key)
+                for entry in entries:
+                    entry.checking = True
+                work.append((self._run_listing, (key, entries)))
+                continue
+            for entry in entries:
+                if self._calls.get(key, 0) >= self._calls_per_backend:
+                    break  # bounded: the rest wait for a free call
+                self._calls[key] = self._calls.get(key, 0) + 1
+                entry.checking = True
+                work.append((self._run_single, (key, entry)))
+        for entry in self._entries:
+            if entry.closing:
+                continue
+            times = list(entry.timers().values())
+            if not entry.checking and entry.next_at > now:
+                times.append(entry.next_at)
+            wake = min([wake, *times])
+        return work, wake
+
+    def _strand(self, exc: BaseException) -> None:
+        with self._cond:
+            self._stopped = True
+            stranded, self._entries = self._entries, []
+        for entry in stranded:
+            self._settle(entry, exc=RuntimeError(f"watcher died: {exc!r}"))
+
+    def _run_single(self, key: int, entry: WatchRequest) -> None:
+        try:
+            try:
+                seen: JobStatus | BaseException = entry.backend.status(entry.external_id)
+            except Exception as exc:  # anything but a transient error ends this job only
+                seen = exc
+            self._advance(entry, seen)
+        finally:
+            with self._cond:
+                self._calls[key] -= 1
+                entry.checking = False
+                self._cond.notify_all()
+
+    def _run_listing(self, key: int, entries: list[WatchRequest]) -> None:
+        try:
+            statuses = self._list(entries)
+            for entry in entries:
+                self._advance(entry, statuses.get(entry.external_id))
+        finally:
+            with self._cond:
+                self._listing.discard(key)
+                for entry in entries:
+                    entry.checking = False
+                self._cond.notify_all()
+
+    @staticmethod
+    def _list(entries: list[WatchRequest]) -> dict[str, JobStatus | BaseException]:
+        backend: Any = entries[0].backend
+        try:
+            found: dict[str, JobStatus | BaseException] = backend.status_many(
+                [e.external_id for e in entries]
+            )
+        except TransientBackendError as exc:
+            return {e.external_id: exc for e in entries}
+        except Exception:  # listing is a convenience, not the contract: ask one by one
+            out: dict[str, JobStatus | BaseException] = {}
+            for entry in entries:
+                try:
+                    out[entry.external_id] = backend.status(entry.external_id)
+                except Exception as exc:
+                    out[entry.external_id] = exc
+            return out
+        missing = PermanentBackendError("job not listed by its backend")
+        return {e.external_id: found.get(e.external_id, missing) for e in entries}
+
+    def _advance(self, entry: WatchRequest, seen: JobStatus | BaseException | None) -> None:
+        """Take one status call's answer; ignored once a timer (or stop) ended the job."""
+        if entry.closing or entry.future.done():
+            return
+        try:
+            self._take(entry, seen)
+        except Exception as exc:  # e.g. the ledger write behind on_change failed
+            self._close(entry, exc=exc)
+
+    def _take(self, entry: WatchRequest, seen: JobStatus | BaseException | None) -> None:
+        entry.checks += 1
+        if isinstance(seen, TransientBackendError) or seen is None:
+            entry.errors += 1
+            if entry.errors > entry.max_errors:
+                self._close(entry, exc=seen or TransientBackendError("no status"))
+                return
+        elif isinstance(seen, PermanentBackendError):
+            # the job may still run out there: cancel it rather than leave it unwatched
+            self._close(entry, result=self._unreadable(entry, seen))
+            return
+        elif isinstance(seen, BaseException):
+            self._close(entry, exc=seen)
+            return
+        else:
+            entry.errors = 0
+            entry.last_status = seen
+            if seen.state != entry.last_state:
+                entry.last_state = seen.state
+                self._on_change(entry.label, seen.state, seen)
+            if seen.state.final:
+                self._close(entry, result=WatchResult("final", seen, entry.checks))
+                return
+        with self._cond:
+            entry.next_at = self._clock() + entry.policy.delay(entry.checks)
+
+    def _unreadable(self, entry: WatchRequest, error: BackendError) -> WatchResult:
+        cancel_error = self._cancel(entry)
+        return WatchResult(
+            "unreadable", entry.last_status, entry.checks, cancel_error, error=str(error)
+        )
+
+    def _fire(self, entry: WatchRequest, reason: Reason) -> None:
+        """A timer fired: hand a fallback back as it is, cancel the job for the others."""
+        cancel_error = None if reason == "fallback" else self._cancel(entry)
+        self._close(
+            entry, result=WatchResult(reason, entry.last_status, entry.checks, cancel_error)
+        )
+
+    @staticmethod
+    def _cancel(entry: WatchRequest) -> str | None:
+        try:
+            entry.backend.cancel(entry.external_id)
+        except BackendError as exc:
+            return str(exc)
+        return None
+
+    def _close(
+        self,
+        entry: WatchRequest,
+        result: WatchResult | None = None,
+        exc: BaseException | None = None,
+    ) -> None:
+        with self._cond:
+            entry.closing = True
+            if entry in self._entries:
+                self._entries.remove(entry)
+            self._cond.notify_all()
+        self._settle(entry, result, exc)
+
+    @staticmethod
+    def _settle(
+        entry: WatchRequest, result: WatchResult | None = None, exc: BaseException | None = None
+    ) -> None:
+        """Resolve the job's future once; whoever comes second (stop, a late call) is ignored."""
+        try:
+            if result is not None:
+                entry.future.set_result(result)
+            else:
+                entry.future.set_exception(exc or RuntimeError("watching ended"))
+        except InvalidStateError:
+            pass

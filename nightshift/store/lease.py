@@ -1,0 +1,208 @@
+"""A database lease: at most one live holder per key, taken over once its holder stops renewing.
+
+One row per key in ``leases(key, owner, expires_at)``. Acquire and renew are one atomic
+``INSERT ... ON CONFLICT (key) DO UPDATE ... WHERE expires_at < now OR owner = me`` on both
+SQLite (3.35+) and PostgreSQL; no row returned means someone else holds a live lease.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from types import TracebackType
+from typing import Any
+
+from sqlalchemy import Column, Connection, Engine, MetaData, String, Table, delete, or_, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import SQLAlchemyError
+
+from nightshift.errors import LockHeldError
+from nightshift.store.db import UTCDateTime, make_engine
+
+__all__ = ["Clock", "Lease", "default_owner"]
+
+Clock = Callable[[], datetime]
+
+_log = logging.getLogger(__name__)
+
+_metadata = MetaData()
+
+_leases = Table(
+    "leases",
+    _metadata,
+    Column("key", String(300), primary_key=True),
+    Column("owner", String(300), nullable=False),
+    Column("expires_at", UTCDateTime(), nullable=False),
+)
+
+_INSERTS: dict[str, Any] = {"sqlite": sqlite.insert, "postgresql": postgresql.insert}
+
+
+def default_owner() -> str:
+    """``host:pid:uuid8``: names the holder for humans and stays unique per Lease."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Lease:
+    """A renewable lease on ``key``; as a context manager it renews itself every ttl/3."""
+
+    def __init__(
+        self,
+        engine_or_url: Engine | str,
+        key: str,
+        owner: str | None = None,
+        ttl_s: float = 60.0,
+        *,
+        clock: Clock = _now,
+    ) -> None:
+        if ttl_s <= 0:
+            raise ValueError(f"ttl_s must be positive, got {ttl_s!r}")
+        self.engine = (
+            make_engine(engine_or_url) if isinstance(engine_or_url, str) else engine_or_url
+        )
+        if self.engine.dialect.name not in _INSERTS:
+            raise ValueError(f"leases need SQLite or PostgreSQL, not {self.engine.dialect.name}")
+        self.key = key
+        self.owner = owner or default_owner()
+        self.ttl_s = float(ttl_s)
+        self._clock = clock
+        self._stop = threading.Event()
+        self._renewer: threading.Thread | None = None
+        self._lost: LockHeldError | None = None
+        # on self._clock: when a renewal last succeeded, and why the lease can't be trusted
+        self._renewed_at: datetime | None = None
+        self._lapsed: str | None = None
+        self.last_error: str | None = None
+        with self.engine.begin() as conn:
+            _metadata.create_all(conn)
+
+    @property
+    def lost(self) -> LockHeldError | None:
+        """Why background renewal stopped because another holder took the lease, if it did."""
+        return self._lost
+
+    @property
+    def lost_reason(self) -> str | None:
+        """Why the holder must stop acting as one: taken over, or not renewed within the ttl.
+
+        A lapse is for good: another holder may have come and gone while we could not renew.
+        """
+        if self._lost is not None:
+            return str(self._lost)
+        renewed_at = self._renewed_at
+        if self._lapsed is None and self._renewer is not None and renewed_at is not None:
+            age = (self._clock() - renewed_at).total_seconds()
+            if age >= self.ttl_s:
+                self._lapsed = (
+                    f"the lease on {self.key!r} was not renewed for {age:.0f}s (ttl "
+                    f"{self.ttl_s:g}s), so another night may hold it; last error: "
+                    f"{self.last_error or 'none'}"
+                )
+        return self._lapsed
+
+    def acquire(self) -> None:
+        """Take the lease; raises LockHeldError while another owner's lease is unexpired."""
+        self._claim()
+
+    def renew(self) -> None:
+        """Push our expiry ttl_s into the future; raises LockHeldError if someone took over."""
+        self._claim()
+
+    def release(self) -> None:
+        """Give the lease up if we still hold it."""
+        with self.engine.begin() as conn:
+            conn.execute(
+                delete(_leases).where(_leases.c.key == self.key, _leases.c.owner == self.owner)
+            )
+
+    def holder(self) -> tuple[str, datetime] | None:
+        """The current row's owner and expiry (expired or not), or None when nobody has one."""
+        with self.engine.begin() as conn:
+            return self._holder(conn)
+
+    def __enter__(self) -> Lease:
+        self.acquire()
+        self._stop.clear()
+        self._lost = None
+        self._lapsed = None
+        self.last_error = None
+        self._renewer = threading.Thread(
+            target=self._renew_until_stopped, name=f"lease-renew {self.key}", daemon=True
+        )
+        self._renewer.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._stop.set()
+        if self._renewer is not None:
+            self._renewer.join()
+            self._renewer = None
+        try:
+            self.release()
+        except SQLAlchemyError as error:
+            # the database is down: the lease runs out on its own; the night's own error wins
+            _log.warning("releasing the lease on %r failed: %s", self.key, _one_line(error))
+
+    def _claim(self) -> None:
+        # a row deleted between our failed upsert and the holder lookup (PostgreSQL, read
+        # committed) is simply free again: try once more
+        for _ in range(3):
+            now = self._clock()
+            with self.engine.begin() as conn:
+                insert = _INSERTS[self.engine.dialect.name](_leases).values(
+                    key=self.key, owner=self.owner, expires_at=now + timedelta(seconds=self.ttl_s)
+                )
+                upsert = insert.on_conflict_do_update(
+                    index_elements=[_leases.c.key],
+                    set_={"owner": insert.excluded.owner, "expires_at": insert.excluded.expires_at},
+                    where=or_(_leases.c.expires_at < now, _leases.c.owner == self.owner),
+                )
+                # RETURNING, not rowcount: drivers disagree on rowcount for an upsert
+                if conn.execute(upsert.returning(_leases.c.owner)).first() is not None:
+                    self._renewed_at = now
+                    return
+                holder = self._holder(conn)
+            if holder is not None:
+                owner, expires_at = holder
+                raise LockHeldError(self.key, owner, max(0.0, (expires_at - now).total_seconds()))
+        raise LockHeldError(self.key, "unknown", self.ttl_s)
+
+    def _holder(self, conn: Connection) -> tuple[str, datetime] | None:
+        row = conn.execute(
+            select(_leases.c.owner, _leases.c.expires_at).where(_leases.c.key == self.key)
+        ).first()
+        return (row.owner, row.expires_at) if row else None
+
+    def _renew_until_stopped(self) -> None:
+        while not self._stop.wait(self.ttl_s / 3):
+            try:
+                self.renew()
+            except LockHeldError as exc:
+                self._lost = exc
+                _log.error("lost the lease: %s", exc)
+                return
+            except Exception as exc:  # any error: say so and retry; lost_reason reports a lapse
+                error = _one_line(exc)
+                _log.warning("renewing the lease on %r failed: %s", self.key, error)
+                self.last_error = error
+
+
+def _one_line(error: BaseException) -> str:
+    """An error as one short line (SQLAlchemy's own text carries the SQL and a URL)."""
+    cause = getattr(error, "orig", None) or error
+    text = str(cause).strip().splitlines()
+    return f"{type(cause).__name__}: {text[0] if text else ''}"

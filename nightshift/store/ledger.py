@@ -1,0 +1,323 @@
+"""The dwell ledger and job records: every state change of every job, in SQLite or PostgreSQL.
+
+``transitions`` holds one row per state change (never sampled) with the seconds spent in the
+previous state; ``jobs`` holds one row per (catalogue, night, label) so a rerun of a night can
+re-attach to a job still running, skip jobs that succeeded and redo only the failed ones. A Ledger
+reads and writes one catalogue's rows only; rows from before catalogues (``""``) match none. The
+schema is Alembic's (``nightshift.store.migrations``), brought up to date when a Ledger is made.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import pandas as pd
+import sqlalchemy as sa
+
+from nightshift.store import migrations
+from nightshift.store.db import UTCDateTime, make_engine
+
+__all__ = [
+    "AT",
+    "BACKEND",
+    "BEFORE_CATALOGUES",
+    "DWELL_S",
+    "HISTORY_COLUMNS",
+    "LABEL",
+    "NIGHT",
+    "RUN_ID",
+    "STATE",
+    "JobRecord",
+    "Ledger",
+    "Transition",
+    "UTCDateTime",
+    "make_engine",
+]
+
+# columns of Ledger.history(): one row per completed dwell
+NIGHT = "night"
+RUN_ID = "run_id"
+LABEL = "label"
+BACKEND = "backend"
+STATE = "state"  # the state the job dwelt in (the transition's from_state)
+DWELL_S = "dwell_s"  # seconds spent in STATE
+AT = "at"  # when the job left STATE (datetime64[us, UTC])
+HISTORY_COLUMNS = [NIGHT, RUN_ID, LABEL, BACKEND, STATE, DWELL_S, AT]
+
+BEFORE_CATALOGUES = ""  # the catalogue of rows written before jobs were keyed by catalogue
+
+# what migrations build (tests compare the two); the schema itself lives in tasks/migrations
+_metadata = sa.MetaData()
+
+
+def _catalogue_column() -> sa.Column[str]:
+    return sa.Column("catalogue", sa.String(300), nullable=False, server_default=BEFORE_CATALOGUES)
+
+
+_transitions = sa.Table(
+    "transitions",
+    _metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    _catalogue_column(),
+    sa.Column("night", sa.String(32), nullable=False),
+    sa.Column("run_id", sa.String(64), nullable=False),
+    sa.Column("label", sa.String(200), nullable=False),
+    sa.Column("backend", sa.String(64), nullable=False),
+    sa.Column("external_id", sa.String(500), nullable=True),
+    sa.Column("from_state", sa.String(32), nullable=True),
+    sa.Column("to_state", sa.String(32), nullable=False),
+    sa.Column("at", UTCDateTime(), nullable=False),
+    sa.Column("dwell_s", sa.Float, nullable=True),
+    sa.Index("ix_transitions_catalogue_night_label", "catalogue", "night", "label", "id"),
+    sa.Index("ix_transitions_at", "at"),
+)
+
+_jobs = sa.Table(
+    "jobs",
+    _metadata,
+    _catalogue_column(),
+    sa.Column("night", sa.String(32), nullable=False),
+    sa.Column("label", sa.String(200), nullable=False),
+    sa.Column("backend", sa.String(64), nullable=True),  # None: failed before submit
+    sa.Column("external_id", sa.String(500), nullable=True),
+    sa.Column("state", sa.String(32), nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False, default=0),
+    sa.Column("submitted_at", UTCDateTime(), nullable=True),
+    sa.Column("finished_at", UTCDateTime(), nullable=True),
+    sa.Column("detail", sa.Text, nullable=True),
+    sa.Column("data", sa.Text, nullable=True),  # JSON object
+    sa.PrimaryKeyConstraint("catalogue", "night", "label", name="pk_jobs"),
+    sa.Index("ix_jobs_catalogue_label_state", "catalogue", "label", "state"),
+)
+
+# every column but the catalogue, which a Ledger already knows
+_TRANSITION_FIELDS = [c for c in _transitions.c if c.name != "catalogue"]
+_JOB_FIELDS = [c for c in _jobs.c if c.name != "catalogue"]
+
+
+@dataclass(frozen=True)
+class Transition:
+    """One row of the dwell ledger."""
+
+    id: int
+    night: str
+    run_id: str
+    label: str
+    backend: str
+    external_id: str | None
+    from_state: str | None
+    to_state: str
+    at: datetime
+    dwell_s: float | None
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """What we last knew about one job of one night."""
+
+    night: str
+    label: str
+    backend: str | None
+    external_id: str | None
+    state: str
+    attempts: int
+    submitted_at: datetime | None
+    finished_at: datetime | None
+    detail: str | None
+    data: dict[str, Any] | None
+
+
+class Ledger:
+    """One catalogue's dwell ledger and job records behind a database URL; thread-safe."""
+
+    def __init__(self, url: str, catalogue: str = "default") -> None:
+        """Upgrade the schema if needed; BEFORE_CATALOGUES reads the rows of older Nightshifts."""
+        self.url = url
+        self.catalogue = catalogue
+        self.engine = make_engine(url)
+        # (from, to) when this Ledger upgraded the schema, for the caller to say so
+        self.schema_upgrade = migrations.upgrade(self.engine)
+        self._lock = threading.Lock()
+        # (night, label) -> (state, at) of the job's latest transition written by this process
+        self._last: dict[tuple[str, str], tuple[str, datetime]] = {}
+
+    def close(self) -> None:
+        """Release the engine's connections."""
+        self.engine.dispose()
+
+    def transition(
+        self,
+        night: str,
+        run_id: str,
+        label: str,
+        backend: str,
+        external_id: str | None,
+        to_state: str,
+        at: datetime | None = None,
+    ) -> None:
+        """Record that a job entered ``to_state``; a repeat of its current state is ignored."""
+        at = _utc(at or _now())
+        to_state = str(to_state)
+        key = (night, label)
+        with self._lock, self.engine.begin() as conn:
+            previous = self._last.get(key)
+            if previous is None:
+                row = conn.execute(
+                    sa.select(_transitions.c.to_state, _transitions.c.at)
+                    .where(*self._mine(_transitions), _transitions.c.night == night)
+                    .where(_transitions.c.label == label)
+                    .order_by(_transitions.c.id.desc())
+                    .limit(1)
+                ).first()
+                previous = (row.to_state, row.at) if row else None
+            if previous is not None and previous[0] == to_state:
+                self._last[key] = previous
+                return
+            from_state, dwell_s = None, None
+            if previous is not None:
+                # clocks of different hosts may disagree a little; a dwell is never negative
+                from_state, dwell_s = previous[0], max(0.0, (at - previous[1]).total_seconds())
+            conn.execute(
+                sa.insert(_transitions).values(
+                    catalogue=self.catalogue,
+                    night=night,
+                    run_id=run_id,
+                    label=label,
+                    backend=backend,
+                    external_id=external_id,
+                    from_state=from_state,
+                    to_state=to_state,
+                    at=at,
+                    dwell_s=dwell_s,
+                )
+            )
+            self._last[key] = (to_state, at)
+
+    def dwells(self, night: str, label: str | None = None) -> list[Transition]:
+        """Every transition of ``night`` (optionally one job's), in the order they were written."""
+        query = sa.select(*_TRANSITION_FIELDS).where(
+            *self._mine(_transitions), _transitions.c.night == night
+        )
+        if label is not None:
+            query = query.where(_transitions.c.label == label)
+        with self.engine.begin() as conn:
+            rows = conn.execute(query.order_by(_transitions.c.id)).all()
+        return [Transition(**row._asdict()) for row in rows]
+
+    def history(self, since: datetime) -> pd.DataFrame:
+        """Completed dwells that ended at or after ``since``, as HISTORY_COLUMNS."""
+        t = _transitions
+        query = (
+            sa.select(
+                t.c.night, t.c.run_id, t.c.label, t.c.backend, t.c.from_state, t.c.dwell_s, t.c.at
+            )
+            .where(*self._mine(t), t.c.from_state.is_not(None), t.c.at >= _utc(since))
+            .order_by(t.c.at, t.c.id)
+        )
+        with self.engine.begin() as conn:
+            rows = [tuple(row) for row in conn.execute(query)]
+        frame = pd.DataFrame(rows, columns=HISTORY_COLUMNS)
+        for column in (NIGHT, RUN_ID, LABEL, BACKEND, STATE):
+            frame[column] = frame[column].astype(str)
+        frame[DWELL_S] = frame[DWELL_S].astype(float)
+        frame[AT] = pd.to_datetime(frame[AT], utc=True).dt.as_unit("us")
+        return frame
+
+    def get_job(self, night: str, label: str) -> JobRecord | None:
+        """The record of one job of one night, or None if it never got one."""
+        with self.engine.begin() as conn:
+            row = conn.execute(sa.select(*_JOB_FIELDS).where(*self._job_key(night, label))).first()
+        if row is None:
+            return None
+        values = row._asdict()
+        values["data"] = json.loads(values["data"]) if values["data"] is not None else None
+        return JobRecord(**values)
+
+    def record_submit(
+        self,
+        night: str,
+        label: str,
+        backend: str,
+        external_id: str | None,
+        attempts: int,
+        *,
+        at: datetime | None = None,
+        state: str = "queued",
+    ) -> None:
+        """Record a (re)submission; clears the finish time, detail and data of an earlier try."""
+        values: dict[str, Any] = {"backend": backend, "external_id": external_id}
+        values |= {"attempts": attempts, "state": str(state), "submitted_at": _utc(at or _now())}
+        self._upsert_job(night, label, values | dict.fromkeys(("finished_at", "detail", "data")))
+
+    def record_state(
+        self,
+        night: str,
+        label: str,
+        state: str,
+        finished_at: datetime | None = None,
+        detail: str | None = None,
+        data: dict[str, Any] | None = None,
+    ) -> None:
+        """Set a job's state; finished_at, detail and data change only when given."""
+        values: dict[str, Any] = {"state": str(state)}
+        if finished_at is not None:
+            values["finished_at"] = _utc(finished_at)
+        if detail is not None:
+            values["detail"] = detail
+        if data is not None:
+            values["data"] = json.dumps(data, sort_keys=True)
+        self._upsert_job(night, label, values)
+
+    def expected_durations(
+        self, labels: Iterable[str], since: datetime, *, succeeded: str = "succeeded"
+    ) -> dict[str, float]:
+        """Median seconds from submit to finish of each label's succeeded jobs since ``since``."""
+        wanted = sorted(set(labels))
+        if not wanted:
+            return {}
+        query = sa.select(_jobs.c.label, _jobs.c.submitted_at, _jobs.c.finished_at).where(
+            *self._mine(_jobs),
+            _jobs.c.label.in_(wanted),
+            _jobs.c.state == str(succeeded),
+            _jobs.c.submitted_at >= _utc(since),
+            _jobs.c.finished_at.is_not(None),
+        )
+        seconds: dict[str, list[float]] = {}
+        with self.engine.begin() as conn:
+            for label, submitted_at, finished_at in conn.execute(query):
+                seconds.setdefault(label, []).append((finished_at - submitted_at).total_seconds())
+        return {label: float(statistics.median(values)) for label, values in seconds.items()}
+
+    def _mine(self, table: sa.Table) -> tuple[sa.ColumnElement[bool]]:
+        """The filter every query carries: this catalogue's rows only."""
+        return (table.c.catalogue == self.catalogue,)
+
+    def _job_key(self, night: str, label: str) -> tuple[sa.ColumnElement[bool], ...]:
+        return (*self._mine(_jobs), _jobs.c.night == night, _jobs.c.label == label)
+
+    def _upsert_job(self, night: str, label: str, values: dict[str, Any]) -> None:
+        # under BEGIN IMMEDIATE (SQLite) the read-then-write is atomic; on PostgreSQL one
+        # (catalogue, night, label) is only ever written by the live night holding the
+        # catalogue's lease
+        where = self._job_key(night, label)
+        with self.engine.begin() as conn:
+            if conn.execute(sa.update(_jobs).where(*where).values(**values)).rowcount == 0:
+                key = {"catalogue": self.catalogue, "night": night, "label": label}
+                conn.execute(sa.insert(_jobs).values({**key, "attempts": 0, **values}))
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _utc(value: datetime) -> datetime:
+    """``value`` in UTC; refuses naive datetimes, whose zone we would only be guessing."""
+    if value.tzinfo is None:
+        raise ValueError(f"naive datetime {value!r}: pass a timezone-aware one")
+    return value.astimezone(UTC)

@@ -1,0 +1,136 @@
+"""The Prefect tasks of a night: one task run per job, one per chain. Thin: they call the engine."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+from prefect.futures import PrefectFuture
+from prefect.runtime import task_run
+from prefect.states import Completed, Failed, State
+from prefect.tasks import exponential_backoff
+
+from nightshift.engine.outcomes import JobOutcome, Outcome
+from nightshift.engine.runner import NightContext, end_job, run_one_job
+from nightshift.errors import TransientBackendError
+
+__all__ = ["NIGHTS", "Night", "outcome_of", "run_chain", "run_job", "with_retries"]
+
+
+@dataclass
+class Night:
+    """A running night as its tasks see it."""
+
+    ctx: NightContext
+    # backends that could not be built, with the reason their jobs fail
+    broken: dict[str, str] = field(default_factory=dict)
+
+
+# the nights running in this process, by key; tasks get the key, not the live objects
+NIGHTS: dict[str, Night] = {}
+
+
+def _transient_only(task: Any, task_run: Any, state: State) -> bool:
+    """Retry a job task only for transient backend errors."""
+    try:
+        state.result()
+    except TransientBackendError:
+        return True
+    except Exception:
+        return False
+    return False
+
+
+@task(
+    name="run-job",
+    task_run_name="{label}",
+    cache_policy=NO_CACHE,
+    retries=2,
+    retry_delay_seconds=exponential_backoff(backoff_factor=2),
+    retry_jitter_factor=0.5,
+    retry_condition_fn=_transient_only,
+)
+def run_job(label: str, night_key: str) -> JobOutcome | State:
+    """Submit or re-attach one external job and wait for its outcome.
+
+    A job that did not succeed ends its task run Failed (red on the night's timeline); its
+    outcome stays with the night, which reads it from there.
+    """
+    night = NIGHTS[night_key]
+    try:
+        broken = night.broken.get(night.ctx.catalogue.job(label).backend)
+        if broken is not None:
+            outcome = end_job(night.ctx, label, Outcome.FAILED, f"not run: {broken}")
+        else:
+            outcome = run_one_job(night.ctx, label, attempt=task_run.run_count or 1)
+    finally:
+        # whatever failed before the runner, later jobs of a capped backend must not wait for it
+        _withdraw(night.ctx, label)
+    return outcome if outcome.ok else Failed(message=outcome.line())
+
+
+def _never(task: Any, task_run: Any, state: State) -> bool:
+    """Never retry (a chain as a whole: its steps retry themselves; jobs with `retries: 0`)."""
+    return False
+
+
+# retries=1 that never fire: a task returning Failed with no retries configured makes Prefect
+# log "Task run failed with state" with an empty traceback at ERROR
+@task(
+    name="run-chain",
+    task_run_name="{name}",
+    cache_policy=NO_CACHE,
+    retries=1,
+    retry_condition_fn=_never,
+)
+def run_chain(name: str, labels: list[str], night_key: str) -> State:
+    """Run dependent jobs one after another; a step that did not succeed skips its dependents.
+
+    One task run per chain, named by its steps; each step is a task run of its own inside it.
+    """
+    ctx = NIGHTS[night_key].ctx
+    done: dict[str, JobOutcome] = {}
+    for label in labels:
+        deps = ctx.catalogue.job(label).depends_on
+        blockers = [d for d in deps if d in done and not done[d].ok]
+        if blockers:
+            reason = f"{blockers[0]} {done[blockers[0]].state.value}"
+            done[label] = end_job(ctx, label, Outcome.SKIPPED, reason)
+            continue
+        state = with_retries(ctx)(label, night_key, return_state=True)
+        done[label] = outcome_of(ctx, label, state)
+    bad = [o.line() for o in done.values() if not o.ok]
+    return Failed(message="; ".join(bad)) if bad else Completed(message=f"{len(done)} steps ok")
+
+
+def with_retries(ctx: NightContext) -> Any:
+    """The job task with the catalogue's retry policy."""
+    defaults = ctx.catalogue.defaults
+    # `retries: 0` as one retry that never fires: see run_chain on Prefect's empty traceback
+    return run_job.with_options(
+        retries=max(defaults.retries, 1),
+        retry_condition_fn=_transient_only if defaults.retries else _never,
+        retry_delay_seconds=exponential_backoff(backoff_factor=defaults.retry_delay),
+    )
+
+
+def _withdraw(ctx: NightContext, label: str) -> None:
+    """The job will not ask for a slot (again): later jobs of its backend stop waiting for it."""
+    ctx.admission.withdraw(ctx.catalogue.job(label).backend, ctx.priorities.get(label, 0))
+
+
+def outcome_of(ctx: NightContext, label: str, ran: PrefectFuture[Any] | State) -> JobOutcome:
+    """The job's outcome; a task that raised (retries exhausted, or a bug) ends as failed."""
+    if isinstance(ran, PrefectFuture):
+        ran.wait()
+        state = ran.state
+    else:
+        state = ran
+    _withdraw(ctx, label)  # a task run that crashed before its body ran never did
+    if label in ctx.outcomes:
+        return ctx.outcomes[label]
+    value = state.result(raise_on_failure=False)
+    detail = f"{type(value).__name__}: {value}" if isinstance(value, BaseException) else None
+    return end_job(ctx, label, Outcome.FAILED, detail or "the job task did not return")

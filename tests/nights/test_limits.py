@@ -1,0 +1,52 @@
+"""Per-backend caps as Prefect global concurrency limits, against the session's Prefect server."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+
+from nightshift.orchestration.limits import limit_name, prefect_slots
+
+pytestmark = pytest.mark.usefixtures("prefect_server")
+
+
+def test_a_prefect_api_blip_during_a_capped_job_does_not_cancel_it(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from prefect.client.orchestration import SyncPrefectClient
+
+    hold = prefect_slots({"cli": 1})
+    calls: list[int] = []
+
+    def blip(self: object, **_: object) -> None:
+        calls.append(1)
+        raise httpx.ConnectError("Prefect API unreachable (injected)")
+
+    # every renewal of the slot's lease fails, as if the API went away; Prefect renews once
+    # as the slot is taken, then every 3/4 of the lease
+    monkeypatch.setattr(SyncPrefectClient, "renew_concurrency_lease", blip)
+    with hold("cli", 10.0):
+        deadline = time.monotonic() + 30
+        while "Concurrency lease renewal failed" not in caplog.text:
+            assert time.monotonic() < deadline, "the renewal never gave up"
+            time.sleep(0.05)  # a strict slot cancels this thread here
+        survived = True
+    assert survived and len(calls) >= 3  # Prefect retried, then gave up without cancelling us
+
+
+def test_a_limit_deleted_under_a_night_does_not_fail_its_jobs() -> None:
+    from prefect.client.orchestration import get_client
+
+    hold = prefect_slots({"command": 2})
+    with get_client(sync_client=True) as client:
+        client.delete_global_concurrency_limit_by_name(limit_name("command"))
+    with hold("command", 5.0):
+        pass  # the local admission gate still caps the night
+
+
+def test_uncapped_backends_take_no_slot() -> None:
+    hold = prefect_slots({})
+    with hold("gemini_batch", 0.0):
+        pass

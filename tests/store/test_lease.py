@@ -1,0 +1,242 @@
+"""The lease on a real SQLite file: refusal, takeover on expiry, release, processes, races."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from nightshift.errors import LockHeldError
+from nightshift.store.lease import Lease, default_owner
+
+REPO = Path(__file__).resolve().parents[2]
+T0 = datetime(2026, 11, 29, 1, 0, tzinfo=UTC)
+KEY = "nightshift.yaml"
+
+
+class FakeClock:
+    """A clock that only moves when told to."""
+
+    def __init__(self, now: datetime = T0) -> None:
+        self.now = now
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+@pytest.fixture
+def url(db_url: str) -> str:
+    """Each test runs on SQLite, and on PostgreSQL when NIGHTSHIFT_TEST_POSTGRES_URL is set."""
+    return db_url
+
+
+def test_a_second_acquire_is_refused_naming_the_holder(url: str) -> None:
+    clock = FakeClock()
+    Lease(url, KEY, "host-a:1:aaaaaaaa", ttl_s=60, clock=clock).acquire()
+    clock.advance(15)
+
+    with pytest.raises(LockHeldError) as refused:
+        Lease(url, KEY, "host-b:2:bbbbbbbb", ttl_s=60, clock=clock).acquire()
+
+    assert (refused.value.key, refused.value.owner) == (KEY, "host-a:1:aaaaaaaa")
+    assert refused.value.expires_in_s == pytest.approx(45.0)
+    assert "host-a:1:aaaaaaaa" in str(refused.value)
+
+
+def test_other_keys_are_independent(url: str) -> None:
+    Lease(url, "a.yaml", "one").acquire()
+    Lease(url, "b.yaml", "two").acquire()
+
+
+def test_the_holder_can_reacquire_and_renew(url: str) -> None:
+    clock = FakeClock()
+    lease = Lease(url, KEY, "me", ttl_s=60, clock=clock)
+    lease.acquire()
+    lease.acquire()
+    clock.advance(50)
+    lease.renew()
+
+    assert lease.holder() == ("me", T0 + timedelta(seconds=110))
+
+
+def test_an_expired_lease_is_taken_over(url: str) -> None:
+    clock = FakeClock()
+    crashed = Lease(url, KEY, "crashed", ttl_s=60, clock=clock)
+    crashed.acquire()
+    clock.advance(60.001)
+
+    Lease(url, KEY, "rescuer", ttl_s=60, clock=clock).acquire()
+
+    # the crashed run, were it to come back, has lost the lease
+    with pytest.raises(LockHeldError, match="rescuer"):
+        crashed.renew()
+
+
+def test_release_lets_another_acquire(url: str) -> None:
+    first = Lease(url, KEY, "first")
+    first.acquire()
+    first.release()
+
+    Lease(url, KEY, "second").acquire()
+
+
+def test_release_does_not_free_someone_elses_lease(url: str) -> None:
+    clock = FakeClock()
+    old = Lease(url, KEY, "old", ttl_s=60, clock=clock)
+    old.acquire()
+    clock.advance(61)
+    Lease(url, KEY, "new", ttl_s=60, clock=clock).acquire()
+
+    old.release()
+
+    assert old.holder() == ("new", T0 + timedelta(seconds=121))
+
+
+def test_the_context_manager_releases_even_on_error(url: str) -> None:
+    with pytest.raises(RuntimeError), Lease(url, KEY, "me", ttl_s=60):
+        raise RuntimeError("the night blew up")
+
+    assert Lease(url, KEY, "other").holder() is None
+
+
+def test_the_context_manager_keeps_renewing(url: str) -> None:
+    with Lease(url, KEY, "me", ttl_s=0.3) as lease:
+        first_expiry = _holder_expiry(lease)
+        deadline = time.monotonic() + 5
+        while _holder_expiry(lease) == first_expiry:
+            assert time.monotonic() < deadline, "the lease was never renewed"
+            time.sleep(0.02)
+        assert lease.lost is None
+
+
+def _holder_expiry(lease: Lease) -> datetime:
+    holder = lease.holder()
+    assert holder is not None
+    return holder[1]
+
+
+def test_default_owner_is_host_pid_uuid8() -> None:
+    host, pid, tag = default_owner().rsplit(":", 2)
+    assert host
+    assert int(pid) > 0
+    assert len(tag) == 8
+    assert default_owner() != default_owner()
+
+
+def test_eight_threads_racing_exactly_one_wins(url: str) -> None:
+    leases = [Lease(url, KEY, f"thread-{i}", ttl_s=60) for i in range(8)]
+    start = threading.Barrier(len(leases))
+    won: list[str] = []
+    refused: list[str] = []
+
+    def race(lease: Lease) -> None:
+        start.wait()
+        try:
+            lease.acquire()
+        except LockHeldError as exc:
+            refused.append(exc.owner)
+        else:
+            won.append(lease.owner)
+
+    threads = [threading.Thread(target=race, args=(lease,)) for lease in leases]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+
+    assert len(won) == 1
+    assert refused == [won[0]] * 7
+
+
+_HOLDER = """
+import sys
+from nightshift.store.lease import Lease
+with Lease(sys.argv[1], sys.argv[2], "child:" + sys.argv[3], ttl_s=1.0):
+    print("acquired", flush=True)
+    sys.stdin.read()
+"""
+
+
+def test_a_lease_held_by_a_killed_process_becomes_free_once_expired(url: str) -> None:
+    child = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, url, KEY, "holder"],
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "acquired"
+        me = Lease(url, KEY, "parent", ttl_s=1.0)
+
+        # the child keeps renewing: we stay locked out for well beyond one ttl
+        blocked_until = time.monotonic() + 1.6
+        while time.monotonic() < blocked_until:
+            with pytest.raises(LockHeldError, match="child:holder"):
+                me.acquire()
+            time.sleep(0.1)
+
+        child.kill()  # SIGKILL: no release, no more renewals
+        child.wait(timeout=10)
+
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                me.acquire()
+                break
+            except LockHeldError as exc:
+                assert exc.owner == "child:holder"
+                assert time.monotonic() < deadline, "the dead holder's lease never expired"
+                time.sleep(0.05)
+        assert me.holder() is not None
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(timeout=10)
+
+
+def _break_database(url: str) -> None:
+    """Take the lease table away: OperationalError on SQLite, ProgrammingError on PostgreSQL."""
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(text("DROP TABLE leases"))
+    engine.dispose()
+
+
+def test_a_lease_not_renewed_within_its_ttl_is_reported_lost(url: str, caplog) -> None:
+    clock = FakeClock()
+    with Lease(url, KEY, "me", ttl_s=0.3, clock=clock) as lease:
+        _break_database(url)
+        deadline = time.monotonic() + 10
+        while "renewing the lease" not in caplog.text:  # the renewer saw the outage, said so
+            assert time.monotonic() < deadline, "the renewer never reported the outage"
+            time.sleep(0.02)
+        assert lease.lost_reason is None  # within the ttl on the lease's clock: still ours
+        clock.advance(0.31)
+        reason = lease.lost_reason
+        assert reason is not None and "not renewed" in reason and KEY in reason
+        assert lease._renewer is not None and lease._renewer.is_alive()  # it keeps trying
+    # leaving the block while the database is down does not raise over the night's outcome
+
+
+def test_a_lease_taken_over_is_reported_lost(url: str) -> None:
+    clock = FakeClock()
+    with Lease(url, KEY, "me", ttl_s=0.3, clock=clock) as lease:
+        clock.advance(0.31)
+        Lease(url, KEY, "rescuer", ttl_s=60, clock=clock).acquire()
+        deadline = time.monotonic() + 10
+        while lease.lost is None:
+            assert time.monotonic() < deadline, "the takeover was never noticed"
+            time.sleep(0.02)
+        assert "rescuer" in (lease.lost_reason or "")

@@ -1,0 +1,331 @@
+"""The ledger's schema through Alembic: new databases, ledgers from before migrations, races."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from alembic.autogenerate import compare_metadata
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+
+from nightshift.store import lease as lease_module
+from nightshift.store import ledger as ledger_module
+from nightshift.store import migrations
+from nightshift.store.db import make_engine
+from nightshift.store.lease import Lease
+from nightshift.store.ledger import BEFORE_CATALOGUES, JobRecord, Ledger
+
+REPO = Path(__file__).resolve().parents[2]
+T0 = datetime(2026, 11, 29, 1, 0, tzinfo=UTC)
+NIGHT = "2026-11-29"
+
+# today's schema (before migrations), written out as create_all made it: never import it
+OLD = sa.MetaData()
+sa.Table(
+    "transitions",
+    OLD,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("night", sa.String(32), nullable=False),
+    sa.Column("run_id", sa.String(64), nullable=False),
+    sa.Column("label", sa.String(200), nullable=False),
+    sa.Column("backend", sa.String(64), nullable=False),
+    sa.Column("external_id", sa.String(500), nullable=True),
+    sa.Column("from_state", sa.String(32), nullable=True),
+    sa.Column("to_state", sa.String(32), nullable=False),
+    sa.Column("at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("dwell_s", sa.Float, nullable=True),
+    sa.Index("ix_transitions_night_label", "night", "label", "id"),
+    sa.Index("ix_transitions_at", "at"),
+)
+sa.Table(
+    "jobs",
+    OLD,
+    sa.Column("night", sa.String(32), primary_key=True),
+    sa.Column("label", sa.String(200), primary_key=True),
+    sa.Column("backend", sa.String(64), nullable=True),
+    sa.Column("external_id", sa.String(500), nullable=True),
+    sa.Column("state", sa.String(32), nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False, default=0),
+    sa.Column("submitted_at", sa.DateTime(timezone=True), nullable=True),
+    sa.Column("finished_at", sa.DateTime(timezone=True), nullable=True),
+    sa.Column("detail", sa.Text, nullable=True),
+    sa.Column("data", sa.Text, nullable=True),
+    sa.Index("ix_jobs_label_state", "label", "state"),
+)
+sa.Table(
+    "leases",
+    OLD,
+    sa.Column("key", sa.String(300), primary_key=True),
+    sa.Column("owner", sa.String(300), nullable=False),
+    sa.Column("expires_at", sa.DateTime(timezone=True), nullable=False),
+)
+
+# the job _fill_old_ledger writes, as the new Ledger reads it back
+_OLD_JOB = JobRecord(
+    night=NIGHT,
+    label="etl",
+    backend="cli",
+    external_id="job-old",
+    state="succeeded",
+    attempts=1,
+    submitted_at=T0,
+    finished_at=T0 + timedelta(seconds=70),
+    detail="42 rows",
+    data={"rows": 42},
+)
+
+
+def _naive(at: datetime, engine: sa.Engine) -> datetime:
+    """How today's code stored a time: naive UTC on SQLite, aware on PostgreSQL."""
+    return at.replace(tzinfo=None) if engine.dialect.name == "sqlite" else at
+
+
+def _fill_old_ledger(url: str, *, with_leases: bool = True) -> None:
+    """A ledger as today's code leaves it: one finished job, its transitions, a lease."""
+    engine = make_engine(url)
+    tables = [t for t in OLD.sorted_tables if with_leases or t.name != "leases"]
+    with engine.begin() as conn:
+        OLD.create_all(conn, tables=tables)
+        for to_state, from_state, offset, dwell in [
+            ("queued", None, 0, None),
+            ("running", "queued", 10, 10.0),
+            ("succeeded", "running", 70, 60.0),
+        ]:
+            conn.execute(
+                OLD.tables["transitions"].insert(),
+                {
+                    "night": NIGHT,
+                    "run_id": "run-old",
+                    "label": "etl",
+                    "backend": "cli",
+                    "external_id": "job-old",
+                    "from_state": from_state,
+                    "to_state": to_state,
+                    "at": _naive(T0 + timedelta(seconds=offset), engine),
+                    "dwell_s": dwell,
+                },
+            )
+        conn.execute(
+            OLD.tables["jobs"].insert(),
+            {
+                "night": NIGHT,
+                "label": "etl",
+                "backend": "cli",
+                "external_id": "job-old",
+                "state": "succeeded",
+                "attempts": 1,
+                "submitted_at": _naive(T0, engine),
+                "finished_at": _naive(T0 + timedelta(seconds=70), engine),
+                "detail": "42 rows",
+                "data": json.dumps({"rows": 42}),
+            },
+        )
+        if with_leases:
+            conn.execute(
+                OLD.tables["leases"].insert(),
+                {"key": "nightly.yaml", "owner": "old:1:x", "expires_at": _naive(T0, engine)},
+            )
+    engine.dispose()
+
+
+def _revision(url: str) -> str | None:
+    engine = make_engine(url)
+    try:
+        return migrations.current_revision(engine)
+    finally:
+        engine.dispose()
+
+
+def test_head_is_the_last_revision_on_disk() -> None:
+    config = Config()
+    config.set_main_option("script_location", str(Path(migrations.__file__).parent))
+    script = ScriptDirectory.from_config(config)
+
+    chain = [rev.revision for rev in script.walk_revisions()]
+
+    assert chain == [migrations.HEAD, "0001"]
+    assert script.get_current_head() == migrations.HEAD
+
+
+def test_a_new_database_gets_exactly_the_schema_the_code_declares(db_url: str) -> None:
+    ledger = Ledger(db_url)
+
+    both = [ledger_module._metadata, lease_module._metadata]
+    with ledger.engine.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn), both)  # type: ignore[arg-type]
+        keys = sa.inspect(conn).get_pk_constraint("jobs")["constrained_columns"]
+    assert diff == []
+    assert keys == ["catalogue", "night", "label"]
+    assert _revision(db_url) == migrations.HEAD
+
+
+@pytest.mark.parametrize("with_leases", [True, False], ids=["with-leases", "before-leases"])
+def test_a_ledger_from_before_migrations_upgrades_in_place(db_url: str, with_leases: bool) -> None:
+    _fill_old_ledger(db_url, with_leases=with_leases)
+    assert _revision(db_url) is None
+
+    tonight = Ledger(db_url, "nightly.yaml")
+
+    assert _revision(db_url) == migrations.HEAD
+    # the old rows belong to no catalogue: tonight's catalogue does not see them...
+    assert tonight.get_job(NIGHT, "etl") is None
+    assert tonight.dwells(NIGHT) == []
+    assert tonight.history(since=T0).empty
+    assert tonight.expected_durations(["etl"], since=T0) == {}
+    # ...and runs the same night and label afresh, next to them
+    tonight.record_submit(NIGHT, "etl", "cli", "job-new", 1, at=T0 + timedelta(hours=1))
+    tonight.transition(NIGHT, "run-new", "etl", "cli", "job-new", "queued")
+    assert [(r.from_state, r.to_state) for r in tonight.dwells(NIGHT)] == [(None, "queued")]
+
+    # the old rows are all still there, read back unchanged
+    before = Ledger(db_url, BEFORE_CATALOGUES)
+    assert before.get_job(NIGHT, "etl") == _OLD_JOB
+    assert [(r.run_id, r.from_state, r.to_state, r.dwell_s) for r in before.dwells(NIGHT)] == [
+        ("run-old", None, "queued", None),
+        ("run-old", "queued", "running", 10.0),
+        ("run-old", "running", "succeeded", 60.0),
+    ]
+    assert before.expected_durations(["etl"], since=T0) == {"etl": 70.0}
+    assert list(before.history(since=T0)["dwell_s"]) == [10.0, 60.0]
+    # the lease table works as before (an old lease row included)
+    lease = Lease(tonight.engine, "nightly.yaml", "new:2:y", clock=lambda: T0 + timedelta(hours=1))
+    lease.acquire()
+    assert lease.holder() == ("new:2:y", T0 + timedelta(hours=1, seconds=60))
+
+
+def test_upgrading_leaves_the_apps_logging_alone(db_url: str) -> None:
+    app = logging.getLogger("nightshift.test.app")
+    root = logging.getLogger()
+    before = (list(root.handlers), root.level, app.disabled, app.level)
+
+    ledger = Ledger(db_url)
+
+    assert ledger.schema_upgrade == (None, migrations.HEAD)
+    assert (list(root.handlers), root.level, app.disabled, app.level) == before
+    assert Ledger(db_url).schema_upgrade is None
+
+
+def test_at_head_a_ledger_costs_one_small_query(db_url: str) -> None:
+    Ledger(db_url).close()
+    statements: list[str] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        if not statement.startswith("BEGIN"):  # SQLite's BEGIN IMMEDIATE is the transaction
+            statements.append(" ".join(statement.split()))
+
+    sa.event.listen(sa.Engine, "before_cursor_execute", record)
+    try:
+        Ledger(db_url).close()
+    finally:
+        sa.event.remove(sa.Engine, "before_cursor_execute", record)
+
+    assert statements == ["SELECT version_num FROM alembic_version"]
+
+
+def test_a_schema_newer_than_the_code_is_refused_in_one_line(db_url: str) -> None:
+    Ledger(db_url).close()
+    engine = make_engine(db_url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE alembic_version SET version_num = '0099'"))
+    engine.dispose()
+
+    with pytest.raises(migrations.SchemaTooNewError) as caught:
+        Ledger(db_url)
+
+    assert str(caught.value) == (
+        "ledger schema is at revision 0099, newer than this Nightshift knows (up to 0002): "
+        "upgrade Nightshift"
+    )
+
+
+# a child imports what an upgrade needs up front, so the race is the upgrade, not the imports
+CHILD = """
+import json, sys, time
+from pathlib import Path
+import alembic.command, alembic.config, alembic.runtime.migration
+from nightshift.store import migrations
+from nightshift.store.db import make_engine
+
+url, me, folder = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+engine = make_engine(url)
+(folder / f"ready-{me}").touch()
+while not (folder / "go").exists():
+    time.sleep(0.005)
+print(json.dumps(migrations.upgrade(engine)))
+"""
+
+
+@pytest.mark.parametrize("start", ["fresh", "before-migrations"])
+def test_processes_starting_together_upgrade_once(db_url: str, tmp_path: Path, start: str) -> None:
+    if start == "before-migrations":
+        _fill_old_ledger(db_url)
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", CHILD, db_url, str(i), str(tmp_path)],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    # release them together once all have imported everything (the slow part)
+    deadline = time.monotonic() + 120
+    while len(list(tmp_path.glob("ready-*"))) < len(children):
+        assert time.monotonic() < deadline, "children never got ready"
+        assert all(child.poll() is None for child in children), [c.communicate() for c in children]
+        time.sleep(0.01)
+    (tmp_path / "go").touch()
+    results = [child.communicate(timeout=120) for child in children]
+
+    assert [child.returncode for child in children] == [0, 0], [err for _, err in results]
+    upgrades = sorted((json.loads(out) for out, _ in results), key=str)
+    assert upgrades == [None, [None, migrations.HEAD]]  # one upgraded, the other found it done
+    ledger = Ledger(db_url, "nightly.yaml")
+    with ledger.engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT version_num FROM alembic_version")).all() == [
+            (migrations.HEAD,)
+        ]
+    ledger.record_submit(NIGHT, "etl", "cli", "job-new", 1, at=T0)
+    assert Ledger(db_url, BEFORE_CATALOGUES).get_job(NIGHT, "etl") == (
+        _OLD_JOB if start == "before-migrations" else None
+    )
+
+
+def test_a_lease_taken_before_the_first_ledger_is_kept(db_url: str) -> None:
+    Lease(db_url, "nightly.yaml", "early:1:z").acquire()  # creates only its own table
+
+    Ledger(db_url, "nightly.yaml").record_state(NIGHT, "etl", "failed", detail="no input")
+
+    assert _revision(db_url) == migrations.HEAD
+    held = Lease(db_url, "nightly.yaml", "other").holder()
+    assert held is not None and held[0] == "early:1:z"
+
+
+def test_revision_0002_can_be_undone_and_redone(db_url: str) -> None:
+    Ledger(db_url, "nightly.yaml").record_submit(NIGHT, "etl", "cli", "job-1", 1, at=T0)
+    engine = make_engine(db_url)
+    config = Config()
+    config.set_main_option("script_location", str(Path(migrations.__file__).parent))
+    from alembic import command
+
+    with engine.begin() as conn:
+        config.attributes["connection"] = conn
+        command.downgrade(config, "0001")
+    assert _revision(db_url) == "0001"
+    with engine.connect() as conn:
+        assert "catalogue" not in {c["name"] for c in sa.inspect(conn).get_columns("jobs")}
+    engine.dispose()
+
+    assert Ledger(db_url, BEFORE_CATALOGUES).get_job(NIGHT, "etl") is not None
+    assert _revision(db_url) == migrations.HEAD

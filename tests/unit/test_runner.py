@@ -1,0 +1,203 @@
+"""One job from submit to outcome, without Prefect: reruns, lost jobs, a lost lease."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from nightshift.backends.base import ExternalState, JobSpec
+from nightshift.config.catalogue import parse_catalogue
+from nightshift.engine.admission import Admission
+from nightshift.engine.outcomes import Outcome
+from nightshift.engine.runner import LOST, NightContext, end_job, run_one_job
+from nightshift.engine.watcher import Watcher
+from nightshift.errors import PermanentBackendError, TransientBackendError
+from nightshift.store.ledger import Ledger
+from tests.support import ScriptedBackend
+
+R, S = ExternalState.RUNNING, ExternalState.SUCCEEDED
+CATALOGUE = """\
+defaults: {poll: {initial: 0.01s, max: 0.02s}, stagger: 0s}
+jobs:
+  - {label: a, backend: command, argv: [x], timeout: 0.1s}
+"""
+
+
+@pytest.fixture
+def night(tmp_path: Path) -> Iterator[tuple[NightContext, ScriptedBackend]]:
+    backend = ScriptedBackend(name="command")
+    ledger = Ledger(f"sqlite:///{tmp_path / 'ledger.db'}")
+    watcher = Watcher(on_change=lambda *_: None)
+    ctx = NightContext(
+        catalogue=parse_catalogue(CATALOGUE, tmp_path / "nightshift.yaml"),
+        night="2026-11-29",
+        run_id="test",
+        run_dir=tmp_path / "run",
+        backends={"command": backend},
+        ledger=ledger,
+        watcher=watcher,
+        admission=Admission(0),
+        deadline_at=watcher.now() + 60,
+    )
+    yield ctx, backend
+    ctx.watcher.stop()
+    ledger.close()
+
+
+def test_a_job_whose_cancel_failed_stays_live_and_a_rerun_reattaches(night) -> None:
+    ctx, backend = night
+    backend.scripts["a"] = [R, R, R, R, R, R, R, R, R, R, R, R, R, R, R, R, R, R, R, S]
+    backend.cancel_error = PermanentBackendError("agy: permission denied")
+    first = run_one_job(ctx, "a")
+    assert first.state is Outcome.TIMEOUT
+    assert "cancel failed" in (first.detail or "")
+    assert ctx.ledger.get_job("2026-11-29", "a").state == LOST
+    assert Path(first.log_tail_path).read_text() == "log of a\n"
+
+    backend.scripts["a"] = [S]  # meanwhile it finished out there
+    second = run_one_job(ctx, "a")
+    assert second.state is Outcome.SUCCEEDED
+    assert backend.submitted == ["a"]  # re-attached, never submitted twice
+
+
+def test_a_job_lost_to_errors_stays_live_for_the_rerun(night) -> None:
+    ctx, backend = night
+    ctx.ledger.record_submit("2026-11-29", "a", "command", "a", 1)
+    ctx.external_ids["a"] = "a"
+    lost = end_job(ctx, "a", Outcome.FAILED, "TransientBackendError: agy unreachable")
+    assert lost.state is Outcome.FAILED
+    assert ctx.ledger.get_job("2026-11-29", "a").state == LOST
+    backend.scripts["a"] = [S]
+    assert run_one_job(ctx, "a").state is Outcome.SUCCEEDED
+    assert backend.submitted == []
+
+
+def test_nothing_is_submitted_once_the_lease_is_lost(night) -> None:
+    ctx, backend = night
+    ctx.stop_reason = lambda: "not submitted: another night took the lease"
+    outcome = run_one_job(ctx, "a")
+    assert outcome.state is Outcome.FAILED
+    assert outcome.detail == "not submitted: another night took the lease"
+    assert backend.submitted == []
+
+
+def test_a_succeeded_job_is_not_run_again(night) -> None:
+    ctx, backend = night
+    backend.scripts["a"] = [S]
+    assert run_one_job(ctx, "a").state is Outcome.SUCCEEDED
+    again = run_one_job(ctx, "a")
+    assert again.detail.startswith("kept: succeeded earlier tonight")
+    assert backend.submitted == ["a"]
+
+
+class Batchy(ScriptedBackend):
+    """A backend with a fallback, like the Gemini one: answers the rows itself when asked."""
+
+    def __init__(self) -> None:
+        super().__init__(name="command", scripts={"a": [R]})
+        self.fallbacks: list[str] = []
+
+    def fallback(self, spec: object, external_id: str) -> dict[str, object]:
+        self.fallbacks.append(external_id)
+        return {"ok": True, "summary": "rows 3/3 ok, 3 via fallback"}
+
+
+def test_a_night_that_died_during_the_fallback_is_finished_by_the_rerun(night) -> None:
+    ctx, _ = night
+    backend = Batchy()
+    ctx.backends["command"] = backend
+    ctx.ledger.record_submit("2026-11-29", "a", "command", "a", 1)
+    ctx.ledger.record_state("2026-11-29", "a", "fallback")  # where the crashed night stopped
+    outcome = run_one_job(ctx, "a")
+    assert outcome.state is Outcome.SUCCEEDED
+    assert outcome.detail == "rows 3/3 ok, 3 via fallback"
+    assert backend.fallbacks == ["a"]
+    assert backend.calls["a"] == 0  # the cancelled batch was not watched again
+    assert backend.submitted == []
+
+
+def test_a_night_that_lost_its_lease_leaves_the_ledger_to_the_new_holder(night) -> None:
+    ctx, backend = night
+    ctx.ledger.record_submit("2026-11-29", "a", "command", "a", 1)
+    backend.scripts["a"] = [S]
+    ctx.owns_night = lambda: False  # another night took over while this one stalled
+    assert run_one_job(ctx, "a").state is Outcome.SUCCEEDED  # it still reports what it saw
+    assert ctx.ledger.get_job("2026-11-29", "a").state == "queued"  # but wrote nothing
+    assert ctx.ledger.dwells("2026-11-29", "a") == []  # not even the final transition
+
+
+class LostAnswer(ScriptedBackend):
+    """Creates the job, then loses the answer once (a timeout after the create went through)."""
+
+    def __init__(self) -> None:
+        super().__init__(name="command", scripts={"a": [S]})
+        self.specs: list[dict[str, object]] = []
+        self.created: dict[str, str] = {}  # submission key -> id
+
+    def submit(self, spec: JobSpec) -> str:
+        self.specs.append(dict(spec.options))
+        key = str(spec.options["submission_key"])
+        if "resume_since" in spec.options and key in self.created:
+            return self.created[key]  # found the job of this attempt: no second create
+        self.created[key] = "a"
+        self.submitted.append(spec.label)
+        if len(self.submitted) == 1:
+            raise TransientBackendError("timed out waiting for the answer")
+        return "a"
+
+
+def test_a_retried_submit_resumes_the_same_attempt_and_never_creates_twice(tmp_path) -> None:
+    backend = LostAnswer()
+    ledger = Ledger(f"sqlite:///{tmp_path / 'ledger.db'}")
+    watcher = Watcher(on_change=lambda *_: None)
+    ctx = NightContext(
+        catalogue=parse_catalogue(CATALOGUE, tmp_path / "nightshift.yaml"),
+        night="2026-11-29",
+        run_id="test",
+        run_dir=tmp_path / "run",
+        backends={"command": backend},
+        ledger=ledger,
+        watcher=watcher,
+        admission=Admission(0),
+        deadline_at=watcher.now() + 60,
+    )
+    try:
+        with pytest.raises(TransientBackendError):
+            run_one_job(ctx, "a")  # the task fails; Prefect retries it
+        record = ledger.get_job("2026-11-29", "a")
+        assert (record.state, record.attempts, record.external_id) == ("submitting", 1, None)
+        outcome = run_one_job(ctx, "a")  # the retry
+    finally:
+        watcher.stop()
+        ledger.close()
+    assert outcome.state is Outcome.SUCCEEDED
+    assert (outcome.attempts, backend.submitted) == (1, ["a"])
+    first, retry = backend.specs
+    assert first["submission_key"] == retry["submission_key"]
+    assert str(first["submission_key"]).endswith("/2026-11-29/a/1")
+    assert "resume_since" not in first
+    assert retry["resume_since"] == record.submitted_at.isoformat()
+
+
+class Partial(ScriptedBackend):
+    """A batch that says SUCCEEDED but came back with rows missing."""
+
+    def collect(self, spec: JobSpec, external_id: str) -> dict[str, object]:
+        return {"ok": False, "summary": "rows 3/6 ok, 3 missing"}
+
+
+def test_a_batch_with_missing_rows_is_recorded_partial_never_succeeded(night) -> None:
+    ctx, _ = night
+    backend = Partial(name="command", scripts={"a": [R, S]})
+    ctx.backends["command"] = backend
+    seen: list[tuple[str, str]] = []
+    ctx.observers.append(lambda label, state: seen.append((label, state)))
+    ctx.watcher.stop()
+    ctx.watcher = Watcher(on_change=ctx.seen)
+    outcome = run_one_job(ctx, "a")
+    assert outcome.state is Outcome.PARTIAL
+    states = [t.to_state for t in ctx.ledger.dwells("2026-11-29", "a")]
+    assert states == ["submitting", "submitted", "running", "partial"]
+    assert [s for _, s in seen] == ["submitting", "submitted", "running", "partial"]
