@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 import flows.nightly as nightly_module
+import tasks.jobs as jobs_module
 from flows.nightly import nightly
 from nightshift.config.settings import load_settings
 from nightshift.errors import LockHeldError
@@ -136,7 +137,7 @@ def test_a_failed_prefect_limit_call_leaves_a_summary_and_no_threads(
 def test_a_job_task_that_fails_before_the_runner_does_not_hold_back_its_backend(
     sandbox: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = nightly_module.run_one_job
+    real = jobs_module.run_one_job
     broke: list[str] = []
 
     def breaks_first(ctx: Any, label: str, attempt: int = 1) -> Any:
@@ -145,7 +146,7 @@ def test_a_job_task_that_fails_before_the_runner_does_not_hold_back_its_backend(
             raise RuntimeError("the task broke before the runner (injected)")
         return real(ctx, label, attempt)
 
-    monkeypatch.setattr(nightly_module, "run_one_job", breaks_first)
+    monkeypatch.setattr(jobs_module, "run_one_job", breaks_first)
     body = command("first") + command("second") + command("third")
     path = write(sandbox, body, deadline="20s", head="limits: {command: 1}\n")
     run_dir = sandbox / "run"
