@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from tests.support import FakeClock
+
 REPO = Path(__file__).resolve().parents[1]
 GEMINI_KEY = "test-key-9f8e7d6c5b4a"  # distinctive, so a leak in any message is easy to spot
 
@@ -80,16 +82,6 @@ def emu(shared_emu: Any) -> Any:
     """The module's emulator, forgetting everything earlier tests did to it."""
     shared_emu.reset()
     return shared_emu
-
-
-class FakeClock:
-    """Seconds that move only when a test moves them (``clock.now += 1``)."""
-
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture

@@ -1,13 +1,85 @@
-"""An in-memory backend that plays a script of states: the local implementation for loop tests."""
+"""Shared test support: a scripted backend, a fake clock, waiters that fail instead of hanging."""
 
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
 
-from nightshift.backends.base import ExternalState, JobSpec, JobStatus
+from nightshift.backends.base import Backend, ExternalState, JobSpec, JobStatus
 from nightshift.errors import BackendError
+
+__all__ = [
+    "BatchScriptedBackend",
+    "FakeClock",
+    "ScriptedBackend",
+    "read_until",
+    "wait_final",
+    "wait_status",
+    "wait_until",
+]
+
+T = TypeVar("T")
+
+
+class FakeClock:
+    """A clock that moves only when a test moves it: monotonic seconds, or a given datetime."""
+
+    def __init__(self, now: Any = 1000.0) -> None:
+        self.now = now
+        self._lock = threading.Lock()  # read from the watcher's thread while the test advances
+
+    def __call__(self) -> Any:
+        with self._lock:
+            return self.now
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            step = timedelta(seconds=seconds) if isinstance(self.now, datetime) else seconds
+            self.now += step
+
+
+def read_until(
+    read: Callable[[], T],
+    done: Callable[[T], bool],
+    timeout: float = 10.0,
+    what: str = "a condition",
+    interval: float = 0.02,
+) -> T:
+    """Read until ``done`` holds for what was read, and return that; fail instead of hanging."""
+    end = time.monotonic() + timeout
+    while True:
+        value = read()
+        if done(value):
+            return value
+        assert time.monotonic() < end, f"timed out after {timeout}s waiting for {what}: {value!r}"
+        time.sleep(interval)
+
+
+def wait_until(
+    condition: Callable[[], bool],
+    timeout: float = 10.0,
+    what: str = "a condition",
+    interval: float = 0.02,
+) -> None:
+    """Poll something another thread or process will make true; fail instead of hanging."""
+    read_until(condition, bool, timeout, what, interval)
+
+
+def wait_status(
+    backend: Backend, job_id: str, pred: Callable[[JobStatus], bool], timeout: float = 15.0
+) -> JobStatus:
+    """The job's first status that satisfies ``pred``."""
+    return read_until(lambda: backend.status(job_id), pred, timeout, f"job {job_id}")
+
+
+def wait_final(backend: Backend, job_id: str, timeout: float = 15.0) -> JobStatus:
+    """The job's first final status."""
+    return wait_status(backend, job_id, lambda s: s.state.final, timeout)
 
 
 @dataclass

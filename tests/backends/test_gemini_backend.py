@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -18,13 +19,14 @@ from nightshift.backends.gemini.batch import (
 )
 from nightshift.backends.gemini.wait import CancelWait
 from nightshift.config.settings import Settings
+from nightshift.engine.backoff import Backoff
 from nightshift.errors import InputFileError, PermanentBackendError, TransientBackendError
 from sandbox.gemini_emulator import BatchScript, GeminiEmulator
 from tests.conftest import GEMINI_KEY as KEY
 
-FAST = RetryPolicy(attempts=4, initial_delay_s=0.01, max_delay_s=0.05, jitter_s=0.01)
+FAST = RetryPolicy(attempts=4, backoff=Backoff(initial=0.01, factor=2, max=0.05, jitter=0.01))
 MINUTES = 60.0
-QUICK_CANCEL = CancelWait(timeout_s=2.0, initial_s=0.01, max_interval_s=0.05)
+QUICK_CANCEL = CancelWait(timeout_s=2.0, backoff=Backoff(initial=0.01, factor=2, max=0.05))
 
 
 def make_backend(emu: GeminiEmulator, key: str = KEY, **kwargs: object) -> GeminiBatchBackend:
@@ -282,9 +284,9 @@ def test_fallback_none_cancels_and_collects_without_on_demand_calls(emu, backend
 
 
 def test_retry_policy_backs_off_exponentially_with_jitter_and_a_cap() -> None:
-    policy = RetryPolicy(initial_delay_s=1, max_delay_s=5, exp_base=2, jitter_s=0.5)
-    assert [policy.delay(n, 0.0) for n in range(4)] == [1, 2, 4, 5]
-    assert policy.delay(0, 0.999) == pytest.approx(1.4995)
+    policy = RetryPolicy(backoff=Backoff(initial=1, factor=2, max=5, jitter=0.5))
+    assert [policy.backoff.delay(n, lambda: 0.0) for n in range(4)] == [1, 2, 4, 5]
+    assert policy.backoff.delay(0, lambda: 0.999) == pytest.approx(1.4995)
     assert policy.http_retry_options().attempts == 4
 
 
@@ -342,7 +344,8 @@ def test_persistent_5xx_becomes_transient_error(emu, backend, tmp_path) -> None:
 
 def test_connection_refused_is_transient(emu, tmp_path) -> None:
     settings = Settings(gemini_base_url="http://127.0.0.1:9", gemini_api_key=SecretStr(KEY))
-    client = build_gemini_client(settings, retry=RetryPolicy(attempts=2, initial_delay_s=0.01))
+    quick = RetryPolicy(attempts=2, backoff=replace(RetryPolicy().backoff, initial=0.01))
+    client = build_gemini_client(settings, retry=quick)
     backend = GeminiBatchBackend(client, retry=FAST)
     with pytest.raises(TransientBackendError) as info:
         backend.status("batches/nope")

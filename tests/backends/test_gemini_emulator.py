@@ -16,19 +16,10 @@ from google import genai
 from google.genai import errors, types
 
 from sandbox.gemini_emulator import BatchScript, GeminiEmulator, fake_response
+from tests.support import FakeClock
 
 KEY = "emu-test-key"
 MODEL = "gemini-2.5-flash"
-
-
-class FakeClock:
-    """A clock the test moves by hand."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture

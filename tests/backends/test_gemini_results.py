@@ -14,6 +14,7 @@ from nightshift.backends.base import ExternalState, JobStatus
 from nightshift.backends.gemini.batch import GeminiBatchBackend
 from nightshift.backends.gemini.results import manifest_path
 from nightshift.backends.gemini.wait import CancelWait
+from nightshift.engine.backoff import Backoff
 from nightshift.errors import BackendError, PermanentBackendError, TransientBackendError
 from sandbox.gemini_emulator import BatchScript, GeminiEmulator
 from tests.backends.test_gemini_backend import (
@@ -310,7 +311,9 @@ def test_collect_after_a_slow_cancel_includes_rows_finished_meanwhile(
     clocked_emu, tmp_path
 ) -> None:
     emu, clock = clocked_emu
-    backend = make_backend(emu, cancel_wait=CancelWait(timeout_s=30, initial_s=0.01))
+    backend = make_backend(
+        emu, cancel_wait=CancelWait(timeout_s=30, backoff=Backoff(initial=0.01, factor=2, max=5.0))
+    )
     script = BatchScript(final="stuck", done_on_cancel=3, cancel_delay_s=10 * MINUTES)
     emu.script_batch("slow", script)
     spec = make_spec(tmp_path, "slow", 5, inline_threshold_rows=2)
@@ -329,7 +332,7 @@ def test_collect_after_a_slow_cancel_includes_rows_finished_meanwhile(
 
 
 def test_collect_gives_up_on_a_cancel_that_never_settles_and_says_so(emu, tmp_path) -> None:
-    wait = CancelWait(timeout_s=0.2, initial_s=0.01, max_interval_s=0.05)
+    wait = CancelWait(timeout_s=0.2, backoff=Backoff(initial=0.01, factor=2, max=0.05))
     backend = make_backend(emu, cancel_wait=wait)
     emu.script_batch("hung", BatchScript(final="stuck", done_on_cancel=3, cancel_delay_s=1e9))
     spec = make_spec(tmp_path, "hung", 3)

@@ -13,23 +13,11 @@ import pytest
 
 from nightshift.errors import LockHeldError
 from nightshift.store.lease import Lease, default_owner
+from tests.support import FakeClock
 
 REPO = Path(__file__).resolve().parents[2]
 T0 = datetime(2026, 11, 29, 1, 0, tzinfo=UTC)
 KEY = "nightshift.yaml"
-
-
-class FakeClock:
-    """A clock that only moves when told to."""
-
-    def __init__(self, now: datetime = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
 
 
 @pytest.fixture
@@ -39,7 +27,7 @@ def url(db_url: str) -> str:
 
 
 def test_a_second_acquire_is_refused_naming_the_holder(url: str) -> None:
-    clock = FakeClock()
+    clock = FakeClock(T0)
     Lease(url, KEY, "host-a:1:aaaaaaaa", ttl_s=60, clock=clock).acquire()
     clock.advance(15)
 
@@ -57,7 +45,7 @@ def test_other_keys_are_independent(url: str) -> None:
 
 
 def test_the_holder_can_reacquire_and_renew(url: str) -> None:
-    clock = FakeClock()
+    clock = FakeClock(T0)
     lease = Lease(url, KEY, "me", ttl_s=60, clock=clock)
     lease.acquire()
     lease.acquire()
@@ -68,7 +56,7 @@ def test_the_holder_can_reacquire_and_renew(url: str) -> None:
 
 
 def test_an_expired_lease_is_taken_over(url: str) -> None:
-    clock = FakeClock()
+    clock = FakeClock(T0)
     crashed = Lease(url, KEY, "crashed", ttl_s=60, clock=clock)
     crashed.acquire()
     clock.advance(60.001)
@@ -89,7 +77,7 @@ def test_release_lets_another_acquire(url: str) -> None:
 
 
 def test_release_does_not_free_someone_elses_lease(url: str) -> None:
-    clock = FakeClock()
+    clock = FakeClock(T0)
     old = Lease(url, KEY, "old", ttl_s=60, clock=clock)
     old.acquire()
     clock.advance(61)
@@ -215,7 +203,7 @@ def _break_database(url: str) -> None:
 
 
 def test_a_lease_not_renewed_within_its_ttl_is_reported_lost(url: str, caplog) -> None:
-    clock = FakeClock()
+    clock = FakeClock(T0)
     with Lease(url, KEY, "me", ttl_s=0.3, clock=clock) as lease:
         _break_database(url)
         deadline = time.monotonic() + 10
@@ -231,7 +219,7 @@ def test_a_lease_not_renewed_within_its_ttl_is_reported_lost(url: str, caplog) -
 
 
 def test_a_lease_taken_over_is_reported_lost(url: str) -> None:
-    clock = FakeClock()
+    clock = FakeClock(T0)
     with Lease(url, KEY, "me", ttl_s=0.3, clock=clock) as lease:
         clock.advance(0.31)
         Lease(url, KEY, "rescuer", ttl_s=60, clock=clock).acquire()

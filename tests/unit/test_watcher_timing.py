@@ -8,29 +8,13 @@ from collections.abc import Iterator
 import pytest
 
 from nightshift.backends.base import ExternalState, JobStatus
-from nightshift.engine.backoff import PollPolicy
+from nightshift.engine.backoff import Backoff
 from nightshift.engine.watcher import Watcher, WatchRequest
 from nightshift.errors import PermanentBackendError
-from tests.support import ScriptedBackend
+from tests.support import FakeClock, ScriptedBackend
 
 Q, R, S = ExternalState.QUEUED, ExternalState.RUNNING, ExternalState.SUCCEEDED
-BACKOFF = PollPolicy(initial=2, factor=2, max=30)
-
-
-class FakeClock:
-    """Monotonic seconds that move only when a test says so."""
-
-    def __init__(self) -> None:
-        self.t = 1000.0
-        self._lock = threading.Lock()
-
-    def __call__(self) -> float:
-        with self._lock:
-            return self.t
-
-    def advance(self, seconds: float) -> None:
-        with self._lock:
-            self.t += seconds
+BACKOFF = Backoff(initial=2, factor=2, max=30)
 
 
 @pytest.fixture
