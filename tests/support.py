@@ -17,6 +17,7 @@ __all__ = [
     "BatchScriptedBackend",
     "FakeClock",
     "ScriptedBackend",
+    "eventually",
     "read_until",
     "wait_final",
     "wait_status",
@@ -43,21 +44,16 @@ class FakeClock:
             self.now += step
 
 
-def read_until(
-    read: Callable[[], T],
-    done: Callable[[T], bool],
-    timeout: float = 10.0,
-    what: str = "a condition",
-    interval: float = 0.02,
-) -> T:
-    """Read until ``done`` holds for what was read, and return that; fail instead of hanging."""
+def eventually(
+    condition: Callable[[], bool], timeout: float = 10.0, interval: float = 0.02
+) -> bool:
+    """Whether ``condition()`` holds within ``timeout`` seconds (checked at least once)."""
     end = time.monotonic() + timeout
-    while True:
-        value = read()
-        if done(value):
-            return value
-        assert time.monotonic() < end, f"timed out after {timeout}s waiting for {what}: {value!r}"
+    while not condition():
+        if time.monotonic() >= end:
+            return False
         time.sleep(interval)
+    return True
 
 
 def wait_until(
@@ -67,7 +63,28 @@ def wait_until(
     interval: float = 0.02,
 ) -> None:
     """Poll something another thread or process will make true; fail instead of hanging."""
-    read_until(condition, bool, timeout, what, interval)
+    assert eventually(condition, timeout, interval), (
+        f"timed out after {timeout}s waiting for {what}"
+    )
+
+
+def read_until(
+    read: Callable[[], T],
+    done: Callable[[T], bool],
+    timeout: float = 10.0,
+    what: str = "a condition",
+    interval: float = 0.02,
+) -> T:
+    """Read until ``done`` holds for what was read, and return that; fail instead of hanging."""
+    last: list[T] = []
+
+    def check() -> bool:
+        last[:] = [read()]
+        return done(last[0])
+
+    reached = eventually(check, timeout, interval)
+    assert reached, f"timed out after {timeout}s waiting for {what}; last read {last[0]!r}"
+    return last[0]
 
 
 def wait_status(

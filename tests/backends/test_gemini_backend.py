@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from nightshift.engine.backoff import Backoff
 from nightshift.errors import InputFileError, PermanentBackendError, TransientBackendError
 from sandbox.gemini_emulator import BatchScript, GeminiEmulator
 from tests.conftest import GEMINI_KEY as KEY
+from tests.support import wait_final, wait_status
 
 FAST = RetryPolicy(attempts=4, backoff=Backoff(initial=0.01, factor=2, max=0.05, jitter=0.01))
 MINUTES = 60.0
@@ -68,19 +68,6 @@ def make_spec(tmp_path: Path, label: str, n: int, **options: object) -> JobSpec:
         **options,
     }
     return JobSpec(label=label, backend="gemini_batch", options=opts)
-
-
-def wait_final(backend: GeminiBatchBackend, external_id: str, timeout: float = 5.0) -> list:
-    """Poll until final: a bounded wait for the emulator's time-scaled batch."""
-    seen, deadline = [], time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        status = backend.status(external_id)
-        if not seen or seen[-1] != status.state:
-            seen.append(status.state)
-        if status.state.final:
-            return seen
-        time.sleep(0.02)
-    raise AssertionError(f"batch {external_id} not final after {timeout}s: {seen}")
 
 
 def read_jsonl(path: str | Path) -> list[dict]:
@@ -196,7 +183,7 @@ def test_failed_batch_reports_everything_missing(emu, backend, tmp_path, final) 
     emu.script_batch("doomed", BatchScript(running_s=MINUTES, final=final))
     spec = make_spec(tmp_path, "doomed", 4)
     batch_id = backend.submit(spec)
-    assert wait_final(backend, batch_id)[-1] == ExternalState.FAILED
+    assert wait_final(backend, batch_id).state == ExternalState.FAILED
     outcome = backend.collect(spec, batch_id)
     assert outcome["ok"] is False and outcome["reconciliation"]["missing"] == 4
     assert len(read_jsonl(outcome["retry_file"])) == 4
@@ -217,10 +204,7 @@ def test_stuck_batch_fallback_answers_every_row(emu, tmp_path) -> None:
     emu.script_batch("stuck", script)
     spec = make_spec(tmp_path, "stuck", 10)
     batch_id = backend.submit(spec)
-    deadline = time.monotonic() + 5
-    while backend.status(batch_id).state != ExternalState.RUNNING:
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    wait_status(backend, batch_id, lambda s: s.state == ExternalState.RUNNING)
 
     outcome = backend.fallback(spec, batch_id)
     assert emu.count("batches.cancel") == 1

@@ -23,9 +23,9 @@ from tests.backends.test_gemini_backend import (
     make_backend,
     make_spec,
     read_jsonl,
-    wait_final,
     write_input,
 )
+from tests.support import read_until, wait_final, wait_status
 
 OBJECT_DETAILS = [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "X"}]
 
@@ -40,10 +40,7 @@ def answer_text(row: dict) -> str:
 
 
 def wait_running(backend: GeminiBatchBackend, batch_id: str) -> None:
-    deadline = time.monotonic() + 5
-    while backend.status(batch_id).state != ExternalState.RUNNING:
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    wait_status(backend, batch_id, lambda s: s.state == ExternalState.RUNNING)
 
 
 # -- 1. inline results are never matched by a guessed position --------------------------------
@@ -151,10 +148,7 @@ def test_status_many_survives_an_operation_the_sdk_cannot_parse(emu, backend, tm
     bad = backend.submit(make_spec(tmp_path, "unparsable", 1))
     good = backend.submit(make_spec(tmp_path, "fine", 1))
     # wait for the bad batch to end: only then does it carry the object-valued details
-    deadline = time.monotonic() + 5
-    while emu.batch_state(bad) != "BATCH_STATE_SUCCEEDED":
-        assert time.monotonic() < deadline, emu.batch_state(bad)
-        time.sleep(0.01)
+    read_until(lambda: emu.batch_state(bad), lambda s: s == "BATCH_STATE_SUCCEEDED", 5, bad, 0.01)
 
     statuses = backend.status_many([bad, good])
     assert emu.count("batches.list") == 1  # the listing failed as a whole ...

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,6 +18,7 @@ from nightshift.config.settings import load_settings
 from nightshift.store.lease import Lease
 from nightshift.store.ledger import Ledger
 from sandbox.gemini_emulator import BatchScript, GeminiEmulator
+from tests.support import wait_until
 
 pytestmark = pytest.mark.usefixtures("prefect_server")
 
@@ -32,14 +32,6 @@ name: crash-batch
   - {{label: report, backend: gemini_batch, model: gemini-2.5-flash, input: rows.jsonl,
      output: out/report.jsonl}}
 """
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = 90.0, what: str = "it") -> None:
-    """Poll something another process will make true; fail instead of hanging."""
-    end = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < end, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def kill_mid_submit(path: Path, created: Callable[[], bool], key: str, label: str) -> None:
@@ -65,7 +57,7 @@ def kill_mid_submit(path: Path, created: Callable[[], bool], key: str, label: st
         start_new_session=True,  # its hanging job CLI goes with it below
     )
     try:
-        wait_until(created, what="the external job to be created")
+        wait_until(created, 90, "the external job to be created", interval=0.1)
     finally:
         os.killpg(night.pid, signal.SIGKILL)  # no cleanup, no ledger write, no lease release
         night.wait()
@@ -75,7 +67,7 @@ def kill_mid_submit(path: Path, created: Callable[[], bool], key: str, label: st
         assert record is not None and record.state == "submitting" and not record.external_id
         held = Lease(ledger.engine, key).holder()
         assert held is not None
-        wait_until(lambda: datetime.now(UTC) > held[1], timeout=20, what="the lease to expire")
+        wait_until(lambda: datetime.now(UTC) > held[1], 20, "the lease to expire", interval=0.1)
     finally:
         ledger.close()
 
