@@ -85,6 +85,17 @@ def emu(shared_emu: Any) -> Any:
 
 
 @pytest.fixture
+def emulator(sandbox: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """A Gemini emulator of the test's own, the night's settings (env) pointed at it."""
+    from sandbox.gemini_emulator import GeminiEmulator
+
+    with GeminiEmulator(api_key="test-key") as emu:
+        monkeypatch.setenv("NIGHTSHIFT_GEMINI_BASE_URL", emu.base_url)
+        monkeypatch.setenv("GEMINI_API_KEY", "test-key")
+        yield emu
+
+
+@pytest.fixture
 def clocked_emu() -> Iterator[tuple[Any, FakeClock]]:
     """A Gemini emulator on a fake clock: batch states change only when the test says so."""
     from sandbox.gemini_emulator import GeminiEmulator

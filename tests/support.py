@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any, TypeVar
 
 from nightshift.backends.base import Backend, ExternalState, JobSpec, JobStatus
@@ -19,10 +24,14 @@ __all__ = [
     "ScriptedBackend",
     "eventually",
     "read_until",
+    "start_run",
     "wait_final",
     "wait_status",
     "wait_until",
+    "write_rows",
 ]
+
+REPO = Path(__file__).resolve().parents[1]
 
 T = TypeVar("T")
 
@@ -97,6 +106,32 @@ def wait_status(
 def wait_final(backend: Backend, job_id: str, timeout: float = 15.0) -> JobStatus:
     """The job's first final status."""
     return wait_status(backend, job_id, lambda s: s.state.final, timeout)
+
+
+def start_run(catalogue: Path, night: str, **popen: Any) -> subprocess.Popen[bytes]:
+    """``nightshift run`` in the background, on the session's Prefect server, output dropped."""
+    from prefect.settings import PREFECT_API_URL  # deferred: the fast layer never pays for it
+
+    env = {**os.environ, "PREFECT_API_URL": str(PREFECT_API_URL.value())}
+    argv = [sys.executable, "-m", "nightshift.cli.main", "run", "--catalog", str(catalogue)]
+    return subprocess.Popen(
+        [*argv, "--night", night],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        **popen,
+    )
+
+
+def write_rows(path: Path, count: int, text: str = "row {i}") -> Path:
+    """A Gemini batch input of ``count`` rows keyed ``r0``, ``r1``...; ``text`` may use ``{i}``."""
+    rows = [
+        {"key": f"r{i}", "request": {"contents": [{"parts": [{"text": text.format(i=i)}]}]}}
+        for i in range(count)
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
 
 
 @dataclass

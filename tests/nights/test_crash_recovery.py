@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -15,9 +13,8 @@ from flows.nightly import nightly
 from nightshift.config.settings import load_settings
 from nightshift.store.lease import Lease
 from nightshift.store.ledger import Ledger
-from tests.support import wait_until
+from tests.support import start_run, wait_until
 
-REPO = Path(__file__).resolve().parents[2]
 NIGHT = "2026-11-27"
 CATALOGUE = """\
 name: crash-test
@@ -34,28 +31,10 @@ jobs:
 def test_a_killed_night_is_resumed_without_resubmitting(
     sandbox: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from prefect.settings import PREFECT_API_URL
-
     monkeypatch.setenv("NIGHTSHIFT_LEASE_TTL", "2")
     path = sandbox / "nightshift.yaml"
     path.write_text(CATALOGUE % {"py": sys.executable})
-    env = {**os.environ, "PREFECT_API_URL": str(PREFECT_API_URL.value())}
-    first = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "nightshift.cli.main",
-            "run",
-            "--catalog",
-            str(path),
-            "--night",
-            NIGHT,
-        ],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    first = start_run(path, NIGHT)
     ledger = Ledger(load_settings().ledger_url(), "crash-test")
     try:
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from nightshift.backends.base import ExternalState
 from nightshift.backends.gemini.client import sdk_state_name
-from nightshift.engine.backoff import Backoff
+from nightshift.engine.backoff import Backoff, poll_until
 
 __all__ = ["BATCH_STATES", "CancelWait", "is_final_state", "settle"]
 
@@ -65,19 +65,20 @@ def settle(
 
     Returns the last job read and, when it never became final, a note saying so.
     """
+    reads = [job]
+
+    def settled() -> bool:
+        return is_final_state(sdk_state_name(reads[-1].state))
+
+    def pause_then_read(seconds: float) -> None:
+        sleep(seconds)
+        reads.append(get())
+
     started = clock()
-    deadline = started + wait.timeout_s
-    polls = 0
-    while not is_final_state(sdk_state_name(job.state)):
-        left = deadline - clock()
-        if left <= 0:
-            waited = clock() - started
-            raw = sdk_state_name(job.state)
-            return job, (
-                f"batch still {raw} {waited:.1f}s after the cancel ({polls} poll(s)): "
-                "collected what it had; rows it finishes later are not counted"
-            )
-        sleep(min(wait.backoff.delay(polls), left))
-        job = get()
-        polls += 1
-    return job, None
+    if poll_until(settled, wait.timeout_s, wait.backoff, sleep=pause_then_read, clock=clock):
+        return reads[-1], None
+    waited, raw = clock() - started, sdk_state_name(reads[-1].state)
+    return reads[-1], (
+        f"batch still {raw} {waited:.1f}s after the cancel ({len(reads) - 1} poll(s)): "
+        "collected what it had; rows it finishes later are not counted"
+    )
