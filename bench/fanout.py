@@ -15,7 +15,9 @@ import tempfile
 import time
 from pathlib import Path
 
-POLL = {"initial": 0.2, "factor": 2, "max": 1.0}
+from nightshift.engine.backoff import Backoff
+
+POLL = Backoff(initial=0.2, factor=2, max=1.0)
 STAGGER = 0.05
 
 
@@ -30,7 +32,7 @@ def catalogue_yaml(secs: list[float], backend: str = "command") -> str:
     queued_timeout = 1 if backend == "cli" else deadline
     lines = [
         "defaults:",
-        f"  poll: {{initial: {POLL['initial']}s, factor: {POLL['factor']}, max: {POLL['max']}s}}",
+        f"  poll: {{initial: {POLL.initial}s, factor: {POLL.factor}, max: {POLL.max}s}}",
         f"  stagger: {STAGGER}s",
         "  retries: 0",
         f"  deadline: {deadline}s",
@@ -53,7 +55,7 @@ def backoff_checks(seconds: float) -> int:
     it finished."""
     t, n = 0.0, 0
     while t < seconds:
-        t += min(POLL["initial"] * POLL["factor"] ** n, POLL["max"])
+        t += POLL.delay(n)
         n += 1
     return n
 
@@ -130,7 +132,7 @@ def main() -> int:
     print(f"chosen sleeps (s): {secs}")
     print(f"measured duration_s: {[round(d, 2) for d in durations]}")
     print(
-        f"poll policy: initial {POLL['initial']}s x{POLL['factor']} up to {POLL['max']}s, "
+        f"poll policy: initial {POLL.initial}s x{POLL.factor} up to {POLL.max}s, "
         f"stagger {STAGGER}s; polling adds up to one poll interval of latency per job"
     )
     print("duration_s = from the job's turn to submit (before the spawn) to its recorded end")

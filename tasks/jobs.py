@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from prefect import task
@@ -10,8 +11,8 @@ from prefect.cache_policies import NO_CACHE
 from prefect.futures import PrefectFuture
 from prefect.runtime import task_run
 from prefect.states import Completed, Failed, State
-from prefect.tasks import exponential_backoff
 
+from nightshift.engine.backoff import Backoff
 from nightshift.engine.outcomes import JobOutcome, Outcome
 from nightshift.engine.runner import NightContext, end_job, run_one_job
 from nightshift.errors import TransientBackendError
@@ -27,6 +28,10 @@ class Night:
     # backends that could not be built, with the reason their jobs fail
     broken: dict[str, str] = field(default_factory=dict)
 
+
+# a job task's retries: the catalogue's `retry_delay`, doubling, no cap (Prefect's
+# exponential_backoff); Prefect adds its own relative jitter (retry_jitter_factor)
+JOB_RETRY = Backoff(initial=2.0, factor=2.0, max=math.inf)
 
 # the nights running in this process, by key; tasks get the key, not the live objects
 NIGHTS: dict[str, Night] = {}
@@ -48,7 +53,7 @@ def _transient_only(task: Any, task_run: Any, state: State) -> bool:
     task_run_name="{label}",
     cache_policy=NO_CACHE,
     retries=2,
-    retry_delay_seconds=exponential_backoff(backoff_factor=2),
+    retry_delay_seconds=JOB_RETRY.delays(2),
     retry_jitter_factor=0.5,
     retry_condition_fn=_transient_only,
 )
@@ -109,10 +114,11 @@ def with_retries(ctx: NightContext) -> Any:
     """The job task with the catalogue's retry policy."""
     defaults = ctx.catalogue.defaults
     # `retries: 0` as one retry that never fires: see run_chain on Prefect's empty traceback
+    retries = max(defaults.retries, 1)
     return run_job.with_options(
-        retries=max(defaults.retries, 1),
+        retries=retries,
         retry_condition_fn=_transient_only if defaults.retries else _never,
-        retry_delay_seconds=exponential_backoff(backoff_factor=defaults.retry_delay),
+        retry_delay_seconds=replace(JOB_RETRY, initial=defaults.retry_delay).delays(retries),
     )
 
 

@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from tests.support import FakeClock
+
 REPO = Path(__file__).resolve().parents[1]
 GEMINI_KEY = "test-key-9f8e7d6c5b4a"  # distinctive, so a leak in any message is easy to spot
 
@@ -82,14 +84,15 @@ def emu(shared_emu: Any) -> Any:
     return shared_emu
 
 
-class FakeClock:
-    """Seconds that move only when a test moves them (``clock.now += 1``)."""
+@pytest.fixture
+def emulator(sandbox: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """A Gemini emulator of the test's own, the night's settings (env) pointed at it."""
+    from sandbox.gemini_emulator import GeminiEmulator
 
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
+    with GeminiEmulator(api_key="test-key") as emu:
+        monkeypatch.setenv("NIGHTSHIFT_GEMINI_BASE_URL", emu.base_url)
+        monkeypatch.setenv("GEMINI_API_KEY", "test-key")
+        yield emu
 
 
 @pytest.fixture

@@ -1,13 +1,137 @@
-"""An in-memory backend that plays a script of states: the local implementation for loop tests."""
+"""Shared test support: a scripted backend, a fake clock, waiters that fail instead of hanging."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import threading
+import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, TypeVar
 
-from nightshift.backends.base import ExternalState, JobSpec, JobStatus
+from nightshift.backends.base import Backend, ExternalState, JobSpec, JobStatus
 from nightshift.errors import BackendError
+
+__all__ = [
+    "BatchScriptedBackend",
+    "FakeClock",
+    "ScriptedBackend",
+    "eventually",
+    "read_until",
+    "start_run",
+    "wait_final",
+    "wait_status",
+    "wait_until",
+    "write_rows",
+]
+
+REPO = Path(__file__).resolve().parents[1]
+
+T = TypeVar("T")
+
+
+class FakeClock:
+    """A clock that moves only when a test moves it: monotonic seconds, or a given datetime."""
+
+    def __init__(self, now: Any = 1000.0) -> None:
+        self.now = now
+        self._lock = threading.Lock()  # read from the watcher's thread while the test advances
+
+    def __call__(self) -> Any:
+        with self._lock:
+            return self.now
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            step = timedelta(seconds=seconds) if isinstance(self.now, datetime) else seconds
+            self.now += step
+
+
+def eventually(
+    condition: Callable[[], bool], timeout: float = 10.0, interval: float = 0.02
+) -> bool:
+    """Whether ``condition()`` holds within ``timeout`` seconds (checked at least once)."""
+    end = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() >= end:
+            return False
+        time.sleep(interval)
+    return True
+
+
+def wait_until(
+    condition: Callable[[], bool],
+    timeout: float = 10.0,
+    what: str = "a condition",
+    interval: float = 0.02,
+) -> None:
+    """Poll something another thread or process will make true; fail instead of hanging."""
+    assert eventually(condition, timeout, interval), (
+        f"timed out after {timeout}s waiting for {what}"
+    )
+
+
+def read_until(
+    read: Callable[[], T],
+    done: Callable[[T], bool],
+    timeout: float = 10.0,
+    what: str = "a condition",
+    interval: float = 0.02,
+) -> T:
+    """Read until ``done`` holds for what was read, and return that; fail instead of hanging."""
+    last: list[T] = []
+
+    def check() -> bool:
+        last[:] = [read()]
+        return done(last[0])
+
+    reached = eventually(check, timeout, interval)
+    assert reached, f"timed out after {timeout}s waiting for {what}; last read {last[0]!r}"
+    return last[0]
+
+
+def wait_status(
+    backend: Backend, job_id: str, pred: Callable[[JobStatus], bool], timeout: float = 15.0
+) -> JobStatus:
+    """The job's first status that satisfies ``pred``."""
+    return read_until(lambda: backend.status(job_id), pred, timeout, f"job {job_id}")
+
+
+def wait_final(backend: Backend, job_id: str, timeout: float = 15.0) -> JobStatus:
+    """The job's first final status."""
+    return wait_status(backend, job_id, lambda s: s.state.final, timeout)
+
+
+def start_run(catalogue: Path, night: str, **popen: Any) -> subprocess.Popen[bytes]:
+    """``nightshift run`` in the background, on the session's Prefect server, output dropped."""
+    from prefect.settings import PREFECT_API_URL  # deferred: the fast layer never pays for it
+
+    env = {**os.environ, "PREFECT_API_URL": str(PREFECT_API_URL.value())}
+    argv = [sys.executable, "-m", "nightshift.cli.main", "run", "--catalog", str(catalogue)]
+    return subprocess.Popen(
+        [*argv, "--night", night],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        **popen,
+    )
+
+
+def write_rows(path: Path, count: int, text: str = "row {i}") -> Path:
+    """A Gemini batch input of ``count`` rows keyed ``r0``, ``r1``...; ``text`` may use ``{i}``."""
+    rows = [
+        {"key": f"r{i}", "request": {"contents": [{"parts": [{"text": text.format(i=i)}]}]}}
+        for i in range(count)
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
 
 
 @dataclass

@@ -12,7 +12,7 @@ from typing import Any
 from nightshift.backends.base import Backend, ExternalState, JobSpec, JobStatus
 from nightshift.config.catalogue import Catalogue
 from nightshift.engine.admission import Admission, Deadline
-from nightshift.engine.backoff import PollPolicy
+from nightshift.engine.backoff import Backoff
 from nightshift.engine.jobspec import job_spec, safe_name
 from nightshift.engine.outcomes import (
     JobOutcome,
@@ -199,7 +199,7 @@ def _watch(
         label=label,
         backend=backend,
         external_id=external_id,
-        policy=PollPolicy(defaults.poll.initial, defaults.poll.factor, defaults.poll.max),
+        policy=Backoff(defaults.poll.initial, defaults.poll.factor, defaults.poll.max),
         timeout_at=timers.timeout_at,
         queued_timeout_at=timers.queued_timeout_at,
         fallback_at=timers.fallback_at,

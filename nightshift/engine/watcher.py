@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from nightshift.backends.base import Backend, ExternalState, JobStatus
-from nightshift.engine.backoff import PollPolicy
+from nightshift.engine.backoff import Backoff
 from nightshift.errors import BackendError, PermanentBackendError, TransientBackendError
 
 __all__ = ["WatchRequest", "WatchResult", "Watcher"]
@@ -45,7 +45,7 @@ class WatchRequest:
     label: str
     backend: Backend
     external_id: str
-    policy: PollPolicy
+    policy: Backoff
     timeout_at: float | None = None
     queued_timeout_at: float | None = None
     fallback_at: float | None = None

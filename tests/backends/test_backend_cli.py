@@ -13,6 +13,7 @@ from nightshift.backends.base import Backend, ExternalState, JobSpec, JobStatus
 from nightshift.backends.cli import CliBackend
 from nightshift.errors import BackendError, PermanentBackendError, TransientBackendError
 from sandbox.agy import Plan, parse_plan
+from tests.support import wait_final, wait_status
 
 AGY = [sys.executable, "-m", "sandbox.agy"]
 AGY_SCRIPT = Path(__file__).resolve().parents[2] / "sandbox" / "bin" / "agy"
@@ -20,16 +21,6 @@ AGY_SCRIPT = Path(__file__).resolve().parents[2] / "sandbox" / "bin" / "agy"
 
 def spec(task: str, model: str = "gemini-test") -> JobSpec:
     return JobSpec(label="article", backend="cli", options={"task": task, "model": model})
-
-
-def wait_final(backend: CliBackend, job_id: str, timeout: float = 15.0) -> JobStatus:
-    deadline = time.monotonic() + timeout
-    while True:
-        status = backend.status(job_id)
-        if status.state.final:
-            return status
-        assert time.monotonic() < deadline, f"timed out waiting; last status {status}"
-        time.sleep(0.02)
 
 
 @pytest.fixture
@@ -86,10 +77,7 @@ def test_executable_wrapper_script_speaks_the_same_contract(agy_env: dict[str, s
 
 def test_cancel_running_job(backend: CliBackend) -> None:
     job_id = backend.submit(spec("long one [queue=0 run=600]"))
-    deadline = time.monotonic() + 10
-    while backend.status(job_id).state is not ExternalState.RUNNING:
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    wait_status(backend, job_id, lambda s: s.state is ExternalState.RUNNING)
     backend.cancel(job_id)
     status = backend.status(job_id)
     assert status.state is ExternalState.CANCELLED

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from nightshift.backends.base import Backend, ExternalState, JobSpec, JobStatus
+from nightshift.backends.base import Backend, ExternalState, JobSpec
 from nightshift.backends.command.backend import CommandBackend
 from nightshift.errors import PermanentBackendError
+from tests.support import eventually, wait_final, wait_status, wait_until
 
 PY = sys.executable
 
@@ -27,40 +28,23 @@ def spec(argv: list[str], label: str = "job", **options: object) -> JobSpec:
     return JobSpec(label=label, backend="command", options={"argv": argv, **options})
 
 
-def wait_until(backend: CommandBackend, job_id: str, pred, timeout: float = 15.0) -> JobStatus:
-    deadline = time.monotonic() + timeout
-    while True:
-        status = backend.status(job_id)
-        if pred(status):
-            return status
-        assert time.monotonic() < deadline, f"timed out waiting; last status {status}"
-        time.sleep(0.02)
-
-
-def wait_final(backend: CommandBackend, job_id: str) -> JobStatus:
-    return wait_until(backend, job_id, lambda s: s.state.final)
-
-
 def pgid_of(backend: CommandBackend, job_id: str) -> int:
     path = backend.jobs_dir / job_id / "child.pid"
-    wait_deadline = time.monotonic() + 10
-    while not path.exists():
-        assert time.monotonic() < wait_deadline
-        time.sleep(0.02)
+    wait_until(path.exists, what=f"{path}")
     return int(json.loads(path.read_text())["pid"])
+
+
+def group_exists(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def group_gone(pgid: int, timeout: float = 5.0) -> bool:
     """Whether the group vanishes within ``timeout`` (orphans are reaped by init, not by us)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.02)
+    return eventually(lambda: not group_exists(pgid), timeout)
 
 
 @pytest.fixture
@@ -133,7 +117,7 @@ def test_job_survives_its_submitter(tmp_path: Path) -> None:
     job_id = done.stdout.strip()
     backend = CommandBackend(state)
     assert backend.status(job_id).state in (ExternalState.QUEUED, ExternalState.RUNNING)
-    wait_until(backend, job_id, lambda s: s.state is ExternalState.RUNNING)
+    wait_status(backend, job_id, lambda s: s.state is ExternalState.RUNNING)
     status = wait_final(backend, job_id)
     assert status.state is ExternalState.SUCCEEDED
     assert backend.logs(job_id) == "finished"
@@ -143,7 +127,7 @@ def test_cancel_kills_the_whole_process_group(backend: CommandBackend) -> None:
     # a shell with a background grandchild: both must die
     job_id = backend.submit(spec(["sh", "-c", "sleep 60 & echo started; sleep 60; wait"]))
     pgid = pgid_of(backend, job_id)
-    wait_until(backend, job_id, lambda s: backend.logs(job_id) == "started")
+    wait_until(lambda: backend.logs(job_id) == "started", 15, "the job's first line")
     backend.cancel(job_id)
     status = wait_final(backend, job_id)
     assert status.state is ExternalState.CANCELLED
@@ -162,7 +146,7 @@ def test_cancel_escalates_to_sigkill_after_grace(backend: CommandBackend) -> Non
     )
     job_id = backend.submit(spec(py(code)))
     pgid = pgid_of(backend, job_id)
-    wait_until(backend, job_id, lambda s: "ignoring" in backend.logs(job_id))
+    wait_until(lambda: "ignoring" in backend.logs(job_id), 15, "the job to ignore SIGTERM")
     started = time.monotonic()
     backend.cancel(job_id)
     assert time.monotonic() - started < 2.0  # the caller does not sit out a long grace

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -18,13 +18,15 @@ from nightshift.backends.gemini.batch import (
 )
 from nightshift.backends.gemini.wait import CancelWait
 from nightshift.config.settings import Settings
+from nightshift.engine.backoff import Backoff
 from nightshift.errors import InputFileError, PermanentBackendError, TransientBackendError
 from sandbox.gemini_emulator import BatchScript, GeminiEmulator
 from tests.conftest import GEMINI_KEY as KEY
+from tests.support import wait_final, wait_status
 
-FAST = RetryPolicy(attempts=4, initial_delay_s=0.01, max_delay_s=0.05, jitter_s=0.01)
+FAST = RetryPolicy(attempts=4, backoff=Backoff(initial=0.01, factor=2, max=0.05, jitter=0.01))
 MINUTES = 60.0
-QUICK_CANCEL = CancelWait(timeout_s=2.0, initial_s=0.01, max_interval_s=0.05)
+QUICK_CANCEL = CancelWait(timeout_s=2.0, backoff=Backoff(initial=0.01, factor=2, max=0.05))
 
 
 def make_backend(emu: GeminiEmulator, key: str = KEY, **kwargs: object) -> GeminiBatchBackend:
@@ -66,19 +68,6 @@ def make_spec(tmp_path: Path, label: str, n: int, **options: object) -> JobSpec:
         **options,
     }
     return JobSpec(label=label, backend="gemini_batch", options=opts)
-
-
-def wait_final(backend: GeminiBatchBackend, external_id: str, timeout: float = 5.0) -> list:
-    """Poll until final: a bounded wait for the emulator's time-scaled batch."""
-    seen, deadline = [], time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        status = backend.status(external_id)
-        if not seen or seen[-1] != status.state:
-            seen.append(status.state)
-        if status.state.final:
-            return seen
-        time.sleep(0.02)
-    raise AssertionError(f"batch {external_id} not final after {timeout}s: {seen}")
 
 
 def read_jsonl(path: str | Path) -> list[dict]:
@@ -194,7 +183,7 @@ def test_failed_batch_reports_everything_missing(emu, backend, tmp_path, final) 
     emu.script_batch("doomed", BatchScript(running_s=MINUTES, final=final))
     spec = make_spec(tmp_path, "doomed", 4)
     batch_id = backend.submit(spec)
-    assert wait_final(backend, batch_id)[-1] == ExternalState.FAILED
+    assert wait_final(backend, batch_id).state == ExternalState.FAILED
     outcome = backend.collect(spec, batch_id)
     assert outcome["ok"] is False and outcome["reconciliation"]["missing"] == 4
     assert len(read_jsonl(outcome["retry_file"])) == 4
@@ -215,10 +204,7 @@ def test_stuck_batch_fallback_answers_every_row(emu, tmp_path) -> None:
     emu.script_batch("stuck", script)
     spec = make_spec(tmp_path, "stuck", 10)
     batch_id = backend.submit(spec)
-    deadline = time.monotonic() + 5
-    while backend.status(batch_id).state != ExternalState.RUNNING:
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    wait_status(backend, batch_id, lambda s: s.state == ExternalState.RUNNING)
 
     outcome = backend.fallback(spec, batch_id)
     assert emu.count("batches.cancel") == 1
@@ -282,9 +268,9 @@ def test_fallback_none_cancels_and_collects_without_on_demand_calls(emu, backend
 
 
 def test_retry_policy_backs_off_exponentially_with_jitter_and_a_cap() -> None:
-    policy = RetryPolicy(initial_delay_s=1, max_delay_s=5, exp_base=2, jitter_s=0.5)
-    assert [policy.delay(n, 0.0) for n in range(4)] == [1, 2, 4, 5]
-    assert policy.delay(0, 0.999) == pytest.approx(1.4995)
+    policy = RetryPolicy(backoff=Backoff(initial=1, factor=2, max=5, jitter=0.5))
+    assert [policy.backoff.delay(n, lambda: 0.0) for n in range(4)] == [1, 2, 4, 5]
+    assert policy.backoff.delay(0, lambda: 0.999) == pytest.approx(1.4995)
     assert policy.http_retry_options().attempts == 4
 
 
@@ -342,7 +328,8 @@ def test_persistent_5xx_becomes_transient_error(emu, backend, tmp_path) -> None:
 
 def test_connection_refused_is_transient(emu, tmp_path) -> None:
     settings = Settings(gemini_base_url="http://127.0.0.1:9", gemini_api_key=SecretStr(KEY))
-    client = build_gemini_client(settings, retry=RetryPolicy(attempts=2, initial_delay_s=0.01))
+    quick = RetryPolicy(attempts=2, backoff=replace(RetryPolicy().backoff, initial=0.01))
+    client = build_gemini_client(settings, retry=quick)
     backend = GeminiBatchBackend(client, retry=FAST)
     with pytest.raises(TransientBackendError) as info:
         backend.status("batches/nope")

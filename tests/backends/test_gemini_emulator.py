@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -16,19 +15,10 @@ from google import genai
 from google.genai import errors, types
 
 from sandbox.gemini_emulator import BatchScript, GeminiEmulator, fake_response
+from tests.support import FakeClock, wait_until
 
 KEY = "emu-test-key"
 MODEL = "gemini-2.5-flash"
-
-
-class FakeClock:
-    """A clock the test moves by hand."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
@@ -255,10 +245,8 @@ def test_a_hanging_answer_does_the_work_and_ends_on_reset(emu) -> None:
     emu.inject_faults("hang", endpoint="batches.create")
     with pytest.raises(Exception, match=r"(?i)timed? ?out"):
         quick.batches.create(model=MODEL, src=inline(1))
-    deadline = time.monotonic() + 10  # the work is done, whenever the server thread ran
-    while not emu.batches():
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    # the work is done, whenever the server thread ran
+    wait_until(emu.batches, 10, "the batch to be created", interval=0.01)
     assert len(emu.batches()) == 1
     emu.reset()  # lets the hung answer go
     with pytest.raises(ValueError, match="unknown fault"):

@@ -14,6 +14,7 @@ from nightshift.backends.base import ExternalState, JobStatus
 from nightshift.backends.gemini.batch import GeminiBatchBackend
 from nightshift.backends.gemini.results import manifest_path
 from nightshift.backends.gemini.wait import CancelWait
+from nightshift.engine.backoff import Backoff
 from nightshift.errors import BackendError, PermanentBackendError, TransientBackendError
 from sandbox.gemini_emulator import BatchScript, GeminiEmulator
 from tests.backends.test_gemini_backend import (
@@ -22,9 +23,9 @@ from tests.backends.test_gemini_backend import (
     make_backend,
     make_spec,
     read_jsonl,
-    wait_final,
     write_input,
 )
+from tests.support import read_until, wait_final, wait_status
 
 OBJECT_DETAILS = [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "X"}]
 
@@ -39,10 +40,7 @@ def answer_text(row: dict) -> str:
 
 
 def wait_running(backend: GeminiBatchBackend, batch_id: str) -> None:
-    deadline = time.monotonic() + 5
-    while backend.status(batch_id).state != ExternalState.RUNNING:
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    wait_status(backend, batch_id, lambda s: s.state == ExternalState.RUNNING)
 
 
 # -- 1. inline results are never matched by a guessed position --------------------------------
@@ -150,10 +148,7 @@ def test_status_many_survives_an_operation_the_sdk_cannot_parse(emu, backend, tm
     bad = backend.submit(make_spec(tmp_path, "unparsable", 1))
     good = backend.submit(make_spec(tmp_path, "fine", 1))
     # wait for the bad batch to end: only then does it carry the object-valued details
-    deadline = time.monotonic() + 5
-    while emu.batch_state(bad) != "BATCH_STATE_SUCCEEDED":
-        assert time.monotonic() < deadline, emu.batch_state(bad)
-        time.sleep(0.01)
+    read_until(lambda: emu.batch_state(bad), lambda s: s == "BATCH_STATE_SUCCEEDED", 5, bad, 0.01)
 
     statuses = backend.status_many([bad, good])
     assert emu.count("batches.list") == 1  # the listing failed as a whole ...
@@ -310,7 +305,9 @@ def test_collect_after_a_slow_cancel_includes_rows_finished_meanwhile(
     clocked_emu, tmp_path
 ) -> None:
     emu, clock = clocked_emu
-    backend = make_backend(emu, cancel_wait=CancelWait(timeout_s=30, initial_s=0.01))
+    backend = make_backend(
+        emu, cancel_wait=CancelWait(timeout_s=30, backoff=Backoff(initial=0.01, factor=2, max=5.0))
+    )
     script = BatchScript(final="stuck", done_on_cancel=3, cancel_delay_s=10 * MINUTES)
     emu.script_batch("slow", script)
     spec = make_spec(tmp_path, "slow", 5, inline_threshold_rows=2)
@@ -329,7 +326,7 @@ def test_collect_after_a_slow_cancel_includes_rows_finished_meanwhile(
 
 
 def test_collect_gives_up_on_a_cancel_that_never_settles_and_says_so(emu, tmp_path) -> None:
-    wait = CancelWait(timeout_s=0.2, initial_s=0.01, max_interval_s=0.05)
+    wait = CancelWait(timeout_s=0.2, backoff=Backoff(initial=0.01, factor=2, max=0.05))
     backend = make_backend(emu, cancel_wait=wait)
     emu.script_batch("hung", BatchScript(final="stuck", done_on_cancel=3, cancel_delay_s=1e9))
     spec = make_spec(tmp_path, "hung", 3)

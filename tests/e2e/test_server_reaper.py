@@ -8,10 +8,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+
+from tests.support import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 NIGHTSHIFT = Path(sys.executable).parent / "nightshift"
@@ -61,19 +62,25 @@ def test_kill_9_of_nightshift_run_leaves_no_temporary_server(tmp_path: Path) -> 
     )
     child_pid = tmp_path / "state" / "jobs"
     try:
-        deadline = time.monotonic() + 240  # the temporary server starts slowly on a busy machine
-        while not list(child_pid.glob("*/child.pid")):
+
+        def started() -> bool:
+            if list(child_pid.glob("*/child.pid")):
+                return True
             assert night.poll() is None, "nightshift run ended before its job started"
-            assert time.monotonic() < deadline, "the job never started"
-            time.sleep(0.2)
+            return False
+
+        # the temporary server starts slowly on a busy machine
+        wait_until(started, 240, "the job to start", interval=0.2)
         servers = [p for p, cmd in _children(night.pid).items() if "uvicorn" in cmd]
         assert servers, "no temporary server among the children of nightshift run"
         night.send_signal(signal.SIGKILL)
         night.wait()
-        deadline = time.monotonic() + 30
-        while any(_alive(p) for p in servers):
-            assert time.monotonic() < deadline, f"the temporary server {servers} outlived its run"
-            time.sleep(0.1)
+        wait_until(
+            lambda: not any(_alive(p) for p in servers),
+            30,
+            f"the temporary server {servers} to end with its run",
+            interval=0.1,
+        )
     finally:
         if night.poll() is None:
             night.kill()

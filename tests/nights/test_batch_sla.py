@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from flows.nightly import nightly
 from sandbox.gemini_emulator import BatchScript, GeminiEmulator
+from tests.support import write_rows
 
 pytestmark = pytest.mark.usefixtures("prefect_server")
 
@@ -33,22 +33,10 @@ jobs:
 """
 
 
-@pytest.fixture
-def emulator(sandbox: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[GeminiEmulator]:
-    with GeminiEmulator(api_key="test-key") as emu:
-        monkeypatch.setenv("NIGHTSHIFT_GEMINI_BASE_URL", emu.base_url)
-        monkeypatch.setenv("GEMINI_API_KEY", "test-key")
-        yield emu
-
-
 def test_batches_outlive_the_night_deadline_and_queue_timer_and_fall_back_at_80_percent(
     sandbox: Path, emulator: GeminiEmulator
 ) -> None:
-    rows = [
-        {"key": f"r{i}", "request": {"contents": [{"parts": [{"text": f"row {i}"}]}]}}
-        for i in range(4)
-    ]
-    (sandbox / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_rows(sandbox / "rows.jsonl", 4)
     (sandbox / "nightshift.yaml").write_text(CATALOGUE)
     # PENDING well past the queue timer, finished well past the night's deadline
     emulator.script_batch("report:slow", BatchScript(queued_s=4, running_s=1))

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
 import sys
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -16,8 +13,8 @@ from flows.nightly import nightly
 from nightshift.config.settings import load_settings
 from nightshift.store.lease import Lease
 from nightshift.store.ledger import Ledger
+from tests.support import start_run, wait_until
 
-REPO = Path(__file__).resolve().parents[2]
 NIGHT = "2026-11-27"
 CATALOGUE = """\
 name: crash-test
@@ -30,40 +27,14 @@ jobs:
 """
 
 
-def wait_until(condition, timeout: float = 60.0, what: str = "condition") -> None:
-    """Poll something another process will make true; fail instead of hanging."""
-    end = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < end, f"timed out waiting for {what}"
-        time.sleep(0.1)
-
-
 @pytest.mark.usefixtures("prefect_server")
 def test_a_killed_night_is_resumed_without_resubmitting(
     sandbox: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from prefect.settings import PREFECT_API_URL
-
     monkeypatch.setenv("NIGHTSHIFT_LEASE_TTL", "2")
     path = sandbox / "nightshift.yaml"
     path.write_text(CATALOGUE % {"py": sys.executable})
-    env = {**os.environ, "PREFECT_API_URL": str(PREFECT_API_URL.value())}
-    first = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "nightshift.cli.main",
-            "run",
-            "--catalog",
-            str(path),
-            "--night",
-            NIGHT,
-        ],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    first = start_run(path, NIGHT)
     ledger = Ledger(load_settings().ledger_url(), "crash-test")
     try:
 
@@ -73,7 +44,7 @@ def test_a_killed_night_is_resumed_without_resubmitting(
             running = [t for t in ledger.dwells(NIGHT, "long") if t.to_state == "running"]
             return bool(record and quick and quick.state == "succeeded" and running)
 
-        wait_until(long_is_running, what="the first night to start 'long'")
+        wait_until(long_is_running, 60, "the first night to start 'long'", interval=0.1)
     finally:
         first.send_signal(signal.SIGKILL)  # no cleanup, no lease release, no summary
         first.wait()
@@ -83,7 +54,7 @@ def test_a_killed_night_is_resumed_without_resubmitting(
     lease = Lease(ledger.engine, "crash-test")
     held = lease.holder()
     assert held is not None and held[0] != lease.owner
-    wait_until(lambda: datetime.now(UTC) > held[1], timeout=10, what="the lease to expire")
+    wait_until(lambda: datetime.now(UTC) > held[1], 10, "the lease to expire", interval=0.1)
 
     run_dir = sandbox / "rerun"
     state = nightly(catalog=str(path), night=NIGHT, run_dir=str(run_dir), return_state=True)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -11,6 +10,7 @@ import pytest
 from flows.nightly import nightly
 from nightshift.errors import PermanentBackendError
 from sandbox.gemini_emulator import BatchScript, GeminiEmulator
+from tests.support import write_rows
 
 pytestmark = pytest.mark.usefixtures("prefect_server")
 
@@ -32,22 +32,10 @@ jobs:
 """
 
 
-@pytest.fixture
-def emulator(sandbox: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[GeminiEmulator]:
-    with GeminiEmulator(api_key="test-key") as emu:
-        monkeypatch.setenv("NIGHTSHIFT_GEMINI_BASE_URL", emu.base_url)
-        monkeypatch.setenv("GEMINI_API_KEY", "test-key")
-        yield emu
-
-
 def test_dropped_rows_make_a_partial_job_and_a_stuck_batch_falls_back(
     sandbox: Path, emulator: GeminiEmulator
 ) -> None:
-    rows = [
-        {"key": f"r{i}", "request": {"contents": [{"parts": [{"text": f"row {i}"}]}]}}
-        for i in range(6)
-    ]
-    (sandbox / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_rows(sandbox / "rows.jsonl", 6)
     (sandbox / "nightshift.yaml").write_text(CATALOGUE)
     emulator.script_batch("report:dropped", BatchScript(running_s=0.5, drop_rows=3))
     emulator.script_batch("report:stuck", BatchScript(final="stuck"))

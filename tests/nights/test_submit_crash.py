@@ -5,9 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,10 +16,10 @@ from nightshift.config.settings import load_settings
 from nightshift.store.lease import Lease
 from nightshift.store.ledger import Ledger
 from sandbox.gemini_emulator import BatchScript, GeminiEmulator
+from tests.support import start_run, wait_until, write_rows
 
 pytestmark = pytest.mark.usefixtures("prefect_server")
 
-REPO = Path(__file__).resolve().parents[2]
 NIGHT = "2026-11-28"
 DEFAULTS = "defaults: {poll: {initial: 0.2s, max: 0.5s}, stagger: 0s, retries: 0}\n"
 CLI = f"name: crash-cli\n{DEFAULTS}jobs:\n  - {{label: gen, backend: cli, task: 'a [run=1]'}}\n"
@@ -34,38 +31,12 @@ name: crash-batch
 """
 
 
-def wait_until(condition: Callable[[], bool], timeout: float = 90.0, what: str = "it") -> None:
-    """Poll something another process will make true; fail instead of hanging."""
-    end = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < end, f"timed out waiting for {what}"
-        time.sleep(0.1)
-
-
 def kill_mid_submit(path: Path, created: Callable[[], bool], key: str, label: str) -> None:
     """Start ``nightshift run``, SIGKILL it once its create went through, await its lease."""
-    from prefect.settings import PREFECT_API_URL
-
-    env = {**os.environ, "PREFECT_API_URL": str(PREFECT_API_URL.value())}
-    night = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "nightshift.cli.main",
-            "run",
-            "--catalog",
-            str(path),
-            "--night",
-            NIGHT,
-        ],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,  # its hanging job CLI goes with it below
-    )
+    # a session of its own: its hanging job CLI goes with it below
+    night = start_run(path, NIGHT, start_new_session=True)
     try:
-        wait_until(created, what="the external job to be created")
+        wait_until(created, 90, "the external job to be created", interval=0.1)
     finally:
         os.killpg(night.pid, signal.SIGKILL)  # no cleanup, no ledger write, no lease release
         night.wait()
@@ -75,7 +46,7 @@ def kill_mid_submit(path: Path, created: Callable[[], bool], key: str, label: st
         assert record is not None and record.state == "submitting" and not record.external_id
         held = Lease(ledger.engine, key).holder()
         assert held is not None
-        wait_until(lambda: datetime.now(UTC) > held[1], timeout=20, what="the lease to expire")
+        wait_until(lambda: datetime.now(UTC) > held[1], 20, "the lease to expire", interval=0.1)
     finally:
         ledger.close()
 
@@ -121,10 +92,7 @@ def test_a_job_cli_run_whose_night_died_before_recording_it_is_found_by_the_reru
 def test_a_batch_whose_night_died_before_recording_it_is_found_by_the_rerun(
     sandbox: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    rows = [
-        {"key": f"r{i}", "request": {"contents": [{"parts": [{"text": "hi"}]}]}} for i in range(3)
-    ]
-    (sandbox / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_rows(sandbox / "rows.jsonl", 3, text="hi")
     path = sandbox / "nightshift.yaml"
     path.write_text(BATCH)
     monkeypatch.setenv("NIGHTSHIFT_LEASE_TTL", "2")

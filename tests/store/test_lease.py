@@ -13,23 +13,11 @@ import pytest
 
 from nightshift.errors import LockHeldError
 from nightshift.store.lease import Lease, default_owner
+from tests.support import FakeClock, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 T0 = datetime(2026, 11, 29, 1, 0, tzinfo=UTC)
 KEY = "nightshift.yaml"
-
-
-class FakeClock:
-    """A clock that only moves when told to."""
-
-    def __init__(self, now: datetime = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
 
 
 @pytest.fixture
@@ -39,7 +27,7 @@ def url(db_url: str) -> str:
 
 
 def test_a_second_acquire_is_refused_naming_the_holder(url: str) -> None:
-    clock = FakeClock()
+    clock = FakeClock(T0)
     Lease(url, KEY, "host-a:1:aaaaaaaa", ttl_s=60, clock=clock).acquire()
     clock.advance(15)
 
@@ -57,7 +45,7 @@ def test_other_keys_are_independent(url: str) -> None:
 
 
 def test_the_holder_can_reacquire_and_renew(url: str) -> None:
-    clock = FakeClock()
+    clock = FakeClock(T0)
     lease = Lease(url, KEY, "me", ttl_s=60, clock=clock)
     lease.acquire()
     lease.acquire()
@@ -68,7 +56,7 @@ def test_the_holder_can_reacquire_and_renew(url: str) -> None:
 
 
 def test_an_expired_lease_is_taken_over(url: str) -> None:
-    clock = FakeClock()
+    clock = FakeClock(T0)
     crashed = Lease(url, KEY, "crashed", ttl_s=60, clock=clock)
     crashed.acquire()
     clock.advance(60.001)
@@ -89,7 +77,7 @@ def test_release_lets_another_acquire(url: str) -> None:
 
 
 def test_release_does_not_free_someone_elses_lease(url: str) -> None:
-    clock = FakeClock()
+    clock = FakeClock(T0)
     old = Lease(url, KEY, "old", ttl_s=60, clock=clock)
     old.acquire()
     clock.advance(61)
@@ -110,10 +98,7 @@ def test_the_context_manager_releases_even_on_error(url: str) -> None:
 def test_the_context_manager_keeps_renewing(url: str) -> None:
     with Lease(url, KEY, "me", ttl_s=0.3) as lease:
         first_expiry = _holder_expiry(lease)
-        deadline = time.monotonic() + 5
-        while _holder_expiry(lease) == first_expiry:
-            assert time.monotonic() < deadline, "the lease was never renewed"
-            time.sleep(0.02)
+        wait_until(lambda: _holder_expiry(lease) != first_expiry, 5, "the lease to be renewed")
         assert lease.lost is None
 
 
@@ -188,15 +173,15 @@ def test_a_lease_held_by_a_killed_process_becomes_free_once_expired(url: str) ->
         child.kill()  # SIGKILL: no release, no more renewals
         child.wait(timeout=10)
 
-        deadline = time.monotonic() + 10
-        while True:
+        def acquired() -> bool:
             try:
                 me.acquire()
-                break
             except LockHeldError as exc:
                 assert exc.owner == "child:holder"
-                assert time.monotonic() < deadline, "the dead holder's lease never expired"
-                time.sleep(0.05)
+                return False
+            return True
+
+        wait_until(acquired, 10, "the dead holder's lease to expire", interval=0.05)
         assert me.holder() is not None
     finally:
         if child.poll() is None:
@@ -215,13 +200,11 @@ def _break_database(url: str) -> None:
 
 
 def test_a_lease_not_renewed_within_its_ttl_is_reported_lost(url: str, caplog) -> None:
-    clock = FakeClock()
+    clock = FakeClock(T0)
     with Lease(url, KEY, "me", ttl_s=0.3, clock=clock) as lease:
         _break_database(url)
-        deadline = time.monotonic() + 10
-        while "renewing the lease" not in caplog.text:  # the renewer saw the outage, said so
-            assert time.monotonic() < deadline, "the renewer never reported the outage"
-            time.sleep(0.02)
+        # the renewer saw the outage, said so
+        wait_until(lambda: "renewing the lease" in caplog.text, 10, "the outage to be reported")
         assert lease.lost_reason is None  # within the ttl on the lease's clock: still ours
         clock.advance(0.31)
         reason = lease.lost_reason
@@ -231,12 +214,9 @@ def test_a_lease_not_renewed_within_its_ttl_is_reported_lost(url: str, caplog) -
 
 
 def test_a_lease_taken_over_is_reported_lost(url: str) -> None:
-    clock = FakeClock()
+    clock = FakeClock(T0)
     with Lease(url, KEY, "me", ttl_s=0.3, clock=clock) as lease:
         clock.advance(0.31)
         Lease(url, KEY, "rescuer", ttl_s=60, clock=clock).acquire()
-        deadline = time.monotonic() + 10
-        while lease.lost is None:
-            assert time.monotonic() < deadline, "the takeover was never noticed"
-            time.sleep(0.02)
+        wait_until(lambda: lease.lost is not None, 10, "the takeover to be noticed")
         assert "rescuer" in (lease.lost_reason or "")

@@ -6,7 +6,6 @@ import json
 import logging
 import subprocess
 import sys
-import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from nightshift.store import migrations
 from nightshift.store.db import make_engine
 from nightshift.store.lease import Lease
 from nightshift.store.ledger import BEFORE_CATALOGUES, JobRecord, Ledger
+from tests.support import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 T0 = datetime(2026, 11, 29, 1, 0, tzinfo=UTC)
@@ -279,12 +279,15 @@ def test_processes_starting_together_upgrade_once(db_url: str, tmp_path: Path, s
         )
         for i in range(2)
     ]
+
     # release them together once all have imported everything (the slow part)
-    deadline = time.monotonic() + 120
-    while len(list(tmp_path.glob("ready-*"))) < len(children):
-        assert time.monotonic() < deadline, "children never got ready"
+    def ready() -> bool:
+        if len(list(tmp_path.glob("ready-*"))) >= len(children):
+            return True
         assert all(child.poll() is None for child in children), [c.communicate() for c in children]
-        time.sleep(0.01)
+        return False
+
+    wait_until(ready, 120, "the children to get ready", interval=0.01)
     (tmp_path / "go").touch()
     results = [child.communicate(timeout=120) for child in children]
 

@@ -4,19 +4,11 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 
 import pytest
 
 from nightshift.engine.admission import Admission, Deadline
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    """Poll a condition that another thread will make true; fail instead of hanging."""
-    end = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < end, "condition not reached in time"
-        time.sleep(0.001)
+from tests.support import wait_until
 
 
 def test_stagger_spaces_submissions() -> None:
@@ -52,7 +44,7 @@ def test_cap_grants_waiters_by_priority() -> None:
     for w in waiters:
         w.start()
     # all four are queued behind the holder before it lets go
-    wait_for(lambda: len(gate._waiting.get("cli", [])) == 4)
+    wait_until(lambda: len(gate._waiting.get("cli", [])) == 4, 5, "4 waiters", interval=0.001)
     release.set()
     for t in [first, *waiters]:
         t.join(5)
@@ -89,7 +81,7 @@ def test_announced_jobs_are_granted_strictly_in_order_whoever_arrives_first() ->
     late_starters = [threading.Thread(target=job, args=(p,)) for p in (2, 1)]
     for t in late_starters:
         t.start()
-    wait_for(lambda: len(gate._waiting.get("cli", [])) == 2)
+    wait_until(lambda: len(gate._waiting.get("cli", [])) == 2, 5, "2 waiters", interval=0.001)
     assert order == []  # 1 and 2 hold back for 0, which has not even arrived
     gate.withdraw("cli", 0)  # 0 will not come after all (it succeeded earlier tonight)
     for t in late_starters:

@@ -5,20 +5,20 @@ from __future__ import annotations
 import pytest
 
 from nightshift.config.catalogue import parse_catalogue
-from nightshift.engine.backoff import PollPolicy
+from nightshift.engine.backoff import Backoff
 from nightshift.engine.outcomes import JobOutcome, Outcome, Severity, join
 from nightshift.engine.plan import plan_night
 
 
 def test_poll_backoff_doubles_from_2s_to_a_30s_cap() -> None:
-    assert PollPolicy().schedule(7) == [2, 4, 8, 16, 30, 30, 30]
-    assert PollPolicy(0.5, 3, 10).schedule(4) == [0.5, 1.5, 4.5, 10]
-    assert PollPolicy().delay(10_000) == 30
+    assert Backoff().delays(7) == [2, 4, 8, 16, 30, 30, 30]
+    assert Backoff(0.5, 3, 10).delays(4) == [0.5, 1.5, 4.5, 10]
+    assert Backoff().delay(10_000) == 30
 
 
 def test_poll_policy_rejects_nonsense() -> None:
     with pytest.raises(ValueError):
-        PollPolicy(initial=5, max=1)
+        Backoff(initial=5, max=1)
 
 
 def outcome(label: str, state: Outcome, seconds: float = 60) -> JobOutcome:

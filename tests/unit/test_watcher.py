@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from nightshift.backends.base import ExternalState, JobStatus
-from nightshift.engine.backoff import PollPolicy
+from nightshift.engine.backoff import Backoff
 from nightshift.engine.watcher import Watcher, WatchRequest
 from nightshift.errors import PermanentBackendError, TransientBackendError
 from tests.support import BatchScriptedBackend, ScriptedBackend
@@ -19,7 +19,7 @@ Q, R, S, F = (
     ExternalState.SUCCEEDED,
     ExternalState.FAILED,
 )
-FAST = PollPolicy(initial=0.01, factor=2, max=0.04)
+FAST = Backoff(initial=0.01, factor=2, max=0.04)
 
 
 @pytest.fixture

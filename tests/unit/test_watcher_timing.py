@@ -4,33 +4,31 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 import pytest
 
 from nightshift.backends.base import ExternalState, JobStatus
-from nightshift.engine.backoff import PollPolicy
+from nightshift.engine.backoff import Backoff
 from nightshift.engine.watcher import Watcher, WatchRequest
 from nightshift.errors import PermanentBackendError
-from tests.support import ScriptedBackend
+from tests.support import FakeClock, ScriptedBackend
 
 Q, R, S = ExternalState.QUEUED, ExternalState.RUNNING, ExternalState.SUCCEEDED
-BACKOFF = PollPolicy(initial=2, factor=2, max=30)
+BACKOFF = Backoff(initial=2, factor=2, max=30)
 
 
-class FakeClock:
-    """Monotonic seconds that move only when a test says so."""
+@dataclass
+class Slow(ScriptedBackend):
+    """Each status call says it has begun (``entered``), then waits for ``release``."""
 
-    def __init__(self) -> None:
-        self.t = 1000.0
-        self._lock = threading.Lock()
+    entered: threading.Event = field(default_factory=threading.Event)
+    release: threading.Event = field(default_factory=threading.Event)
 
-    def __call__(self) -> float:
-        with self._lock:
-            return self.t
-
-    def advance(self, seconds: float) -> None:
-        with self._lock:
-            self.t += seconds
+    def status(self, external_id: str) -> JobStatus:
+        self.entered.set()
+        self.release.wait(10)
+        return super().status(external_id)
 
 
 @pytest.fixture
@@ -131,16 +129,9 @@ def test_unreadable_job_whose_cancel_fails_says_so(watcher, clock) -> None:
 
 
 def test_stop_while_a_check_is_in_flight_does_not_raise(clock) -> None:
-    entered, release = threading.Event(), threading.Event()
-
-    class Slow(ScriptedBackend):
-        def status(self, external_id: str) -> JobStatus:
-            entered.set()
-            release.wait(10)
-            return super().status(external_id)
-
     watcher = Watcher(lambda *_: None, clock=clock)
     backend = Slow(scripts={"a": [S]})
+    entered, release = backend.entered, backend.release
     future = watcher.watch(WatchRequest("a", backend, "a", BACKOFF))
     clock.advance(2)
     watcher.poke()
@@ -153,15 +144,8 @@ def test_stop_while_a_check_is_in_flight_does_not_raise(clock) -> None:
 
 
 def test_the_queue_timer_waits_for_the_answer_in_flight(watcher, clock) -> None:
-    entered, release = threading.Event(), threading.Event()
-
-    class Slow(ScriptedBackend):
-        def status(self, external_id: str) -> JobStatus:
-            entered.set()
-            release.wait(10)
-            return super().status(external_id)
-
     backend = Slow(scripts={"a": [R, S]})
+    entered, release = backend.entered, backend.release
     now = clock()
     future = watcher.watch(WatchRequest("a", backend, "a", BACKOFF, queued_timeout_at=now + 3))
     clock.advance(2)

@@ -25,6 +25,7 @@ from typing import Any
 from nightshift.backends.base import ExternalState, JobSpec, JobStatus
 from nightshift.backends.command import supervisor as runner
 from nightshift.config.settings import child_environment
+from nightshift.engine.backoff import Backoff, poll_until
 from nightshift.errors import PermanentBackendError, TransientBackendError
 
 __all__ = ["CommandBackend"]
@@ -32,6 +33,9 @@ __all__ = ["CommandBackend"]
 _RUNNER_PATH = Path(runner.__file__).resolve()
 _ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 _LOST = "lost: supervisor gone without an exit code"
+# how often to look while a cancelled job exits, and while an orphaned group dies
+_SETTLE = Backoff(initial=0.02, factor=1, max=0.02)
+_REAP = Backoff(initial=0.05, factor=1, max=0.05)
 
 
 def _sanitize(label: str) -> str:
@@ -180,9 +184,7 @@ class CommandBackend:
         if ident and runner.identity_alive(ident):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(ident["pid"]), signal.SIGTERM)  # forwarded to the job's group
-            deadline = time.monotonic() + self.cancel_wait_s
-            while self._exit_code(jobdir) is None and time.monotonic() < deadline:
-                time.sleep(0.02)
+            poll_until(lambda: self._exit_code(jobdir) is not None, self.cancel_wait_s, _SETTLE)
             return
         # the supervisor is gone (job lost): nobody else will stop an orphaned child
         child = _read_json(jobdir / runner.CHILD_PID)
@@ -197,10 +199,7 @@ class CommandBackend:
     def _terminate_group(self, pgid: int) -> None:
         try:
             os.killpg(pgid, signal.SIGTERM)
-            deadline = time.monotonic() + self.kill_grace_s
-            while runner.group_alive(pgid) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            if runner.group_alive(pgid):
+            if not poll_until(lambda: not runner.group_alive(pgid), self.kill_grace_s, _REAP):
                 os.killpg(pgid, signal.SIGKILL)
         except ProcessLookupError:
             pass

@@ -18,6 +18,7 @@ from google.genai import errors as genai_errors
 from google.genai import types
 
 from nightshift.config.settings import Settings
+from nightshift.engine.backoff import Backoff
 from nightshift.errors import BackendError, PermanentBackendError, TransientBackendError
 
 __all__ = [
@@ -58,34 +59,28 @@ _SDK_ERRORS: tuple[type[Exception], ...] = (
     KeyError,
 )
 AUTH_CODES = frozenset({401, 403})
+# 1 s doubling to 30 s, plus up to 1 s of jitter so parallel retries spread out
+_RETRY_BACKOFF = Backoff(initial=1.0, factor=2.0, max=30.0, jitter=1.0)
 _EXCLUDE = {"sdk_http_response", "automatic_function_calling_history", "parsed"}
 
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Exponential backoff with jitter, shared by the SDK and our own byte transfers."""
+    """``attempts`` tries, ``backoff`` between them: shared by the SDK and our byte transfers."""
 
     attempts: int = 4
-    initial_delay_s: float = 1.0
-    max_delay_s: float = 30.0
-    exp_base: float = 2.0
-    jitter_s: float = 1.0
+    backoff: Backoff = _RETRY_BACKOFF
 
     def http_retry_options(self) -> types.HttpRetryOptions:
         """The same policy as google-genai HttpRetryOptions."""
         return types.HttpRetryOptions(
             attempts=self.attempts,
-            initial_delay=self.initial_delay_s,
-            max_delay=self.max_delay_s,
-            exp_base=self.exp_base,
-            jitter=self.jitter_s,
+            initial_delay=self.backoff.initial,
+            max_delay=self.backoff.max,
+            exp_base=self.backoff.factor,
+            jitter=self.backoff.jitter,
             http_status_codes=sorted(_TRANSIENT_CODES),
         )
-
-    def delay(self, retry: int, rand: float) -> float:
-        """Seconds before retry number ``retry`` (0-based); ``rand`` in [0, 1)."""
-        base = self.initial_delay_s * self.exp_base**retry
-        return min(self.max_delay_s, base + rand * self.jitter_s)
 
 
 def _resolve_api_key(settings: Settings) -> str:
@@ -214,5 +209,5 @@ class SdkCaller:
             except TransientBackendError:
                 if retry + 1 >= self.retry.attempts:
                     raise
-                self.sleep(self.retry.delay(retry, self.rand()))
+                self.sleep(self.retry.backoff.delay(retry, self.rand))
         raise AssertionError("unreachable")

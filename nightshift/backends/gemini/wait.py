@@ -15,6 +15,7 @@ from typing import Any
 
 from nightshift.backends.base import ExternalState
 from nightshift.backends.gemini.client import sdk_state_name
+from nightshift.engine.backoff import Backoff, poll_until
 
 __all__ = ["BATCH_STATES", "CancelWait", "is_final_state", "settle"]
 
@@ -33,20 +34,22 @@ def is_final_state(raw: str) -> bool:
     return BATCH_STATES.get(raw, ExternalState.RUNNING).final
 
 
+_SETTLE_BACKOFF = Backoff(initial=0.5, factor=2.0, max=5.0)
+
+
 @dataclass(frozen=True)
 class CancelWait:
     """How long to wait for a cancelled batch to become final, and how often to look.
 
-    Polls start ``initial_s`` apart and double up to ``max_interval_s``; after ``timeout_s``
+    Polls start half a second apart and double up to 5 s (``backoff``); after ``timeout_s``
     (60 s by default) the batch is taken as it is, with a note.
     """
 
     timeout_s: float = 60.0
-    initial_s: float = 0.5
-    max_interval_s: float = 5.0
+    backoff: Backoff = _SETTLE_BACKOFF
 
     def __post_init__(self) -> None:
-        if self.timeout_s < 0 or self.initial_s <= 0 or self.max_interval_s <= 0:
+        if self.timeout_s < 0:
             raise ValueError(f"invalid {self!r}")
 
 
@@ -62,21 +65,20 @@ def settle(
 
     Returns the last job read and, when it never became final, a note saying so.
     """
+    reads = [job]
+
+    def settled() -> bool:
+        return is_final_state(sdk_state_name(reads[-1].state))
+
+    def pause_then_read(seconds: float) -> None:
+        sleep(seconds)
+        reads.append(get())
+
     started = clock()
-    deadline = started + wait.timeout_s
-    interval = wait.initial_s
-    polls = 0
-    while not is_final_state(sdk_state_name(job.state)):
-        left = deadline - clock()
-        if left <= 0:
-            waited = clock() - started
-            raw = sdk_state_name(job.state)
-            return job, (
-                f"batch still {raw} {waited:.1f}s after the cancel ({polls} poll(s)): "
-                "collected what it had; rows it finishes later are not counted"
-            )
-        sleep(min(interval, left))
-        interval = min(interval * 2, wait.max_interval_s)
-        job = get()
-        polls += 1
-    return job, None
+    if poll_until(settled, wait.timeout_s, wait.backoff, sleep=pause_then_read, clock=clock):
+        return reads[-1], None
+    waited, raw = clock() - started, sdk_state_name(reads[-1].state)
+    return reads[-1], (
+        f"batch still {raw} {waited:.1f}s after the cancel ({len(reads) - 1} poll(s)): "
+        "collected what it had; rows it finishes later are not counted"
+    )
