@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from nightshift.backends.base import Backend, ExternalState, JobSpec, JobStatus
-from nightshift.config.catalogue import Catalogue
+from nightshift.backends.base import Backend, ExternalState, JobSpec, JobStatus, capabilities
+from nightshift.config.catalogue import Catalogue, GeminiBatchJob
 from nightshift.engine.admission import Admission, Deadline
 from nightshift.engine.backoff import PollPolicy
 from nightshift.engine.jobspec import job_spec, safe_name
@@ -24,7 +24,7 @@ from nightshift.engine.outcomes import (
 from nightshift.engine.timers import JobTimers, job_timers
 from nightshift.engine.watcher import Watcher, WatchRequest, WatchResult
 from nightshift.errors import BackendError, InputFileError, PermanentBackendError
-from nightshift.store.ledger import Ledger
+from nightshift.store.ledger import JobRecord, Ledger
 
 __all__ = ["LOST", "NightContext", "end_job", "run_one_job"]
 
@@ -123,6 +123,8 @@ def _run(ctx: NightContext, label: str, job: Any, backend: Backend) -> JobOutcom
     # an earlier try of this attempt began submitting and never recorded an id (a crash, or a
     # retry after an error): the same attempt again, and the backend looks before it creates
     resume = record is not None and not reattach and record.state == SUBMITTING
+    if (refused := _cannot_fall_back(job, backend, record if reattach else None)) is not None:
+        return end_job(ctx, label, Outcome.FAILED, refused)
     attempts = (record.attempts if record else 0) + (0 if reattach or resume else 1)
     # the key lets a backend find or refuse a repeated submit of this attempt
     key = f"{ctx.catalogue.key}/{ctx.night}/{label}/{attempts}"
@@ -170,6 +172,18 @@ def _run(ctx: NightContext, label: str, job: Any, backend: Backend) -> JobOutcom
             ctx, label, backend, spec, external_id, result, started_wall, attempts, timers
         )
     raise AssertionError("unreachable")  # for type checkers: the with block always returns
+
+
+def _cannot_fall_back(job: Any, backend: Backend, reattached: JobRecord | None) -> str | None:
+    """Why a job that may need its backend's fallback (a batch's SLA) can't run on this one."""
+    resuming = reattached is not None and reattached.state == FALLBACK  # died in a fallback
+    needs = resuming or (isinstance(job, GeminiBatchJob) and job.fallback != "none")
+    if not needs or capabilities(backend).falls_back is not None:
+        return None
+    return (
+        f"refused: its {job.backend} backend ({type(backend).__name__}) cannot fall back, "
+        "which the job's SLA needs"
+    )
 
 
 def _timers(ctx: NightContext, label: str, started: datetime) -> JobTimers:
@@ -241,7 +255,9 @@ def _conclude(
         ctx.mark(label, FALLBACK, external_id)
         if ctx.owns_night():
             ctx.ledger.record_state(ctx.night, label, FALLBACK)  # live: a rerun resumes it
-        data = backend.fallback(spec, external_id)  # type: ignore[attr-defined]
+        falls_back = capabilities(backend).falls_back
+        assert falls_back is not None  # refused before submit otherwise
+        data = falls_back.fallback(spec, external_id)
         outcome = Outcome.SUCCEEDED if data.get("ok") else Outcome.PARTIAL
         detail = data.get("summary")
     elif result.reason in ("timeout", "stuck_queued"):
@@ -270,11 +286,11 @@ def _collect(
     backend: Backend, spec: JobSpec, external_id: str
 ) -> tuple[dict[str, Any], str | None]:
     """What a backend that collects results made of the job, and a note for the detail."""
-    collect = getattr(backend, "collect", None)
-    if collect is None:
+    collector = capabilities(backend).collects
+    if collector is None:
         return {}, None
     try:
-        data: dict[str, Any] = collect(spec, external_id)
+        data: dict[str, Any] = collector.collect(spec, external_id)
     except (BackendError, InputFileError) as exc:
         return {}, f"collecting results failed: {exc}"
     return data, data.get("summary")
