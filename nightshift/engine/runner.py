@@ -19,6 +19,7 @@ from nightshift.engine.outcomes import (
     Outcome,
     join_details,
     outcome_from_record,
+    outcome_of,
     status_detail,
 )
 from nightshift.engine.timers import JobTimers, job_timers
@@ -34,12 +35,7 @@ LOST = "lost"
 FALLBACK = "fallback"  # the batch was given up on; its missing rows are being answered on demand
 # a submit began but its answer was not recorded: the next try looks for the job before creating
 SUBMITTING = "submitting"
-_LIVE = {"submitted", "queued", "running", LOST, FALLBACK}
-_FINAL_TO_OUTCOME = {
-    ExternalState.SUCCEEDED: Outcome.SUCCEEDED,
-    ExternalState.FAILED: Outcome.FAILED,
-    ExternalState.CANCELLED: Outcome.CANCELLED,
-}
+_LIVE = {"submitted", LOST, FALLBACK} | {s.value for s in ExternalState if not s.final}
 
 Observer = Callable[[str, str], None]
 
@@ -273,7 +269,7 @@ def _conclude(
         detail = join_details(detail, note)
     else:
         assert result.status is not None
-        outcome = _FINAL_TO_OUTCOME[result.status.state]
+        outcome = outcome_of(result.status.state)
         if result.status.state is not ExternalState.CANCELLED:
             data, note = _collect(backend, spec, external_id)
             if outcome is Outcome.SUCCEEDED and not data.get("ok", True):
