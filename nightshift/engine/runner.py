@@ -13,7 +13,7 @@ from nightshift.backends.base import Backend, ExternalState, JobSpec, JobStatus,
 from nightshift.config.catalogue import Catalogue, GeminiBatchJob
 from nightshift.engine.admission import Admission, Deadline
 from nightshift.engine.backoff import PollPolicy
-from nightshift.engine.jobspec import job_spec, safe_name
+from nightshift.engine.jobspec import job_spec
 from nightshift.engine.outcomes import (
     JobOutcome,
     Outcome,
@@ -25,6 +25,7 @@ from nightshift.engine.outcomes import (
 from nightshift.engine.timers import JobTimers, job_timers
 from nightshift.engine.watcher import Watcher, WatchRequest, WatchResult
 from nightshift.errors import BackendError, InputFileError, PermanentBackendError
+from nightshift.files import label_filename
 from nightshift.store.ledger import JobRecord, Ledger
 
 __all__ = ["LOST", "NightContext", "end_job", "run_one_job"]
@@ -369,7 +370,7 @@ def _save_tail(ctx: NightContext, label: str, backend: Backend, external_id: str
         text = backend.logs(external_id, tail=LOG_TAIL_LINES)
     except BackendError as exc:
         text = f"(could not read the job's log: {exc})\n"
-    path = ctx.run_dir / "logs" / f"{safe_name(label)}.tail.log"
+    path = ctx.run_dir / "logs" / f"{label_filename(label)}.tail.log"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text if text.endswith("\n") or not text else text + "\n", encoding="utf-8")
     return str(path)
