@@ -44,6 +44,8 @@ EXIT_LOCKED = 3  # as the CLI's: another night of the catalogue holds its lease
 
 @flow(name="nightly", task_runner=ThreadPoolTaskRunner(max_workers=256))  # type: ignore[arg-type]
 def nightly(
+    # not `catalogue` (the CLI's --catalogue): prefect.yaml deployments, schedules and runs
+    # started from the Prefect UI pass this parameter by its name; renaming it breaks them
     catalog: str = "nightshift.yaml",
     only: list[str] | None = None,
     night: str | None = None,
