@@ -253,5 +253,6 @@ def test_a_labels_job_id_uses_the_one_label_to_filename_rule(backend: CommandBac
     underscore = backend.submit(spec(py("print('underscore')"), label="gen_a"))
     assert colon.startswith("gen+a-") and underscore.startswith("gen_a-")
     assert wait_final(backend, colon).state is ExternalState.SUCCEEDED
+    assert wait_final(backend, underscore).state is ExternalState.SUCCEEDED
     assert backend.logs(colon).strip() == "colon"
     assert backend.logs(underscore).strip() == "underscore"
