@@ -36,10 +36,14 @@ def main(argv: list[str] | None = None) -> None:
     from prefect import serve
 
     parser = argparse.ArgumentParser(prog="python -m deployments.serve", description=__doc__)
-    parser.add_argument("--catalog", default="nightshift.yaml")
+    parser.add_argument("--catalogue", default="nightshift.yaml", metavar="FILE")
+    # the old spelling still works; --help shows only one
+    parser.add_argument(
+        "--catalog", dest="catalogue", default=argparse.SUPPRESS, help=argparse.SUPPRESS
+    )
     parser.add_argument("--cron", default="0 2 * * *", help="when nights start (UTC)")
     args = parser.parse_args(argv)
-    serve(served_deployment(args.catalog, args.cron))
+    serve(served_deployment(args.catalogue, args.cron))
 
 
 if __name__ == "__main__":

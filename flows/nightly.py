@@ -18,7 +18,7 @@ from prefect.runtime import flow_run
 from prefect.states import Completed, Failed, State
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from nightshift.backends import build_backends
+from nightshift.backends import build_backends, close_backends
 from nightshift.config.catalogue import Catalogue, load_catalogue
 from nightshift.config.settings import Settings, load_settings
 from nightshift.engine.admission import Admission
@@ -44,6 +44,8 @@ EXIT_LOCKED = 3  # as the CLI's: another night of the catalogue holds its lease
 
 @flow(name="nightly", task_runner=ThreadPoolTaskRunner(max_workers=256))  # type: ignore[arg-type]
 def nightly(
+    # not `catalogue` (the CLI's --catalogue): prefect.yaml deployments, schedules and runs
+    # started from the Prefect UI pass this parameter by its name; renaming it breaks them
     catalog: str = "nightshift.yaml",
     only: list[str] | None = None,
     night: str | None = None,
@@ -140,7 +142,7 @@ def _run_night(
     broken: dict[str, str] = {}
     with ExitStack() as cleanup:  # whatever fails below, everything built so far is closed
         backends = build_backends(catalogue, settings, errors=broken)
-        cleanup.callback(_close_backends, backends)
+        cleanup.callback(close_backends, backends)
         for reason in broken.values():
             logger.warning("%s", reason)
         try:
@@ -207,13 +209,6 @@ def _stop_reason(lease: Lease, watcher: Watcher) -> str | None:
     if watcher.stopped:
         return "not submitted: the night's watcher stopped (see the flow run's logs)"
     return None
-
-
-def _close_backends(backends: dict[str, Any]) -> None:
-    for client in backends.values():
-        close = getattr(client, "close", None)
-        if close is not None:
-            close()
 
 
 def _stamp() -> str:

@@ -1,12 +1,25 @@
-"""Writing files so that a crash never leaves half of one."""
+"""File names for job labels, and writing files so that a crash never leaves half of one."""
 
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from pathlib import Path
 
-__all__ = ["write_atomic"]
+__all__ = ["label_filename", "write_atomic"]
+
+_NOT_IN_NAMES = re.compile(r"[^A-Za-z0-9_.+-]+")
+
+
+def label_filename(label: str) -> str:
+    """A job label as a file or folder name (its log tail, its command job): ':' becomes '+'.
+
+    Catalogue labels match ``^[a-z0-9:_.-]+$``: '+' is never in one, so no two labels share a
+    name (``gen:a`` -> ``gen+a``, ``gen_a`` stays). Anything a label can't hold (a backend
+    driven directly, not from a catalogue) becomes '-', '/' among it.
+    """
+    return _NOT_IN_NAMES.sub("-", label.replace(":", "+"))
 
 
 def write_atomic(path: Path, text: str) -> None:

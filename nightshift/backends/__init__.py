@@ -4,17 +4,33 @@ from __future__ import annotations
 
 import os
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
-from nightshift.backends.base import Backend, ExternalState, JobSpec, JobStatus
+from nightshift.backends.base import (
+    Backend,
+    Capabilities,
+    ExternalState,
+    JobSpec,
+    JobStatus,
+    capabilities,
+)
 from nightshift.errors import NightshiftError
 
 if TYPE_CHECKING:
     from nightshift.config.catalogue import Catalogue
     from nightshift.config.settings import Settings
 
-__all__ = ["Backend", "ExternalState", "JobSpec", "JobStatus", "build_backends"]
+__all__ = [
+    "Backend",
+    "Capabilities",
+    "ExternalState",
+    "JobSpec",
+    "JobStatus",
+    "build_backends",
+    "capabilities",
+    "close_backends",
+]
 
 
 def build_backends(
@@ -45,6 +61,23 @@ def build_backends(
                 reason = f"{type(exc).__name__}: {reason}"
             errors[name] = f"the {name} backend could not be built: {reason}"
     return out
+
+
+def close_backends(backends: Mapping[str, Backend]) -> None:
+    """Close every backend that holds clients; one that fails to close doesn't keep the rest open.
+
+    The first error is raised once all have been tried.
+    """
+    errors: list[Exception] = []
+    for backend in backends.values():
+        if (closeable := capabilities(backend).closeable) is None:
+            continue  # nothing held open (the command and job CLI backends)
+        try:
+            closeable.close()
+        except Exception as exc:  # raised below, after the other backends are closed
+            errors.append(exc)
+    if errors:
+        raise errors[0]
 
 
 def _command(settings: Settings) -> Backend:

@@ -1,13 +1,35 @@
-"""The one protocol every backend speaks: submit -> id, status, cancel, logs."""
+"""The one protocol every backend speaks (submit -> id, status, cancel, logs), and its options.
+
+A backend may also have optional abilities, each a small protocol: ``ListsStatus`` (many
+states in one call), ``Collects`` (results once final), ``FallsBack`` (give up on a batch and
+answer its rows another way) and ``Closeable`` (clients to close at the night's end).
+``capabilities(backend)`` checks them all in one place; callers use its record, never getattr.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-__all__ = ["Backend", "ExternalState", "JobSpec", "JobStatus"]
+if TYPE_CHECKING:
+    from nightshift.errors import BackendError
+
+__all__ = [
+    "FINAL_STATES",
+    "Backend",
+    "Capabilities",
+    "Closeable",
+    "Collects",
+    "ExternalState",
+    "FallsBack",
+    "JobSpec",
+    "JobStatus",
+    "ListsStatus",
+    "capabilities",
+]
 
 
 class ExternalState(StrEnum):
@@ -21,10 +43,12 @@ class ExternalState(StrEnum):
 
     @property
     def final(self) -> bool:
-        return self in _FINAL
+        """A state the job never leaves: it is not asked about again."""
+        return self in FINAL_STATES
 
 
-_FINAL = frozenset({ExternalState.SUCCEEDED, ExternalState.FAILED, ExternalState.CANCELLED})
+# the one definition of "final" for external states
+FINAL_STATES = frozenset({ExternalState.SUCCEEDED, ExternalState.FAILED, ExternalState.CANCELLED})
 
 
 @dataclass(frozen=True)
@@ -69,3 +93,59 @@ class Backend(Protocol):
     def logs(self, external_id: str, tail: int = 40) -> str:
         """The last ``tail`` lines of the job's output."""
         ...
+
+
+@runtime_checkable
+class ListsStatus(Protocol):
+    """A backend that answers for many jobs in one call (``agy jobs list``, ``batches.list``)."""
+
+    def status_many(self, external_ids: Iterable[str]) -> dict[str, JobStatus | BackendError]:
+        """States by id; an id it could not read maps to its error."""
+        ...
+
+
+@runtime_checkable
+class Collects(Protocol):
+    """A backend with results to fetch once a job is final (files, reconciliation)."""
+
+    def collect(self, spec: JobSpec, external_id: str) -> dict[str, Any]:
+        """What the job made of its work: ``ok``, ``summary`` and backend-specific fields."""
+        ...
+
+
+@runtime_checkable
+class FallsBack(Protocol):
+    """A backend that can give up on a slow job and finish its work another way (the SLA)."""
+
+    def fallback(self, spec: JobSpec, external_id: str) -> dict[str, Any]:
+        """Cancel the job, keep what it made, do the rest another way; like ``collect``."""
+        ...
+
+
+@runtime_checkable
+class Closeable(Protocol):
+    """A backend holding clients (HTTP connections) to close at the end of a night."""
+
+    def close(self) -> None:
+        """Release the clients; later calls fail with a PermanentBackendError."""
+        ...
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """A backend's optional abilities: each is the backend itself, typed, or None."""
+
+    lists_status: ListsStatus | None = None
+    collects: Collects | None = None
+    falls_back: FallsBack | None = None
+    closeable: Closeable | None = None
+
+
+def capabilities(backend: object) -> Capabilities:
+    """The one place a backend's optional abilities are looked up."""
+    return Capabilities(
+        lists_status=backend if isinstance(backend, ListsStatus) else None,
+        collects=backend if isinstance(backend, Collects) else None,
+        falls_back=backend if isinstance(backend, FallsBack) else None,
+        closeable=backend if isinstance(backend, Closeable) else None,
+    )

@@ -12,6 +12,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from nightshift.engine.outcomes import is_final
+
 __all__ = ["LiveTable"]
 
 _STYLE = {
@@ -25,8 +27,6 @@ _STYLE = {
     "skipped": "dim",
     "cancelled": "red",
 }
-
-_FINAL = {"succeeded", "failed", "timeout", "stuck_queued", "partial", "skipped", "cancelled"}
 
 
 class LiveTable:
@@ -46,8 +46,8 @@ class LiveTable:
             if self._states.get(label, ("", 0.0))[0] == state:
                 return  # the external state and our verdict often agree: say it once
             self._states[label] = (state, time.monotonic())
-            done = sum(s in _FINAL for s, _ in self._states.values())
-        if self._lines and state in _FINAL:
+            done = sum(is_final(s) for s, _ in self._states.values())
+        if self._lines and is_final(state):
             # not a terminal (CI, a log file): one line per finished job instead of a table
             line = f"[{done}/{len(self._states)}] {label}: {state}"
             # `gen:a:` would be an emoji and `[x]` markup: print labels as they are
@@ -57,7 +57,7 @@ class LiveTable:
         """The table as it stands."""
         with self._lock:
             rows = list(self._states.items())
-        done = sum(state in _FINAL for _, (state, _) in rows)
+        done = sum(is_final(state) for _, (state, _) in rows)
         table = Table(title=f"nightshift: {done}/{len(rows)} jobs finished")
         table.add_column("job")
         table.add_column("state")

@@ -61,12 +61,12 @@ def main(argv: list[str] | None = None) -> int:
     # the temporary server takes ~15 s on a new database, more on a busy 2-core machine
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
     if args.command == "validate":
-        return _validate(args.catalog)
+        return _validate(args.catalogue)
     if args.command == "demo":
         from nightshift.cli.demo import run_demo
 
         return run_demo(args.scenario, as_json=args.json, workdir=args.workdir)
-    return run_catalogue(args.catalog, only=args.only, as_json=args.json, night=args.night)
+    return run_catalogue(args.catalogue, only=args.only, as_json=args.json, night=args.night)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -84,14 +84,14 @@ def _parser() -> argparse.ArgumentParser:
         epilog=EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    run.add_argument("--catalog", default="nightshift.yaml", help="catalogue file")
+    _catalogue_flag(run)
     run.add_argument("--only", nargs="+", metavar="LABEL", help="run only these jobs")
     run.add_argument("--night", help="the night's date (default: today); reruns reuse it")
     run.add_argument("--json", action="store_true", help="print one summary object at the end")
     check = sub.add_parser(
         "validate", help="validate a catalogue and its batch inputs (exit 4 when invalid)"
     )
-    check.add_argument("--catalog", default="nightshift.yaml")
+    _catalogue_flag(check)
     demo = sub.add_parser("demo", help="a sandboxed night on local emulators, no keys needed")
     demo.add_argument("--scenario", choices=["calm", "rough"], default="calm")
     demo.add_argument("--workdir", help="where the sandbox lives (default: a temp dir)")
@@ -99,6 +99,16 @@ def _parser() -> argparse.ArgumentParser:
     for p in (run, check, demo):
         p.add_argument("-v", "--verbose", action="store_true", help="show Prefect's logs")
     return parser
+
+
+def _catalogue_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--catalogue", default="nightshift.yaml", metavar="FILE", help="the catalogue file"
+    )
+    # the old spelling still works (scripts, crontabs); --help shows only one
+    parser.add_argument(
+        "--catalog", dest="catalogue", default=argparse.SUPPRESS, help=argparse.SUPPRESS
+    )
 
 
 def _validate(path: str) -> int:

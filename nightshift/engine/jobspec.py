@@ -7,12 +7,7 @@ from pathlib import Path
 from nightshift.backends.base import JobSpec
 from nightshift.config.catalogue import Catalogue, CommandJob, GeminiBatchJob
 
-__all__ = ["job_spec", "safe_name"]
-
-
-def safe_name(label: str) -> str:
-    """A label as a file name."""
-    return label.replace(":", "_").replace("/", "_")
+__all__ = ["job_spec"]
 
 
 def job_spec(catalogue: Catalogue, label: str, submission_key: str | None = None) -> JobSpec:

@@ -9,22 +9,24 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from nightshift.backends.base import Backend, ExternalState, JobSpec, JobStatus
-from nightshift.config.catalogue import Catalogue
+from nightshift.backends.base import Backend, ExternalState, JobSpec, JobStatus, capabilities
+from nightshift.config.catalogue import Catalogue, GeminiBatchJob
 from nightshift.engine.admission import Admission, Deadline
 from nightshift.engine.backoff import Backoff
-from nightshift.engine.jobspec import job_spec, safe_name
+from nightshift.engine.jobspec import job_spec
 from nightshift.engine.outcomes import (
     JobOutcome,
     Outcome,
     join_details,
     outcome_from_record,
+    outcome_of,
     status_detail,
 )
 from nightshift.engine.timers import JobTimers, job_timers
 from nightshift.engine.watcher import Watcher, WatchRequest, WatchResult
 from nightshift.errors import BackendError, InputFileError, PermanentBackendError
-from nightshift.store.ledger import Ledger
+from nightshift.files import label_filename
+from nightshift.store.ledger import JobRecord, Ledger
 
 __all__ = ["LOST", "NightContext", "end_job", "run_one_job"]
 
@@ -34,12 +36,7 @@ LOST = "lost"
 FALLBACK = "fallback"  # the batch was given up on; its missing rows are being answered on demand
 # a submit began but its answer was not recorded: the next try looks for the job before creating
 SUBMITTING = "submitting"
-_LIVE = {"submitted", "queued", "running", LOST, FALLBACK}
-_FINAL_TO_OUTCOME = {
-    ExternalState.SUCCEEDED: Outcome.SUCCEEDED,
-    ExternalState.FAILED: Outcome.FAILED,
-    ExternalState.CANCELLED: Outcome.CANCELLED,
-}
+_LIVE = {"submitted", LOST, FALLBACK} | {s.value for s in ExternalState if not s.final}
 
 Observer = Callable[[str, str], None]
 
@@ -123,6 +120,8 @@ def _run(ctx: NightContext, label: str, job: Any, backend: Backend) -> JobOutcom
     # an earlier try of this attempt began submitting and never recorded an id (a crash, or a
     # retry after an error): the same attempt again, and the backend looks before it creates
     resume = record is not None and not reattach and record.state == SUBMITTING
+    if (refused := _cannot_fall_back(job, backend, record if reattach else None)) is not None:
+        return end_job(ctx, label, Outcome.FAILED, refused)
     attempts = (record.attempts if record else 0) + (0 if reattach or resume else 1)
     # the key lets a backend find or refuse a repeated submit of this attempt
     key = f"{ctx.catalogue.key}/{ctx.night}/{label}/{attempts}"
@@ -170,6 +169,18 @@ def _run(ctx: NightContext, label: str, job: Any, backend: Backend) -> JobOutcom
             ctx, label, backend, spec, external_id, result, started_wall, attempts, timers
         )
     raise AssertionError("unreachable")  # for type checkers: the with block always returns
+
+
+def _cannot_fall_back(job: Any, backend: Backend, reattached: JobRecord | None) -> str | None:
+    """Why a job that may need its backend's fallback (a batch's SLA) can't run on this one."""
+    resuming = reattached is not None and reattached.state == FALLBACK  # died in a fallback
+    needs = resuming or (isinstance(job, GeminiBatchJob) and job.fallback != "none")
+    if not needs or capabilities(backend).falls_back is not None:
+        return None
+    return (
+        f"refused: its {job.backend} backend ({type(backend).__name__}) cannot fall back, "
+        "which the job's SLA needs"
+    )
 
 
 def _timers(ctx: NightContext, label: str, started: datetime) -> JobTimers:
@@ -241,7 +252,9 @@ def _conclude(
         ctx.mark(label, FALLBACK, external_id)
         if ctx.owns_night():
             ctx.ledger.record_state(ctx.night, label, FALLBACK)  # live: a rerun resumes it
-        data = backend.fallback(spec, external_id)  # type: ignore[attr-defined]
+        falls_back = capabilities(backend).falls_back
+        assert falls_back is not None  # refused before submit otherwise
+        data = falls_back.fallback(spec, external_id)
         outcome = Outcome.SUCCEEDED if data.get("ok") else Outcome.PARTIAL
         detail = data.get("summary")
     elif result.reason in ("timeout", "stuck_queued"):
@@ -257,7 +270,7 @@ def _conclude(
         detail = join_details(detail, note)
     else:
         assert result.status is not None
-        outcome = _FINAL_TO_OUTCOME[result.status.state]
+        outcome = outcome_of(result.status.state)
         if result.status.state is not ExternalState.CANCELLED:
             data, note = _collect(backend, spec, external_id)
             if outcome is Outcome.SUCCEEDED and not data.get("ok", True):
@@ -270,11 +283,11 @@ def _collect(
     backend: Backend, spec: JobSpec, external_id: str
 ) -> tuple[dict[str, Any], str | None]:
     """What a backend that collects results made of the job, and a note for the detail."""
-    collect = getattr(backend, "collect", None)
-    if collect is None:
+    collector = capabilities(backend).collects
+    if collector is None:
         return {}, None
     try:
-        data: dict[str, Any] = collect(spec, external_id)
+        data: dict[str, Any] = collector.collect(spec, external_id)
     except (BackendError, InputFileError) as exc:
         return {}, f"collecting results failed: {exc}"
     return data, data.get("summary")
@@ -357,7 +370,7 @@ def _save_tail(ctx: NightContext, label: str, backend: Backend, external_id: str
         text = backend.logs(external_id, tail=LOG_TAIL_LINES)
     except BackendError as exc:
         text = f"(could not read the job's log: {exc})\n"
-    path = ctx.run_dir / "logs" / f"{safe_name(label)}.tail.log"
+    path = ctx.run_dir / "logs" / f"{label_filename(label)}.tail.log"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text if text.endswith("\n") or not text else text + "\n", encoding="utf-8")
     return str(path)

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from nightshift.backends.base import Backend, ExternalState, JobStatus
+from nightshift.backends.base import Backend, ExternalState, JobStatus, capabilities
 from nightshift.engine.backoff import Backoff
 from nightshift.errors import BackendError, PermanentBackendError, TransientBackendError
 
@@ -212,7 +212,7 @@ class Watcher:
                 due.setdefault(id(entry.backend), []).append(entry)
         for key, entries in due.items():
             backend = entries[0].backend
-            if hasattr(backend, "status_many") and len(entries) > 1:
+            if capabilities(backend).lists_status is not None and len(entries) > 1:
                 if key in self._listing:
                     continue  # one listing at a time; its end wakes the loop for these
                 self._listing.add(key)
@@ -269,9 +269,11 @@ class Watcher:
 
     @staticmethod
     def _list(entries: list[WatchRequest]) -> dict[str, JobStatus | BaseException]:
-        backend: Any = entries[0].backend
+        backend = entries[0].backend
+        lister = capabilities(backend).lists_status
+        assert lister is not None  # only a backend that lists gets here
         try:
-            found: dict[str, JobStatus | BaseException] = backend.status_many(
+            found: Mapping[str, JobStatus | BaseException] = lister.status_many(
                 [e.external_id for e in entries]
             )
         except TransientBackendError as exc:

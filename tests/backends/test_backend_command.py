@@ -230,3 +230,13 @@ def test_a_submission_key_makes_submit_idempotent(backend: CommandBackend) -> No
     assert counter.read_text() == "started\n"  # one process, not two
     second_attempt = backend.submit(spec(argv, label="gen:a", submission_key="2026-11-29/gen:a/2"))
     assert second_attempt != first
+
+
+def test_a_labels_job_id_uses_the_one_label_to_filename_rule(backend: CommandBackend) -> None:
+    colon = backend.submit(spec(py("print('colon')"), label="gen:a"))
+    underscore = backend.submit(spec(py("print('underscore')"), label="gen_a"))
+    assert colon.startswith("gen+a-") and underscore.startswith("gen_a-")
+    assert wait_final(backend, colon).state is ExternalState.SUCCEEDED
+    assert wait_final(backend, underscore).state is ExternalState.SUCCEEDED
+    assert backend.logs(colon).strip() == "colon"
+    assert backend.logs(underscore).strip() == "underscore"

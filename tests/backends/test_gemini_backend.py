@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from pydantic import SecretStr
 
-from nightshift.backends.base import Backend, ExternalState, JobSpec
+from nightshift.backends.base import Backend, Capabilities, ExternalState, JobSpec, capabilities
 from nightshift.backends.gemini.batch import (
     GeminiBatchBackend,
     GeminiJobOptions,
@@ -397,3 +398,20 @@ def test_client_key_resolution(emu, monkeypatch, tmp_path) -> None:
     client = build_gemini_client(Settings(gemini_base_url=emu.base_url), retry=FAST)
     batch_id = GeminiBatchBackend(client).submit(make_spec(tmp_path, "env-key", 1))
     assert batch_id.startswith("batches/")
+
+
+def test_close_closes_the_client_and_later_calls_fail_clearly(emu, tmp_path) -> None:
+    backend = make_backend(emu)
+    external_id = backend.submit(make_spec(tmp_path, "closing", 2))
+    assert capabilities(backend) == Capabilities(backend, backend, backend, backend)
+    backend.close()
+    backend.close()  # twice is fine: the night's cleanup may run after an early close
+    closed = "the Gemini client is closed (its night has ended)"
+    with pytest.raises(PermanentBackendError, match=re.escape(f"get batch: {closed}")):
+        backend.status(external_id)
+    failed = backend.status_many([external_id, "batches/other"])
+    assert {str(error) for error in failed.values()} == {f"get batch: {closed}"}
+    with pytest.raises(PermanentBackendError, match="closed"):
+        backend.submit(make_spec(tmp_path, "late", 1))
+    with pytest.raises(RuntimeError, match="closed"):  # the SDK's own client: really closed
+        backend._client.batches.get(name=external_id)

@@ -112,3 +112,31 @@ def test_a_bad_input_file_fails_that_job_with_every_bad_line_and_submits_nothing
     assert job["attempts"] == 1
     assert "rows.jsonl:2" in job["detail"] and "rows.jsonl:3" in job["detail"]
     assert emulator.count("batches.create") == 0
+
+
+def test_the_nights_end_closes_the_gemini_client(
+    sandbox: Path, emulator: GeminiEmulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nightshift.backends.gemini.batch import GeminiBatchBackend
+
+    closed: list[GeminiBatchBackend] = []
+    close = GeminiBatchBackend.close
+
+    def spy(self: GeminiBatchBackend) -> None:  # the real close, noted
+        closed.append(self)
+        close(self)
+
+    monkeypatch.setattr(GeminiBatchBackend, "close", spy)
+    rows = [{"key": "r0", "request": {"contents": [{"parts": [{"text": "row 0"}]}]}}]
+    (sandbox / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (sandbox / "nightshift.yaml").write_text(CATALOGUE.split("  - label: report:stuck")[0])
+    emulator.script_batch("report:dropped", BatchScript(running_s=0.2))
+    run_dir = sandbox / "run"
+    state = nightly(
+        catalog=str(sandbox / "nightshift.yaml"), run_dir=str(run_dir), return_state=True
+    )
+    (job,) = json.loads((run_dir / "summary.json").read_text())["jobs"]
+    assert state.is_completed() and job["state"] == "succeeded"
+    (backend,) = closed  # built once for the night, closed once at its end
+    with pytest.raises(PermanentBackendError, match="the Gemini client is closed"):
+        backend.status(job["external_id"])

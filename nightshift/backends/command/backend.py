@@ -27,20 +27,22 @@ from nightshift.backends.command import supervisor as runner
 from nightshift.config.settings import child_environment
 from nightshift.engine.backoff import Backoff, poll_until
 from nightshift.errors import PermanentBackendError, TransientBackendError
+from nightshift.files import label_filename
 
 __all__ = ["CommandBackend"]
 
 _RUNNER_PATH = Path(runner.__file__).resolve()
-_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+# '+' since label_filename (":" -> "+"); ids made before it (without '+') still match
+_ID = re.compile(r"^[A-Za-z0-9_+][A-Za-z0-9_.+-]*$")
 _LOST = "lost: supervisor gone without an exit code"
 # how often to look while a cancelled job exits, and while an orphaned group dies
 _SETTLE = Backoff(initial=0.02, factor=1, max=0.02)
 _REAP = Backoff(initial=0.05, factor=1, max=0.05)
 
 
-def _sanitize(label: str) -> str:
-    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", label).strip("-.")[:40]
-    return slug or "job"
+def _slug(label: str) -> str:
+    """The readable part of a job id; its suffix (the submission key's hash) makes it unique."""
+    return label_filename(label).strip("-.")[:40] or "job"
 
 
 def _read(path: Path) -> str | None:
@@ -108,7 +110,7 @@ class CommandBackend:
         # a submission key makes submit idempotent: the same key never starts a second job
         # (a night that crashed between starting a job and recording its id finds it again)
         suffix = hashlib.sha256(str(key).encode()).hexdigest()[:8] if key else uuid.uuid4().hex[:8]
-        job_id = f"{_sanitize(spec.label)}-{suffix}"
+        job_id = f"{_slug(spec.label)}-{suffix}"
         jobdir = (self.jobs_dir / job_id).absolute()  # the supervisor runs inside it
         if key and (jobdir / runner.RUNNER_PID).exists():
             return job_id

@@ -192,6 +192,10 @@ class GeminiBatchBackend:
                 lines = [f"{_now()} state unknown: {exc}"]
         return "\n".join(lines[-tail:])
 
+    def close(self) -> None:
+        """Close the google-genai client (its HTTP connections); later calls fail clearly."""
+        self._sdk.close()
+
     # -- results ---------------------------------------------------------------------------
     def _rows(self, opts: GeminiJobOptions, external_id: str, notes: list[str]) -> list[BatchRow]:
         """The rows submitted in this batch: its manifest, else (older batch) the input file."""

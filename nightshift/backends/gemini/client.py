@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 import os
 import random
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -158,6 +159,15 @@ class SdkCaller:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     sleep: Callable[[float], None] = time.sleep
     rand: Callable[[], float] = random.random
+    closed: threading.Event = field(default_factory=threading.Event, compare=False)
+
+    def close(self) -> None:
+        """Close the client's HTTP connections; every later call fails with a clear error."""
+        self.closed.set()
+        self.client.close()
+
+    def _closed_error(self, what: str) -> PermanentBackendError:
+        return PermanentBackendError(f"{what}: the Gemini client is closed (its night has ended)")
 
     def _scrub(self, text: str) -> str:
         key = getattr(getattr(self.client, "_api_client", None), "api_key", None)
@@ -180,19 +190,31 @@ class SdkCaller:
         (and traceback locals) may hold the API key, and loggers print chained exceptions.
         Ours carries its scrubbed type name and message instead.
         """
+        if self.closed.is_set():
+            raise self._closed_error(what)
         try:
             return fn()
         except _SDK_ERRORS as exc:
             error = self.translate(what, exc)
+        except RuntimeError:  # httpx's "client has been closed": a close() came in meanwhile
+            if not self.closed.is_set():
+                raise
+            error = self._closed_error(what)
         raise error  # outside the except block: nothing chained
 
     def attempt(self, what: str, fn: Callable[[], T]) -> T | Failure:
         """Run an SDK call; a failure comes back as a value: its error and HTTP code."""
+        if self.closed.is_set():
+            return Failure(self._closed_error(what))
         try:
             return fn()
         except _SDK_ERRORS as exc:
             code = exc.code if isinstance(exc, genai_errors.APIError) else None
             return Failure(self.translate(what, exc), code or None)
+        except RuntimeError:  # as in call()
+            if not self.closed.is_set():
+                raise
+            return Failure(self._closed_error(what))
 
     def try_call(self, what: str, fn: Callable[[], T]) -> tuple[T | None, dict[str, Any] | None]:
         """Run an SDK call; a failure comes back as a REST-style ``{"code", "message"}`` dict."""

@@ -19,7 +19,8 @@ from nightshift.engine.backoff import Backoff, poll_until
 
 __all__ = ["BATCH_STATES", "CancelWait", "is_final_state", "settle"]
 
-# REST state (without BATCH_STATE_ / JOB_STATE_) -> ours; anything else counts as running
+# REST state (without BATCH_STATE_ / JOB_STATE_) -> ours; anything else counts as running.
+# Which are final is not spelled here: it is the mapped state's ExternalState.final.
 BATCH_STATES = {
     "PENDING": ExternalState.QUEUED, "QUEUED": ExternalState.QUEUED,
     "RUNNING": ExternalState.RUNNING, "CANCELLING": ExternalState.RUNNING,

@@ -1,0 +1,68 @@
+"""One definition of "final" per vocabulary: external states, and the outcomes a night records."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from rich.console import Console
+
+from nightshift.backends.base import FINAL_STATES, ExternalState
+from nightshift.backends.gemini.wait import BATCH_STATES, is_final_state
+from nightshift.cli.live import LiveTable
+from nightshift.engine.outcomes import FINAL_OUTCOMES, Outcome, is_final, outcome_of
+from nightshift.engine.runner import FALLBACK, LOST, SUBMITTING
+
+# every external state, classified by hand: a new one must be added here on purpose
+EXTERNAL = {
+    ExternalState.QUEUED: False,
+    ExternalState.RUNNING: False,
+    ExternalState.SUCCEEDED: True,
+    ExternalState.FAILED: True,
+    ExternalState.CANCELLED: True,
+}
+# the state names of a job on its way, as recorded in the ledger or shown in the live table
+ON_THE_WAY = ["waiting", SUBMITTING, "submitted", "queued", "running", LOST, FALLBACK]
+
+
+@pytest.mark.parametrize("state", list(ExternalState))
+def test_every_external_state_is_classified_and_a_final_one_has_an_outcome(
+    state: ExternalState,
+) -> None:
+    assert state.final is EXTERNAL[state]
+    assert (state in FINAL_STATES) is state.final
+    if state.final:
+        assert outcome_of(state).value == state.value
+    else:
+        with pytest.raises(ValueError, match="not final"):
+            outcome_of(state)
+
+
+@pytest.mark.parametrize("outcome", list(Outcome))
+def test_every_outcome_is_final(outcome: Outcome) -> None:
+    assert outcome.final and is_final(outcome.value) and outcome.value in FINAL_OUTCOMES
+
+
+@pytest.mark.parametrize("state", ON_THE_WAY)
+def test_a_job_on_its_way_is_not_final(state: str) -> None:
+    assert not is_final(state)
+
+
+def test_the_vocabularies_agree() -> None:
+    assert set(EXTERNAL) == set(ExternalState)
+    assert {s.value for s in FINAL_STATES} <= FINAL_OUTCOMES
+    assert FINAL_OUTCOMES.isdisjoint(ON_THE_WAY)
+    # the Gemini batch states take their finality from the external state they map to
+    for raw, state in BATCH_STATES.items():
+        assert is_final_state(raw) is state.final
+    assert not is_final_state("SOMETHING_NEW")  # unknown: running, asked again
+
+
+def test_the_live_table_counts_exactly_the_outcomes_as_finished() -> None:
+    labels = [*ON_THE_WAY, *(f"done-{o.value}" for o in Outcome)]
+    table = LiveTable(labels, Console(file=io.StringIO()))
+    for state in ON_THE_WAY:
+        table.update(state, state)
+    for outcome in Outcome:
+        table.update(f"done-{outcome.value}", outcome.value)
+    assert table.render().title == f"nightshift: {len(Outcome)}/{len(labels)} jobs finished"
