@@ -13,11 +13,20 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from nightshift.config.catalogue import Catalogue, load_catalogue
 from nightshift.config.settings import Settings, load_settings
+from nightshift.engine.admission import Admission
 from nightshift.engine.events import LogSink, Sink
-from nightshift.engine.night import build_parts, finish_night, open_night, plan_with_history
+from nightshift.engine.night import (
+    build_parts,
+    expected_durations,
+    finish_night,
+    open_night,
+    watcher_stopped,
+)
 from nightshift.engine.outcomes import JobOutcome, NightSummary, join
 from nightshift.engine.plan import parse_night, plan_night, tonight
+from nightshift.engine.watcher import Watcher
 from nightshift.errors import LockHeldError
+from nightshift.orchestration.limits import prefect_slots
 from nightshift.orchestration.progress import ProgressSink
 from nightshift.orchestration.report import not_run, report, why
 from nightshift.store.lease import Lease
@@ -101,9 +110,19 @@ def _run_night(
 ) -> NightSummary:
     logger = get_run_logger()
     started_at = _stamp()
-    plan = plan_with_history(catalogue, only, ledger)
+    plan = plan_night(catalogue, only, expected_durations(catalogue, ledger))
     sinks: list[Sink] = [*LIVE_SINKS, ProgressSink(len(plan.labels)), LogSink(logger)]
-    parts = build_parts(catalogue, settings, ledger, sinks=sinks, logger=logger)
+    parts = build_parts(
+        catalogue,
+        settings,
+        ledger,
+        sinks=sinks,
+        logger=logger,
+        # caps as Prefect global concurrency limits; both by this module's names, which a
+        # test of the flow may swap
+        slots=prefect_slots,
+        admission=Admission,
+    )
     key = f"{night}:{uuid.uuid4().hex[:8]}"
     run_id = str(flow_run.id or key)
     with open_night(
@@ -113,7 +132,10 @@ def _run_night(
         night=night,
         run_id=run_id,
         run_dir=run_path,
-        lease=lease,
+        # a night whose lease ran out (taken, or not renewed in time) must not submit beside
+        # the night that may hold it now, nor write to the ledger rows that night owns
+        stop_reason=lambda watcher: _stop_reason(lease, watcher),
+        owns_night=lambda: lease.lost_reason is None,
         outcomes=results,
     ) as ctx:
         NIGHTS[key] = Night(ctx)
@@ -135,6 +157,13 @@ def _run_night(
         finally:
             NIGHTS.pop(key, None)
     return finish_night(ctx, plan, started_at)
+
+
+def _stop_reason(lease: Lease, watcher: Watcher) -> str | None:
+    """Why no more jobs may be submitted tonight, if there is a reason."""
+    if (lost := lease.lost_reason) is not None:
+        return f"not submitted: {lost}"
+    return watcher_stopped(watcher)
 
 
 def _stamp() -> str:

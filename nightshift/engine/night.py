@@ -12,14 +12,15 @@ from contextlib import AbstractContextManager, ExitStack, contextmanager, nullco
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
+from nightshift.backends import build_backends
 from nightshift.backends.base import Backend
 from nightshift.config.catalogue import Catalogue
 from nightshift.engine.admission import Admission
 from nightshift.engine.events import Logger, NightFinished, Sink
 from nightshift.engine.outcomes import JobOutcome, NightSummary, Outcome, join
-from nightshift.engine.plan import Plan, plan_night
+from nightshift.engine.plan import Plan
 from nightshift.engine.runner import NightContext, end_job, utcnow
 from nightshift.engine.steps import run_jobs_plain
 from nightshift.engine.watcher import Watcher
@@ -33,22 +34,18 @@ __all__ = [
     "Hold",
     "NightParts",
     "build_parts",
+    "close_backends",
+    "expected_durations",
     "finish_night",
+    "no_hold",
     "open_night",
-    "plan_with_history",
     "run_night_plain",
+    "watcher_stopped",
 ]
 
 HISTORY_DAYS = 30  # the past nights whose durations order tonight's jobs
 # holds a server-side slot of a capped backend while its job is in flight: (backend, timeout)
 Hold = Callable[[str, float], AbstractContextManager[object]]
-
-
-class HasLease(Protocol):
-    """What a night asks of its lease: why it was lost, or None while it is held."""
-
-    @property
-    def lost_reason(self) -> str | None: ...
 
 
 def no_hold(_backend: str, _timeout: float) -> AbstractContextManager[object]:
@@ -78,15 +75,14 @@ def build_parts(
     *,
     sinks: list[Sink] | None = None,
     logger: Logger | None = None,
-    slots: Callable[[dict[str, int]], Hold] | None = None,
+    slots: Callable[[dict[str, int]], Hold] = lambda _caps: no_hold,
+    admission: Callable[[float, dict[str, int]], Admission] = Admission,
 ) -> NightParts:
-    """The real parts: backends from settings, admission and Prefect slots for the caps.
+    """The real parts: backends from settings, the admission and the slot holder for the caps.
 
-    ``slots`` makes the slot holder (default: Prefect global concurrency limits); when it
-    fails the backends built so far are closed and ``NightEndedEarly`` says why.
+    ``slots`` makes the server-side slot holder (the flow hands in Prefect's); when it fails
+    the backends built so far are closed and ``NightEndedEarly`` says why.
     """
-    from nightshift.backends import build_backends
-
     caps: dict[str, int] = {str(name): cap for name, cap in catalogue.limits.items()}
     broken: dict[str, str] = {}
     backends = build_backends(catalogue, settings, errors=broken)
@@ -94,7 +90,7 @@ def build_parts(
         for reason in broken.values():
             logger.warning("%s", reason)
     try:
-        hold = (slots or _prefect_slots)(caps)
+        hold = slots(caps)
     except Exception as exc:  # the Prefect API refused or is unreachable
         from nightshift.orchestration.report import NightEndedEarly
 
@@ -106,7 +102,7 @@ def build_parts(
     return NightParts(
         backends=backends,
         ledger=ledger,
-        admission=Admission(catalogue.defaults.stagger, caps),
+        admission=admission(catalogue.defaults.stagger, caps),
         sinks=list(sinks or []),
         hold=hold,
         broken=broken,
@@ -114,19 +110,12 @@ def build_parts(
     )
 
 
-def _prefect_slots(caps: dict[str, int]) -> Hold:
-    from nightshift.orchestration.limits import prefect_slots
-
-    return prefect_slots(caps)
-
-
-def plan_with_history(
-    catalogue: Catalogue, only: list[str] | None, ledger: Ledger, now: datetime | None = None
-) -> Plan:
-    """Tonight's plan, longest-expected jobs first by the ledger's recent nights."""
+def expected_durations(
+    catalogue: Catalogue, ledger: Ledger, now: datetime | None = None
+) -> dict[str, float]:
+    """Each job's usual duration in the ledger's recent nights: long ones start first."""
     since = (now or utcnow()) - timedelta(days=HISTORY_DAYS)
-    expected = ledger.expected_durations([j.label for j in catalogue.jobs], since)
-    return plan_night(catalogue, only, expected)
+    return ledger.expected_durations([j.label for j in catalogue.jobs], since)
 
 
 @contextmanager
@@ -138,11 +127,14 @@ def open_night(
     night: str,
     run_id: str,
     run_dir: Path,
-    lease: HasLease | None = None,
+    stop_reason: Callable[[Watcher], str | None] | None = None,
+    owns_night: Callable[[], bool] = lambda: True,
     outcomes: dict[str, JobOutcome] | None = None,
 ) -> Iterator[NightContext]:
     """The night's context, its watcher running; on the way out everything is closed.
 
+    ``stop_reason`` says why no more jobs may be submitted (default: the watcher stopped);
+    ``owns_night`` is False once the night lost its lease (then it writes no ledger rows).
     ``outcomes`` receives each job's outcome as it comes (the caller's, for an early end).
     """
     with ExitStack() as cleanup:  # whatever fails below, everything built so far is closed
@@ -177,10 +169,8 @@ def open_night(
             broken=dict(parts.broken),
             outcomes=outcomes if outcomes is not None else {},
             hold=parts.hold,
-            # a night whose lease ran out (taken, or not renewed in time) must not submit beside
-            # the night that may hold it now, nor write to the ledger rows that night owns
-            stop_reason=lambda: _stop_reason(lease, watcher),
-            owns_night=lambda: lease is None or lease.lost_reason is None,
+            stop_reason=lambda: (stop_reason or watcher_stopped)(watcher),
+            owns_night=owns_night,
         )
         for backend in catalogue.limits:
             # with a cap, jobs start longest-expected first: announce them in that order
@@ -231,10 +221,8 @@ def close_backends(backends: dict[str, Any]) -> None:
             close()
 
 
-def _stop_reason(lease: HasLease | None, watcher: Watcher) -> str | None:
-    """Why no more jobs may be submitted tonight, if there is a reason."""
-    if lease is not None and (lost := lease.lost_reason) is not None:
-        return f"not submitted: {lost}"
+def watcher_stopped(watcher: Watcher) -> str | None:
+    """Why no more jobs may be submitted when the night's watcher is gone, or None."""
     if watcher.stopped:
         return "not submitted: the night's watcher stopped (see the flow run's logs)"
     return None
