@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from prefect import task
@@ -12,9 +11,10 @@ from prefect.futures import PrefectFuture
 from prefect.runtime import task_run
 from prefect.states import Completed, Failed, State
 
-from nightshift.engine.backoff import Backoff
-from nightshift.engine.outcomes import JobOutcome, Outcome
-from nightshift.engine.runner import NightContext, end_job, run_one_job
+from nightshift.engine.backoff import JOB_RETRY
+from nightshift.engine.outcomes import JobOutcome
+from nightshift.engine.runner import NightContext
+from nightshift.engine.steps import run_chain_steps, run_job_step, settle_job
 from nightshift.errors import TransientBackendError
 
 __all__ = ["NIGHTS", "Night", "outcome_of", "run_chain", "run_job", "with_retries"]
@@ -25,13 +25,7 @@ class Night:
     """A running night as its tasks see it."""
 
     ctx: NightContext
-    # backends that could not be built, with the reason their jobs fail
-    broken: dict[str, str] = field(default_factory=dict)
 
-
-# a job task's retries: the catalogue's `retry_delay`, doubling, no cap (Prefect's
-# exponential_backoff); Prefect adds its own relative jitter (retry_jitter_factor)
-JOB_RETRY = Backoff(initial=2.0, factor=2.0, max=math.inf)
 
 # the nights running in this process, by key; tasks get the key, not the live objects
 NIGHTS: dict[str, Night] = {}
@@ -63,16 +57,7 @@ def run_job(label: str, night_key: str) -> JobOutcome | State:
     A job that did not succeed ends its task run Failed (red on the night's timeline); its
     outcome stays with the night, which reads it from there.
     """
-    night = NIGHTS[night_key]
-    try:
-        broken = night.broken.get(night.ctx.catalogue.job(label).backend)
-        if broken is not None:
-            outcome = end_job(night.ctx, label, Outcome.FAILED, f"not run: {broken}")
-        else:
-            outcome = run_one_job(night.ctx, label, attempt=task_run.run_count or 1)
-    finally:
-        # whatever failed before the runner, later jobs of a capped backend must not wait for it
-        _withdraw(night.ctx, label)
+    outcome = run_job_step(NIGHTS[night_key].ctx, label, attempt=task_run.run_count or 1)
     return outcome if outcome.ok else Failed(message=outcome.line())
 
 
@@ -96,17 +81,12 @@ def run_chain(name: str, labels: list[str], night_key: str) -> State:
     One task run per chain, named by its steps; each step is a task run of its own inside it.
     """
     ctx = NIGHTS[night_key].ctx
-    done: dict[str, JobOutcome] = {}
-    for label in labels:
-        deps = ctx.catalogue.job(label).depends_on
-        blockers = [d for d in deps if d in done and not done[d].ok]
-        if blockers:
-            reason = f"{blockers[0]} {done[blockers[0]].state.value}"
-            done[label] = end_job(ctx, label, Outcome.SKIPPED, reason)
-            continue
-        state = with_retries(ctx)(label, night_key, return_state=True)
-        done[label] = outcome_of(ctx, label, state)
-    bad = [o.line() for o in done.values() if not o.ok]
+
+    def step(label: str) -> JobOutcome:
+        return outcome_of(ctx, label, with_retries(ctx)(label, night_key, return_state=True))
+
+    done = run_chain_steps(ctx, labels, step)
+    bad = [o.line() for o in done if not o.ok]
     return Failed(message="; ".join(bad)) if bad else Completed(message=f"{len(done)} steps ok")
 
 
@@ -122,11 +102,6 @@ def with_retries(ctx: NightContext) -> Any:
     )
 
 
-def _withdraw(ctx: NightContext, label: str) -> None:
-    """The job will not ask for a slot (again): later jobs of its backend stop waiting for it."""
-    ctx.admission.withdraw(ctx.catalogue.job(label).backend, ctx.priorities.get(label, 0))
-
-
 def outcome_of(ctx: NightContext, label: str, ran: PrefectFuture[Any] | State) -> JobOutcome:
     """The job's outcome; a task that raised (retries exhausted, or a bug) ends as failed."""
     if isinstance(ran, PrefectFuture):
@@ -134,9 +109,7 @@ def outcome_of(ctx: NightContext, label: str, ran: PrefectFuture[Any] | State) -
         state = ran.state
     else:
         state = ran
-    _withdraw(ctx, label)  # a task run that crashed before its body ran never did
     if label in ctx.outcomes:
-        return ctx.outcomes[label]
+        return settle_job(ctx, label, None)
     value = state.result(raise_on_failure=False)
-    detail = f"{type(value).__name__}: {value}" if isinstance(value, BaseException) else None
-    return end_job(ctx, label, Outcome.FAILED, detail or "the job task did not return")
+    return settle_job(ctx, label, value if isinstance(value, BaseException) else None)

@@ -12,6 +12,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from nightshift.engine.events import JobChanged, JobFinished, NightEvent
 from nightshift.engine.outcomes import is_final
 
 __all__ = ["LiveTable"]
@@ -52,6 +53,14 @@ class LiveTable:
             line = f"[{done}/{len(self._states)}] {label}: {state}"
             # `gen:a:` would be an emoji and `[x]` markup: print labels as they are
             self._console.print(line, highlight=False, markup=False, emoji=False)
+
+    def on_event(self, event: NightEvent) -> None:
+        """A sink of the night's events: each state change, and each job's outcome."""
+        if isinstance(event, JobChanged):
+            self.update(event.label, event.state)
+        elif isinstance(event, JobFinished):
+            # a job kept from an earlier run changes no state: its outcome is its news
+            self.update(event.outcome.label, event.outcome.state.value)
 
     def render(self) -> Table:
         """The table as it stands."""

@@ -158,7 +158,7 @@ def run_catalogue(
         _say(f"{path}: {exc}")
         return EXIT_BAD_CATALOGUE
 
-    from flows.nightly import LIVE_OBSERVERS, nightly, run_dir_for
+    from flows.nightly import LIVE_SINKS, nightly, run_dir_for
     from nightshift.cli.live import LiveTable
     from nightshift.config.settings import load_settings
     from nightshift.errors import LockHeldError
@@ -174,14 +174,14 @@ def run_catalogue(
         return EXIT_NO_PREFECT
     run_dir = run_dir_for(settings, night)
     table = LiveTable(labels, err)
-    LIVE_OBSERVERS.append(table.update)
+    LIVE_SINKS.append(table.on_event)
     try:
         with table.shown(enabled=err.is_terminal):
             state = nightly(
                 catalog=str(path), only=only, night=night, run_dir=str(run_dir), return_state=True
             )
     finally:
-        LIVE_OBSERVERS.remove(table.update)
+        LIVE_SINKS.remove(table.on_event)
     summary_file = run_dir / "summary.json"
     error: Any = state.result(raise_on_failure=False)
     if isinstance(error, LockHeldError):  # a refused night leaves a summary too: say it in a line

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["Backoff", "poll_until"]
+__all__ = ["JOB_RETRY", "Backoff", "poll_until"]
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,11 @@ class Backoff:
     def delays(self, count: int, rand: Callable[[], float] = random.random) -> list[float]:
         """The first ``count`` delays (Prefect's ``retry_delay_seconds``, display, tests)."""
         return [self.delay(n, rand) for n in range(count)]
+
+
+# a job's retries after a transient error: the catalogue's `retry_delay` (its `initial`),
+# doubling, no cap, as Prefect's exponential_backoff (which adds its own relative jitter)
+JOB_RETRY = Backoff(initial=2.0, factor=2.0, max=math.inf)
 
 
 def poll_until(

@@ -13,6 +13,15 @@ from nightshift.backends.base import Backend, ExternalState, JobSpec, JobStatus,
 from nightshift.config.catalogue import Catalogue, GeminiBatchJob
 from nightshift.engine.admission import Admission, Deadline
 from nightshift.engine.backoff import Backoff
+from nightshift.engine.events import (
+    JobChanged,
+    JobFinished,
+    Logger,
+    PollFailed,
+    Publisher,
+    Since,
+    Sink,
+)
 from nightshift.engine.jobspec import job_spec
 from nightshift.engine.outcomes import (
     JobOutcome,
@@ -27,8 +36,9 @@ from nightshift.engine.watcher import Watcher, WatchRequest, WatchResult
 from nightshift.errors import BackendError, InputFileError, PermanentBackendError
 from nightshift.files import label_filename
 from nightshift.store.ledger import JobRecord, Ledger
+from nightshift.store.ledger_sink import LedgerSink
 
-__all__ = ["LOST", "NightContext", "end_job", "run_one_job"]
+__all__ = ["LOST", "NightContext", "end_job", "run_one_job", "utcnow"]
 
 LOG_TAIL_LINES = 40
 # ledger states of a job that may still be alive out there: a rerun re-attaches, never re-submits
@@ -38,7 +48,10 @@ FALLBACK = "fallback"  # the batch was given up on; its missing rows are being a
 SUBMITTING = "submitting"
 _LIVE = {"submitted", LOST, FALLBACK} | {s.value for s in ExternalState if not s.final}
 
-Observer = Callable[[str, str], None]
+
+def utcnow() -> datetime:
+    """The wall clock: an aware UTC datetime."""
+    return datetime.now(UTC)
 
 
 @dataclass
@@ -55,8 +68,12 @@ class NightContext:
     admission: Admission
     deadline_at: float  # on the watcher's clock
     priorities: dict[str, int] = field(default_factory=dict)
-    observers: list[Observer] = field(default_factory=list)
-    on_finished: Callable[[JobOutcome], None] | None = None
+    # who hears the night's events besides the ledger (always the first sink)
+    sinks: list[Sink] = field(default_factory=list)
+    logger: Logger | None = None  # where a failing sink is reported
+    wall: Callable[[], datetime] = utcnow
+    # backends that could not be built, with the reason their jobs fail
+    broken: dict[str, str] = field(default_factory=dict)
     # every job's outcome once it has one, whichever path ended it
     outcomes: dict[str, JobOutcome] = field(default_factory=dict)
     external_ids: dict[str, str] = field(default_factory=dict)
@@ -68,29 +85,50 @@ class NightContext:
     owns_night: Callable[[], bool] = lambda: True
     # when the watcher first saw each job's final state: the ledger's time for the final row
     final_seen: dict[str, datetime] = field(default_factory=dict)
+    attempts: dict[str, int] = field(default_factory=dict)  # each job's attempt, for its events
+    events: Publisher = field(init=False)
+    _since: Since = field(init=False, default_factory=Since)
+
+    def __post_init__(self) -> None:
+        # the ledger is a sink like the others; it keeps the lease rule (`owns_night`) itself
+        ledger = LedgerSink(self.ledger, self.run_id, owns_night=lambda: self.owns_night())
+        self.events = Publisher([ledger, *self.sinks], logger=self.logger)
 
     def mark(
         self, label: str, state: str, external_id: str | None = None, at: datetime | None = None
     ) -> None:
-        """Record a state change in the ledger and tell observers (the live table)."""
-        job = self.catalogue.job(label)
+        """Publish a job's state change (the ledger and the live table are sinks)."""
         if external_id is not None:
             self.external_ids[label] = external_id
-        external_id = external_id or self.external_ids.get(label)
-        if self.owns_night():
-            self.ledger.transition(
-                self.night, self.run_id, label, job.backend, external_id, state, at=at
+        at = at or self.wall()
+        self.events.publish(
+            JobChanged(
+                night=self.night,
+                catalogue=self.catalogue.key,
+                label=label,
+                backend=self.catalogue.job(label).backend,
+                attempt=self.attempts.get(label, 0),
+                external_id=external_id or self.external_ids.get(label),
+                state=str(state),
+                at=at,
+                dwell_s=self._since.enter(label, str(state), at),
             )
-        for observer in list(self.observers):
-            observer(label, state)
+        )
 
     def seen(self, label: str, state: ExternalState, _status: JobStatus | None = None) -> None:
         """The watcher saw a job change state. A final state is recorded by the runner only,
         once it knows the true outcome (a SUCCEEDED batch with missing rows is ``partial``)."""
         if state.final:
-            self.final_seen.setdefault(label, datetime.now(UTC))
+            self.final_seen.setdefault(label, self.wall())
             return
         self.mark(label, state.value)
+
+    def poll_failed(self, label: str, error: BaseException | None) -> None:
+        """The watcher could not read a job's status (it may try again)."""
+        text = f"{type(error).__name__}: {error}" if error is not None else "no status"
+        backend = self.catalogue.job(label).backend
+        key = self.catalogue.key
+        self.events.publish(PollFailed(self.night, key, label, backend, text, self.wall()))
 
 
 def run_one_job(ctx: NightContext, label: str, attempt: int = 1) -> JobOutcome:
@@ -112,10 +150,8 @@ def run_one_job(ctx: NightContext, label: str, attempt: int = 1) -> JobOutcome:
 def _run(ctx: NightContext, label: str, job: Any, backend: Backend) -> JobOutcome:
     record = ctx.ledger.get_job(ctx.night, label)
     if record is not None and record.state == Outcome.SUCCEEDED and record.external_id:
-        done = outcome_from_record(record)
-        for observer in list(ctx.observers):
-            observer(label, done.state.value)
-        return _report(ctx, done)
+        # not a change of state, so no transition: its JobFinished tells the sinks
+        return _report(ctx, outcome_from_record(record))
     reattach = record is not None and bool(record.external_id) and record.state in _LIVE
     # an earlier try of this attempt began submitting and never recorded an id (a crash, or a
     # retry after an error): the same attempt again, and the backend looks before it creates
@@ -123,6 +159,7 @@ def _run(ctx: NightContext, label: str, job: Any, backend: Backend) -> JobOutcom
     if (refused := _cannot_fall_back(job, backend, record if reattach else None)) is not None:
         return end_job(ctx, label, Outcome.FAILED, refused)
     attempts = (record.attempts if record else 0) + (0 if reattach or resume else 1)
+    ctx.attempts[label] = attempts
     # the key lets a backend find or refuse a repeated submit of this attempt
     key = f"{ctx.catalogue.key}/{ctx.night}/{label}/{attempts}"
     spec = job_spec(ctx.catalogue, label, key)
@@ -137,7 +174,7 @@ def _run(ctx: NightContext, label: str, job: Any, backend: Backend) -> JobOutcom
         except (Deadline, TimeoutError):  # TimeoutError: no Prefect slot before the deadline
             return end_job(ctx, label, Outcome.TIMEOUT, "night deadline before submit")
         # a job's duration counts from its submission, not from its wait for a turn
-        started_wall = datetime.now(UTC)
+        started_wall = ctx.wall()
         if reattach:
             assert record is not None and record.external_id is not None
             external_id = record.external_id
@@ -156,7 +193,9 @@ def _run(ctx: NightContext, label: str, job: Any, backend: Backend) -> JobOutcom
                 external_id = backend.submit(spec)
             except (PermanentBackendError, InputFileError) as exc:  # nothing (more) to watch
                 return _finish(ctx, label, None, Outcome.FAILED, started_wall, attempts, str(exc))
-            ctx.ledger.record_submit(ctx.night, label, job.backend, external_id, attempts)
+            ctx.ledger.record_submit(
+                ctx.night, label, job.backend, external_id, attempts, at=ctx.wall()
+            )
             ctx.mark(label, "submitted", external_id)
         if reattach and record is not None and record.state == FALLBACK:
             # a night that crashed during the fallback: finish it, don't watch a cancelled batch
@@ -190,9 +229,9 @@ def _timers(ctx: NightContext, label: str, started: datetime) -> JobTimers:
         ctx.catalogue.job(label),
         ctx.catalogue.defaults,
         # also for a re-attached job submitted by an earlier run
-        origin=now - (datetime.now(UTC) - started).total_seconds(),
+        origin=now - (ctx.wall() - started).total_seconds(),
         deadline_at=ctx.deadline_at,
-        deadline_wall=datetime.now(UTC) + timedelta(seconds=ctx.deadline_at - now),
+        deadline_wall=ctx.wall() + timedelta(seconds=ctx.deadline_at - now),
     )
 
 
@@ -308,7 +347,7 @@ def end_job(ctx: NightContext, label: str, outcome: Outcome, detail: str | None)
         label,
         external_id,
         outcome,
-        datetime.now(UTC),
+        ctx.wall(),
         attempts,
         detail,
         ledger_state=LOST if live else None,
@@ -327,7 +366,8 @@ def _finish(
     backend: Backend | None = None,
     ledger_state: str | None = None,
 ) -> JobOutcome:
-    finished = datetime.now(UTC)
+    finished = ctx.wall()
+    ctx.attempts[label] = attempts
     tail_path = None
     if outcome is not Outcome.SUCCEEDED and backend is not None and external_id is not None:
         tail_path = _save_tail(ctx, label, backend, external_id)
@@ -358,10 +398,9 @@ def _finish(
 
 
 def _report(ctx: NightContext, outcome: JobOutcome) -> JobOutcome:
-    """Hand a job's outcome to the night."""
+    """Hand a job's outcome to the night and tell the sinks."""
     ctx.outcomes[outcome.label] = outcome
-    if ctx.on_finished is not None:
-        ctx.on_finished(outcome)
+    ctx.events.publish(JobFinished(ctx.night, ctx.catalogue.key, outcome, ctx.wall()))
     return outcome
 
 

@@ -24,6 +24,7 @@ __all__ = ["WatchRequest", "WatchResult", "Watcher"]
 
 Reason = Literal["final", "timeout", "stuck_queued", "fallback", "unreadable"]
 OnChange = Callable[[str, ExternalState, JobStatus], None]
+OnError = Callable[[str, BaseException | None], None]  # a status call failed (or said nothing)
 _TIMER_REASONS: tuple[Reason, ...] = ("fallback", "timeout", "stuck_queued")
 
 
@@ -101,8 +102,10 @@ class Watcher:
         *,
         calls_per_backend: int = 8,
         threads: int = 32,
+        on_error: OnError = lambda _label, _error: None,
     ) -> None:
         self._on_change = on_change
+        self._on_error = on_error
         self._clock = clock
         self._cond = threading.Condition()
         self._entries: list[WatchRequest] = []
@@ -300,6 +303,8 @@ class Watcher:
 
     def _take(self, entry: WatchRequest, seen: JobStatus | BaseException | None) -> None:
         entry.checks += 1
+        if isinstance(seen, BaseException) or seen is None:
+            self._on_error(entry.label, seen)
         if isinstance(seen, TransientBackendError) or seen is None:
             entry.errors += 1
             if entry.errors > entry.max_errors:

@@ -19,3 +19,20 @@ def test_labels_are_printed_as_they_are() -> None:
     rendered = io.StringIO()
     Console(file=rendered, width=200).print(table.render())
     assert "gen:a:" in rendered.getvalue() and "x[bold]y" in rendered.getvalue()
+
+
+def test_the_table_is_a_sink_of_the_nights_events() -> None:
+    from datetime import UTC, datetime
+
+    from nightshift.engine.events import JobChanged, JobFinished
+    from nightshift.engine.outcomes import JobOutcome, Outcome
+
+    out = io.StringIO()
+    table = LiveTable(["a", "b"], Console(file=out, width=200))
+    at = datetime(2030, 1, 1, tzinfo=UTC)
+    with table.shown(enabled=False):
+        table.on_event(JobChanged("n", "c", "a", "command", 1, "a", "running", at, None))
+        table.on_event(JobChanged("n", "c", "a", "command", 1, "a", "failed", at, 1.0))
+        table.on_event(JobFinished("n", "c", JobOutcome("a", Outcome.FAILED), at))  # said once
+        table.on_event(JobFinished("n", "c", JobOutcome("b", Outcome.SUCCEEDED), at))  # kept
+    assert out.getvalue().splitlines() == ["[1/2] a: failed", "[2/2] b: succeeded"]

@@ -10,6 +10,7 @@ import pytest
 from nightshift.backends.base import ExternalState, JobSpec
 from nightshift.config.catalogue import parse_catalogue
 from nightshift.engine.admission import Admission
+from nightshift.engine.events import JobChanged
 from nightshift.engine.outcomes import Outcome
 from nightshift.engine.runner import LOST, NightContext, end_job, run_one_job
 from nightshift.engine.watcher import Watcher
@@ -193,7 +194,7 @@ def test_a_batch_with_missing_rows_is_recorded_partial_never_succeeded(night) ->
     backend = Partial(name="command", scripts={"a": [R, S]})
     ctx.backends["command"] = backend
     seen: list[tuple[str, str]] = []
-    ctx.observers.append(lambda label, state: seen.append((label, state)))
+    ctx.events.add(lambda e: seen.append((e.label, e.state)) if isinstance(e, JobChanged) else None)
     ctx.watcher.stop()
     ctx.watcher = Watcher(on_change=ctx.seen)
     outcome = run_one_job(ctx, "a")

@@ -1,0 +1,142 @@
+"""Night events: what happens in a night, as small immutable values handed to every sink.
+
+The runner and the watcher publish; the ledger, the live table, the progress artifact and the
+flow's logs listen (later: budgets, Slack, metrics). A sink is any callable taking an event. A
+sink that raises is logged and skipped: it never stops the night nor changes its verdict.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+
+from nightshift.engine.outcomes import JobOutcome, NightSummary
+
+__all__ = [
+    "JobChanged",
+    "JobFinished",
+    "LogSink",
+    "NightEvent",
+    "NightFinished",
+    "PollFailed",
+    "Publisher",
+    "Since",
+    "Sink",
+]
+
+Logger = logging.Logger | logging.LoggerAdapter  # type: ignore[type-arg]
+
+
+@dataclass(frozen=True)
+class JobChanged:
+    """A job entered ``state`` (a ledger state: submitting, queued, running, ..., its outcome)."""
+
+    night: str
+    catalogue: str
+    label: str
+    backend: str
+    attempt: int
+    external_id: str | None
+    state: str
+    at: datetime  # aware, UTC
+    dwell_s: float | None  # seconds in the previous state, as this night saw it; None: unknown
+
+
+@dataclass(frozen=True)
+class JobFinished:
+    """A job has its outcome for tonight (also a job kept from an earlier run of the night)."""
+
+    night: str
+    catalogue: str
+    outcome: JobOutcome
+    at: datetime
+
+
+@dataclass(frozen=True)
+class PollFailed:
+    """A status call for a job failed (it may be retried; the job's outcome says how it ended)."""
+
+    night: str
+    catalogue: str
+    label: str
+    backend: str
+    error: str
+    at: datetime
+
+
+@dataclass(frozen=True)
+class NightFinished:
+    """The night is joined: its summary holds the verdict."""
+
+    night: str
+    catalogue: str
+    summary: NightSummary
+    at: datetime
+
+
+NightEvent = JobChanged | JobFinished | PollFailed | NightFinished
+Sink = Callable[[NightEvent], None]
+
+
+class Publisher:
+    """Hands each event to every sink, in order, on the publishing thread."""
+
+    def __init__(self, sinks: Iterable[Sink] = (), logger: Logger | None = None) -> None:
+        self._sinks = list(sinks)
+        self._logger: Logger = logger or logging.getLogger("nightshift.events")
+
+    @property
+    def sinks(self) -> list[Sink]:
+        """The sinks, in the order they hear events (a copy)."""
+        return list(self._sinks)
+
+    def add(self, sink: Sink) -> None:
+        """One more sink, after the others."""
+        self._sinks.append(sink)
+
+    def publish(self, event: NightEvent) -> None:
+        """Tell every sink; a sink that raises is logged and the others still hear it."""
+        for sink in list(self._sinks):
+            try:
+                sink(event)
+            except Exception:
+                name = getattr(sink, "__qualname__", type(sink).__name__)
+                self._logger.exception("night event sink %s failed on %r", name, event)
+
+
+class Since:
+    """When each job entered its current state: the dwell of its next change. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._since: dict[str, tuple[str, datetime]] = {}
+
+    def enter(self, label: str, state: str, at: datetime) -> float | None:
+        """Seconds the job spent in its previous state; None for its first, or a repeat."""
+        with self._lock:
+            previous = self._since.get(label)
+            if previous is not None and previous[0] == state:
+                return None  # not a change: the state keeps its start
+            self._since[label] = (state, at)
+        if previous is None:
+            return None
+        # a final state is dated when first seen, which may precede a later note (fallback)
+        return max(0.0, (at - previous[1]).total_seconds())
+
+
+class LogSink:
+    """The flow's log lines: each finished job, then the night's headline and its bad jobs."""
+
+    def __init__(self, logger: Logger) -> None:
+        self._logger = logger
+
+    def __call__(self, event: NightEvent) -> None:
+        if isinstance(event, JobFinished):
+            self._logger.info("finished %s", event.outcome.line())
+        elif isinstance(event, NightFinished):
+            self._logger.info("%s", event.summary.headline())
+            for outcome in event.summary.not_ok:
+                self._logger.warning("%s", outcome.line())

@@ -1,0 +1,219 @@
+"""One place that builds a night's parts, and the night around them (no Prefect here).
+
+``build_parts`` makes the real parts from the catalogue and settings; a test makes a
+``NightParts`` of its own (a scripted backend, fake clocks) and runs the same night with it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from nightshift.backends import build_backends, close_backends
+from nightshift.backends.base import Backend
+from nightshift.config.catalogue import Catalogue
+from nightshift.engine.admission import Admission
+from nightshift.engine.events import Logger, NightFinished, Sink
+from nightshift.engine.outcomes import JobOutcome, NightSummary, Outcome, join
+from nightshift.engine.plan import Plan
+from nightshift.engine.runner import NightContext, end_job, utcnow
+from nightshift.engine.steps import run_jobs_plain
+from nightshift.engine.watcher import Watcher
+from nightshift.store.ledger import Ledger
+
+if TYPE_CHECKING:
+    from nightshift.config.settings import Settings
+
+__all__ = [
+    "HISTORY_DAYS",
+    "Hold",
+    "NightParts",
+    "build_parts",
+    "expected_durations",
+    "finish_night",
+    "no_hold",
+    "open_night",
+    "run_night_plain",
+    "watcher_stopped",
+]
+
+HISTORY_DAYS = 30  # the past nights whose durations order tonight's jobs
+# holds a server-side slot of a capped backend while its job is in flight: (backend, timeout)
+Hold = Callable[[str, float], AbstractContextManager[object]]
+
+
+def no_hold(_backend: str, _timeout: float) -> AbstractContextManager[object]:
+    """No server-side slots: the night's own admission caps are the only ones."""
+    return nullcontext()
+
+
+@dataclass
+class NightParts:
+    """What a night is made of. The night closes its backends when it ends."""
+
+    backends: dict[str, Backend]
+    ledger: Ledger
+    admission: Admission
+    sinks: list[Sink] = field(default_factory=list)  # the ledger's sink is added by the night
+    clock: Callable[[], float] = time.monotonic  # the watcher's (timers, deadline, backoff)
+    wall: Callable[[], datetime] = utcnow  # event times, ledger rows, durations
+    hold: Hold = no_hold
+    broken: dict[str, str] = field(default_factory=dict)  # backend -> why it was not built
+    logger: Logger | None = None  # where a failing sink is reported
+
+
+def build_parts(
+    catalogue: Catalogue,
+    settings: Settings,
+    ledger: Ledger,
+    *,
+    sinks: list[Sink] | None = None,
+    logger: Logger | None = None,
+    slots: Callable[[dict[str, int]], Hold] = lambda _caps: no_hold,
+    admission: Callable[[float, dict[str, int]], Admission] = Admission,
+) -> NightParts:
+    """The real parts: backends from settings, the admission and the slot holder for the caps.
+
+    ``slots`` makes the server-side slot holder (the flow hands in Prefect's); when it fails
+    the backends built so far are closed and ``NightEndedEarly`` says why.
+    """
+    caps: dict[str, int] = {str(name): cap for name, cap in catalogue.limits.items()}
+    broken: dict[str, str] = {}
+    backends = build_backends(catalogue, settings, errors=broken)
+    if logger is not None:
+        for reason in broken.values():
+            logger.warning("%s", reason)
+    try:
+        hold = slots(caps)
+    except Exception as exc:  # the Prefect API refused or is unreachable
+        from nightshift.orchestration.report import NightEndedEarly
+
+        close_backends(backends)
+        raise NightEndedEarly(
+            f"the Prefect concurrency limits for {sorted(caps)} could not be set: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+    return NightParts(
+        backends=backends,
+        ledger=ledger,
+        admission=admission(catalogue.defaults.stagger, caps),
+        sinks=list(sinks or []),
+        hold=hold,
+        broken=broken,
+        logger=logger,
+    )
+
+
+def expected_durations(
+    catalogue: Catalogue, ledger: Ledger, now: datetime | None = None
+) -> dict[str, float]:
+    """Each job's usual duration in the ledger's recent nights: long ones start first."""
+    since = (now or utcnow()) - timedelta(days=HISTORY_DAYS)
+    return ledger.expected_durations([j.label for j in catalogue.jobs], since)
+
+
+@contextmanager
+def open_night(
+    catalogue: Catalogue,
+    parts: NightParts,
+    plan: Plan,
+    *,
+    night: str,
+    run_id: str,
+    run_dir: Path,
+    stop_reason: Callable[[Watcher], str | None] | None = None,
+    owns_night: Callable[[], bool] = lambda: True,
+    outcomes: dict[str, JobOutcome] | None = None,
+) -> Iterator[NightContext]:
+    """The night's context, its watcher running; on the way out everything is closed.
+
+    ``stop_reason`` says why no more jobs may be submitted (default: the watcher stopped);
+    ``owns_night`` is False once the night lost its lease (then it writes no ledger rows).
+    ``outcomes`` receives each job's outcome as it comes (the caller's, for an early end).
+    """
+    with ExitStack() as cleanup:  # whatever fails below, everything built so far is closed
+        cleanup.callback(close_backends, parts.backends)
+        ctx: NightContext | None = None
+
+        def seen(label: str, state: Any, status: Any) -> None:
+            assert ctx is not None
+            ctx.seen(label, state, status)
+
+        def poll_failed(label: str, error: BaseException | None) -> None:
+            assert ctx is not None
+            ctx.poll_failed(label, error)
+
+        watcher = Watcher(on_change=seen, clock=parts.clock, on_error=poll_failed)
+        cleanup.callback(watcher.stop)
+        ctx = NightContext(
+            catalogue=catalogue,
+            night=night,
+            run_id=run_id,
+            run_dir=run_dir,
+            backends=parts.backends,
+            ledger=parts.ledger,
+            watcher=watcher,
+            admission=parts.admission,
+            deadline_at=watcher.now() + catalogue.defaults.deadline,
+            # chain steps rank after every mapped job: they wait for their turn, not the other way
+            priorities={label: i for i, label in enumerate(plan.labels)},
+            sinks=list(parts.sinks),
+            logger=parts.logger,
+            wall=parts.wall,
+            broken=dict(parts.broken),
+            outcomes=outcomes if outcomes is not None else {},
+            hold=parts.hold,
+            stop_reason=lambda: (stop_reason or watcher_stopped)(watcher),
+            owns_night=owns_night,
+        )
+        for backend in catalogue.limits:
+            # with a cap, jobs start longest-expected first: announce them in that order
+            ranks = [
+                ctx.priorities[x] for x in plan.independent if catalogue.job(x).backend == backend
+            ]
+            ctx.admission.expect(backend, ranks)
+        yield ctx
+
+
+def finish_night(ctx: NightContext, plan: Plan, started_at: str) -> NightSummary:
+    """Join the night (a job with no outcome failed) and tell the sinks its verdict."""
+    for label in plan.labels:
+        if label not in ctx.outcomes:
+            end_job(ctx, label, Outcome.FAILED, "no outcome recorded (internal error)")
+    finished = ctx.wall()
+    summary = join(
+        [ctx.outcomes[label] for label in plan.labels],
+        started_at,
+        finished.isoformat(timespec="seconds"),
+    )
+    ctx.events.publish(NightFinished(ctx.night, ctx.catalogue.key, summary, finished))
+    return summary
+
+
+def run_night_plain(
+    catalogue: Catalogue,
+    parts: NightParts,
+    plan: Plan,
+    *,
+    night: str,
+    run_dir: Path,
+    run_id: str = "plain",
+    sleep: Callable[[float], None] = time.sleep,
+) -> NightSummary:
+    """A whole night without Prefect: the same engine, jobs and chains on plain threads."""
+    started_at = parts.wall().isoformat(timespec="seconds")
+    with open_night(catalogue, parts, plan, night=night, run_id=run_id, run_dir=run_dir) as ctx:
+        run_jobs_plain(ctx, plan, sleep=sleep)
+    return finish_night(ctx, plan, started_at)
+
+
+def watcher_stopped(watcher: Watcher) -> str | None:
+    """Why no more jobs may be submitted when the night's watcher is gone, or None."""
+    if watcher.stopped:
+        return "not submitted: the night's watcher stopped (see the flow run's logs)"
+    return None
