@@ -12,8 +12,8 @@ from prefect.runtime import task_run
 from prefect.states import Completed, Failed, State
 
 from nightshift.engine.backoff import JOB_RETRY
+from nightshift.engine.context import NightContext
 from nightshift.engine.outcomes import JobOutcome
-from nightshift.engine.runner import NightContext
 from nightshift.engine.steps import run_chain_steps, run_job_step, settle_job
 from nightshift.errors import TransientBackendError
 

@@ -18,10 +18,11 @@ from nightshift.backends import build_backends, close_backends
 from nightshift.backends.base import Backend
 from nightshift.config.catalogue import Catalogue
 from nightshift.engine.admission import Admission
+from nightshift.engine.context import NightContext, utcnow
 from nightshift.engine.events import Logger, NightFinished, Sink
 from nightshift.engine.outcomes import JobOutcome, NightSummary, Outcome, join
 from nightshift.engine.plan import Plan
-from nightshift.engine.runner import NightContext, end_job, utcnow
+from nightshift.engine.runner import end_job
 from nightshift.engine.steps import run_jobs_plain
 from nightshift.engine.watcher import Watcher
 from nightshift.store.ledger import Ledger

@@ -2,25 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextlib import AbstractContextManager, ExitStack, nullcontext
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
+from contextlib import ExitStack
+from datetime import datetime, timedelta
 from typing import Any
 
-from nightshift.backends.base import Backend, ExternalState, JobSpec, JobStatus, capabilities
-from nightshift.config.catalogue import Catalogue, GeminiBatchJob
-from nightshift.engine.admission import Admission, Deadline
+from nightshift.backends.base import Backend, ExternalState, JobSpec, capabilities
+from nightshift.config.catalogue import GeminiBatchJob
+from nightshift.engine.admission import Deadline
 from nightshift.engine.backoff import Backoff
+from nightshift.engine.context import NightContext
 from nightshift.engine.events import (
-    JobChanged,
     JobFinished,
-    Logger,
-    PollFailed,
-    Publisher,
-    Since,
-    Sink,
 )
 from nightshift.engine.jobspec import job_spec
 from nightshift.engine.outcomes import (
@@ -32,13 +24,12 @@ from nightshift.engine.outcomes import (
     status_detail,
 )
 from nightshift.engine.timers import JobTimers, job_timers
-from nightshift.engine.watcher import Watcher, WatchRequest, WatchResult
+from nightshift.engine.watcher import WatchRequest, WatchResult
 from nightshift.errors import BackendError, InputFileError, PermanentBackendError
 from nightshift.files import label_filename
-from nightshift.store.ledger import JobRecord, Ledger
-from nightshift.store.ledger_sink import LedgerSink
+from nightshift.store.ledger import JobRecord
 
-__all__ = ["LOST", "NightContext", "end_job", "run_one_job", "utcnow"]
+__all__ = ["FALLBACK", "LOST", "SUBMITTING", "end_job", "run_one_job"]
 
 LOG_TAIL_LINES = 40
 # ledger states of a job that may still be alive out there: a rerun re-attaches, never re-submits
@@ -47,88 +38,6 @@ FALLBACK = "fallback"  # the batch was given up on; its missing rows are being a
 # a submit began but its answer was not recorded: the next try looks for the job before creating
 SUBMITTING = "submitting"
 _LIVE = {"submitted", LOST, FALLBACK} | {s.value for s in ExternalState if not s.final}
-
-
-def utcnow() -> datetime:
-    """The wall clock: an aware UTC datetime."""
-    return datetime.now(UTC)
-
-
-@dataclass
-class NightContext:
-    """Everything the jobs of one night share. Built by the flow, used from task threads."""
-
-    catalogue: Catalogue
-    night: str
-    run_id: str
-    run_dir: Path
-    backends: dict[str, Backend]
-    ledger: Ledger
-    watcher: Watcher
-    admission: Admission
-    deadline_at: float  # on the watcher's clock
-    priorities: dict[str, int] = field(default_factory=dict)
-    # who hears the night's events besides the ledger (always the first sink)
-    sinks: list[Sink] = field(default_factory=list)
-    logger: Logger | None = None  # where a failing sink is reported
-    wall: Callable[[], datetime] = utcnow
-    # backends that could not be built, with the reason their jobs fail
-    broken: dict[str, str] = field(default_factory=dict)
-    # every job's outcome once it has one, whichever path ended it
-    outcomes: dict[str, JobOutcome] = field(default_factory=dict)
-    external_ids: dict[str, str] = field(default_factory=dict)
-    # holds a server-side slot of a capped backend while its job is in flight; (backend, timeout)
-    hold: Callable[[str, float], AbstractContextManager[object]] = lambda _b, _t: nullcontext()
-    # why no more jobs may be submitted (the night's lease was lost), or None
-    stop_reason: Callable[[], str | None] = lambda: None
-    # False once another night took this one's lease: its ledger rows are no longer ours
-    owns_night: Callable[[], bool] = lambda: True
-    # when the watcher first saw each job's final state: the ledger's time for the final row
-    final_seen: dict[str, datetime] = field(default_factory=dict)
-    attempts: dict[str, int] = field(default_factory=dict)  # each job's attempt, for its events
-    events: Publisher = field(init=False)
-    _since: Since = field(init=False, default_factory=Since)
-
-    def __post_init__(self) -> None:
-        # the ledger is a sink like the others; it keeps the lease rule (`owns_night`) itself
-        ledger = LedgerSink(self.ledger, self.run_id, owns_night=lambda: self.owns_night())
-        self.events = Publisher([ledger, *self.sinks], logger=self.logger)
-
-    def mark(
-        self, label: str, state: str, external_id: str | None = None, at: datetime | None = None
-    ) -> None:
-        """Publish a job's state change (the ledger and the live table are sinks)."""
-        if external_id is not None:
-            self.external_ids[label] = external_id
-        at = at or self.wall()
-        self.events.publish(
-            JobChanged(
-                night=self.night,
-                catalogue=self.catalogue.key,
-                label=label,
-                backend=self.catalogue.job(label).backend,
-                attempt=self.attempts.get(label, 0),
-                external_id=external_id or self.external_ids.get(label),
-                state=str(state),
-                at=at,
-                dwell_s=self._since.enter(label, str(state), at),
-            )
-        )
-
-    def seen(self, label: str, state: ExternalState, _status: JobStatus | None = None) -> None:
-        """The watcher saw a job change state. A final state is recorded by the runner only,
-        once it knows the true outcome (a SUCCEEDED batch with missing rows is ``partial``)."""
-        if state.final:
-            self.final_seen.setdefault(label, self.wall())
-            return
-        self.mark(label, state.value)
-
-    def poll_failed(self, label: str, error: BaseException | None) -> None:
-        """The watcher could not read a job's status (it may try again)."""
-        text = f"{type(error).__name__}: {error}" if error is not None else "no status"
-        backend = self.catalogue.job(label).backend
-        key = self.catalogue.key
-        self.events.publish(PollFailed(self.night, key, label, backend, text, self.wall()))
 
 
 def run_one_job(ctx: NightContext, label: str, attempt: int = 1) -> JobOutcome:

@@ -13,9 +13,10 @@ from dataclasses import replace
 from typing import Any
 
 from nightshift.engine.backoff import JOB_RETRY
+from nightshift.engine.context import NightContext
 from nightshift.engine.outcomes import JobOutcome, Outcome
 from nightshift.engine.plan import Plan
-from nightshift.engine.runner import NightContext, end_job, run_one_job
+from nightshift.engine.runner import end_job, run_one_job
 from nightshift.errors import TransientBackendError
 
 __all__ = ["run_chain_steps", "run_job_step", "run_jobs_plain", "settle_job", "withdraw"]

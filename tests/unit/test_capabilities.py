@@ -12,8 +12,9 @@ from nightshift.backends.cli import CliBackend
 from nightshift.backends.command.backend import CommandBackend
 from nightshift.config.catalogue import parse_catalogue
 from nightshift.engine.admission import Admission
+from nightshift.engine.context import NightContext
 from nightshift.engine.outcomes import Outcome
-from nightshift.engine.runner import LOST, NightContext, run_one_job
+from nightshift.engine.runner import LOST, run_one_job
 from nightshift.engine.watcher import Watcher
 from nightshift.store.ledger import Ledger
 from tests.support import BatchScriptedBackend, ScriptedBackend

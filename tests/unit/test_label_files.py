@@ -9,8 +9,9 @@ import pytest
 from nightshift.backends.base import ExternalState
 from nightshift.config.catalogue import parse_catalogue
 from nightshift.engine.admission import Admission
+from nightshift.engine.context import NightContext
 from nightshift.engine.outcomes import Outcome
-from nightshift.engine.runner import NightContext, run_one_job
+from nightshift.engine.runner import run_one_job
 from nightshift.engine.watcher import Watcher
 from nightshift.files import label_filename
 from nightshift.store.ledger import Ledger

@@ -10,9 +10,10 @@ import pytest
 from nightshift.backends.base import ExternalState, JobSpec
 from nightshift.config.catalogue import parse_catalogue
 from nightshift.engine.admission import Admission
+from nightshift.engine.context import NightContext
 from nightshift.engine.events import JobChanged
 from nightshift.engine.outcomes import Outcome
-from nightshift.engine.runner import LOST, NightContext, end_job, run_one_job
+from nightshift.engine.runner import LOST, end_job, run_one_job
 from nightshift.engine.watcher import Watcher
 from nightshift.errors import PermanentBackendError, TransientBackendError
 from nightshift.store.ledger import Ledger

@@ -1,0 +1,102 @@
+"""What the jobs of one night share: the night's parts, and how its events are published."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from nightshift.backends.base import Backend, ExternalState, JobStatus
+from nightshift.config.catalogue import Catalogue
+from nightshift.engine.admission import Admission
+from nightshift.engine.events import JobChanged, Logger, PollFailed, Publisher, Since, Sink
+from nightshift.engine.outcomes import JobOutcome
+from nightshift.engine.watcher import Watcher
+from nightshift.store.ledger import Ledger
+from nightshift.store.ledger_sink import LedgerSink
+
+__all__ = ["NightContext", "utcnow"]
+
+
+def utcnow() -> datetime:
+    """The wall clock: an aware UTC datetime."""
+    return datetime.now(UTC)
+
+
+@dataclass
+class NightContext:
+    """Everything the jobs of one night share. Built by the flow, used from task threads."""
+
+    catalogue: Catalogue
+    night: str
+    run_id: str
+    run_dir: Path
+    backends: dict[str, Backend]
+    ledger: Ledger
+    watcher: Watcher
+    admission: Admission
+    deadline_at: float  # on the watcher's clock
+    priorities: dict[str, int] = field(default_factory=dict)
+    # who hears the night's events besides the ledger (always the first sink)
+    sinks: list[Sink] = field(default_factory=list)
+    logger: Logger | None = None  # where a failing sink is reported
+    wall: Callable[[], datetime] = utcnow
+    # backends that could not be built, with the reason their jobs fail
+    broken: dict[str, str] = field(default_factory=dict)
+    # every job's outcome once it has one, whichever path ended it
+    outcomes: dict[str, JobOutcome] = field(default_factory=dict)
+    external_ids: dict[str, str] = field(default_factory=dict)
+    # holds a server-side slot of a capped backend while its job is in flight; (backend, timeout)
+    hold: Callable[[str, float], AbstractContextManager[object]] = lambda _b, _t: nullcontext()
+    # why no more jobs may be submitted (the night's lease was lost), or None
+    stop_reason: Callable[[], str | None] = lambda: None
+    # False once another night took this one's lease: its ledger rows are no longer ours
+    owns_night: Callable[[], bool] = lambda: True
+    # when the watcher first saw each job's final state: the ledger's time for the final row
+    final_seen: dict[str, datetime] = field(default_factory=dict)
+    attempts: dict[str, int] = field(default_factory=dict)  # each job's attempt, for its events
+    events: Publisher = field(init=False)
+    _since: Since = field(init=False, default_factory=Since)
+
+    def __post_init__(self) -> None:
+        # the ledger is a sink like the others; it keeps the lease rule (`owns_night`) itself
+        ledger = LedgerSink(self.ledger, self.run_id, owns_night=lambda: self.owns_night())
+        self.events = Publisher([ledger, *self.sinks], logger=self.logger)
+
+    def mark(
+        self, label: str, state: str, external_id: str | None = None, at: datetime | None = None
+    ) -> None:
+        """Publish a job's state change (the ledger and the live table are sinks)."""
+        if external_id is not None:
+            self.external_ids[label] = external_id
+        at = at or self.wall()
+        self.events.publish(
+            JobChanged(
+                night=self.night,
+                catalogue=self.catalogue.key,
+                label=label,
+                backend=self.catalogue.job(label).backend,
+                attempt=self.attempts.get(label, 0),
+                external_id=external_id or self.external_ids.get(label),
+                state=str(state),
+                at=at,
+                dwell_s=self._since.enter(label, str(state), at),
+            )
+        )
+
+    def seen(self, label: str, state: ExternalState, _status: JobStatus | None = None) -> None:
+        """The watcher saw a job change state. A final state is recorded by the runner only,
+        once it knows the true outcome (a SUCCEEDED batch with missing rows is ``partial``)."""
+        if state.final:
+            self.final_seen.setdefault(label, self.wall())
+            return
+        self.mark(label, state.value)
+
+    def poll_failed(self, label: str, error: BaseException | None) -> None:
+        """The watcher could not read a job's status (it may try again)."""
+        text = f"{type(error).__name__}: {error}" if error is not None else "no status"
+        backend = self.catalogue.job(label).backend
+        key = self.catalogue.key
+        self.events.publish(PollFailed(self.night, key, label, backend, text, self.wall()))
