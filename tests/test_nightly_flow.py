@@ -53,7 +53,7 @@ def states(summary: dict[str, Any]) -> dict[str, str]:
 
 def test_a_mixed_night_of_twelve_jobs(sandbox: Path) -> None:
     body = (
-        cli("gen:a", "article a [queue=0.2 run=0.5]")
+        cli("gen:a", "article a [queue=0.2 run=3]")  # long enough to be seen running
         + cli("gen:b", "article b [queue=0.1 run=1]")
         + cli("gen:broken", "article c [run=0.3 exit=3]")
         + cli("gen:stuck", "article d [stuck]")
