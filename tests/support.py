@@ -9,14 +9,18 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from nightshift.backends.base import Backend, ExternalState, JobSpec, JobStatus
 from nightshift.errors import BackendError
+
+if TYPE_CHECKING:
+    from nightshift.engine.context import NightContext
 
 __all__ = [
     "BatchScriptedBackend",
@@ -182,3 +186,33 @@ class BatchScriptedBackend(ScriptedBackend):
     def status_many(self, ids: list[str]) -> dict[str, JobStatus]:
         self.many_calls += 1
         return {i: self._next(i) for i in ids}
+
+
+@contextmanager
+def night_context(
+    tmp_path: Path, catalogue: str, backends: dict[str, Backend]
+) -> Iterator[NightContext]:
+    """A night's context on a SQLite ledger under ``tmp_path``; watcher and ledger closed after."""
+    from nightshift.config.catalogue import parse_catalogue
+    from nightshift.engine.admission import Admission
+    from nightshift.engine.context import NightContext
+    from nightshift.engine.watcher import Watcher
+    from nightshift.store.ledger import Ledger
+
+    ledger = Ledger(f"sqlite:///{tmp_path / 'ledger.db'}")
+    watcher = Watcher(on_change=lambda *_: None)
+    try:
+        yield NightContext(
+            catalogue=parse_catalogue(catalogue, tmp_path / "nightshift.yaml"),
+            night="2026-11-29",
+            run_id="test",
+            run_dir=tmp_path / "run",
+            backends=backends,
+            ledger=ledger,
+            watcher=watcher,
+            admission=Admission(0),
+            deadline_at=watcher.now() + 60,
+        )
+    finally:
+        watcher.stop()
+        ledger.close()

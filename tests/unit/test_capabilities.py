@@ -10,14 +10,9 @@ from nightshift.backends import capabilities, close_backends
 from nightshift.backends.base import Backend, ExternalState, JobSpec
 from nightshift.backends.cli import CliBackend
 from nightshift.backends.command.backend import CommandBackend
-from nightshift.config.catalogue import parse_catalogue
-from nightshift.engine.admission import Admission
-from nightshift.engine.context import NightContext
 from nightshift.engine.outcomes import Outcome
 from nightshift.engine.runner import LOST, run_one_job
-from nightshift.engine.watcher import Watcher
-from nightshift.store.ledger import Ledger
-from tests.support import BatchScriptedBackend, ScriptedBackend
+from tests.support import BatchScriptedBackend, ScriptedBackend, night_context
 
 
 class Closing(ScriptedBackend):
@@ -84,22 +79,8 @@ jobs:
 
 @pytest.fixture
 def night(tmp_path: Path):
-    ledger = Ledger(f"sqlite:///{tmp_path / 'ledger.db'}")
-    watcher = Watcher(on_change=lambda *_: None)
-    ctx = NightContext(
-        catalogue=parse_catalogue(CATALOGUE, tmp_path / "nightshift.yaml"),
-        night="2026-11-29",
-        run_id="test",
-        run_dir=tmp_path / "run",
-        backends={},
-        ledger=ledger,
-        watcher=watcher,
-        admission=Admission(0),
-        deadline_at=watcher.now() + 60,
-    )
-    yield ctx
-    watcher.stop()
-    ledger.close()
+    with night_context(tmp_path, CATALOGUE, {}) as ctx:
+        yield ctx
 
 
 def test_a_batch_whose_backend_cannot_fall_back_is_refused_before_submit(night) -> None:

@@ -7,15 +7,10 @@ from pathlib import Path
 import pytest
 
 from nightshift.backends.base import ExternalState
-from nightshift.config.catalogue import parse_catalogue
-from nightshift.engine.admission import Admission
-from nightshift.engine.context import NightContext
 from nightshift.engine.outcomes import Outcome
 from nightshift.engine.runner import run_one_job
-from nightshift.engine.watcher import Watcher
 from nightshift.files import label_filename
-from nightshift.store.ledger import Ledger
-from tests.support import ScriptedBackend
+from tests.support import ScriptedBackend, night_context
 
 
 @pytest.mark.parametrize(
@@ -52,24 +47,8 @@ jobs:
 def test_gen_colon_a_and_gen_underscore_a_keep_their_own_log_tails(tmp_path: Path) -> None:
     failed = [ExternalState.FAILED]
     backend = ScriptedBackend(name="command", scripts={"gen:a": failed, "gen_a": failed})
-    ledger = Ledger(f"sqlite:///{tmp_path / 'ledger.db'}")
-    watcher = Watcher(on_change=lambda *_: None)
-    ctx = NightContext(
-        catalogue=parse_catalogue(CATALOGUE, tmp_path / "nightshift.yaml"),
-        night="2026-11-29",
-        run_id="test",
-        run_dir=tmp_path / "run",
-        backends={"command": backend},
-        ledger=ledger,
-        watcher=watcher,
-        admission=Admission(0),
-        deadline_at=watcher.now() + 60,
-    )
-    try:
+    with night_context(tmp_path, CATALOGUE, {"command": backend}) as ctx:
         colon, underscore = run_one_job(ctx, "gen:a"), run_one_job(ctx, "gen_a")
-    finally:
-        watcher.stop()
-        ledger.close()
     assert colon.state is underscore.state is Outcome.FAILED
     assert colon.log_tail_path != underscore.log_tail_path
     assert Path(colon.log_tail_path).read_text() == "log of gen:a\n"

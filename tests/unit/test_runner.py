@@ -8,16 +8,13 @@ from pathlib import Path
 import pytest
 
 from nightshift.backends.base import ExternalState, JobSpec
-from nightshift.config.catalogue import parse_catalogue
-from nightshift.engine.admission import Admission
 from nightshift.engine.context import NightContext
 from nightshift.engine.events import JobChanged
 from nightshift.engine.outcomes import Outcome
 from nightshift.engine.runner import LOST, end_job, run_one_job
 from nightshift.engine.watcher import Watcher
 from nightshift.errors import PermanentBackendError, TransientBackendError
-from nightshift.store.ledger import Ledger
-from tests.support import ScriptedBackend
+from tests.support import ScriptedBackend, night_context
 
 R, S = ExternalState.RUNNING, ExternalState.SUCCEEDED
 CATALOGUE = """\
@@ -30,22 +27,8 @@ jobs:
 @pytest.fixture
 def night(tmp_path: Path) -> Iterator[tuple[NightContext, ScriptedBackend]]:
     backend = ScriptedBackend(name="command")
-    ledger = Ledger(f"sqlite:///{tmp_path / 'ledger.db'}")
-    watcher = Watcher(on_change=lambda *_: None)
-    ctx = NightContext(
-        catalogue=parse_catalogue(CATALOGUE, tmp_path / "nightshift.yaml"),
-        night="2026-11-29",
-        run_id="test",
-        run_dir=tmp_path / "run",
-        backends={"command": backend},
-        ledger=ledger,
-        watcher=watcher,
-        admission=Admission(0),
-        deadline_at=watcher.now() + 60,
-    )
-    yield ctx, backend
-    ctx.watcher.stop()
-    ledger.close()
+    with night_context(tmp_path, CATALOGUE, {"command": backend}) as ctx:
+        yield ctx, backend
 
 
 def test_a_job_whose_cancel_failed_stays_live_and_a_rerun_reattaches(night) -> None:
@@ -152,28 +135,12 @@ class LostAnswer(ScriptedBackend):
 
 def test_a_retried_submit_resumes_the_same_attempt_and_never_creates_twice(tmp_path) -> None:
     backend = LostAnswer()
-    ledger = Ledger(f"sqlite:///{tmp_path / 'ledger.db'}")
-    watcher = Watcher(on_change=lambda *_: None)
-    ctx = NightContext(
-        catalogue=parse_catalogue(CATALOGUE, tmp_path / "nightshift.yaml"),
-        night="2026-11-29",
-        run_id="test",
-        run_dir=tmp_path / "run",
-        backends={"command": backend},
-        ledger=ledger,
-        watcher=watcher,
-        admission=Admission(0),
-        deadline_at=watcher.now() + 60,
-    )
-    try:
+    with night_context(tmp_path, CATALOGUE, {"command": backend}) as ctx:
         with pytest.raises(TransientBackendError):
             run_one_job(ctx, "a")  # the task fails; Prefect retries it
-        record = ledger.get_job("2026-11-29", "a")
+        record = ctx.ledger.get_job("2026-11-29", "a")
         assert (record.state, record.attempts, record.external_id) == ("submitting", 1, None)
         outcome = run_one_job(ctx, "a")  # the retry
-    finally:
-        watcher.stop()
-        ledger.close()
     assert outcome.state is Outcome.SUCCEEDED
     assert (outcome.attempts, backend.submitted) == (1, ["a"])
     first, retry = backend.specs
