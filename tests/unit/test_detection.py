@@ -170,3 +170,9 @@ def test_the_log_sink_is_an_alert_sink(caplog: pytest.LogCaptureFixture) -> None
     assert caplog.records[1].getMessage() == (
         "alert: nightly/etl (cli) queued for 3h00m (p95 10m, x18.0) night 2026-11-29"
     )
+
+
+def test_detection_imports_nothing_heavy() -> None:
+    from tests.unit.test_imports import loaded_after
+
+    assert loaded_after("import nightshift.engine.detection, nightshift.engine.alerts") == []
