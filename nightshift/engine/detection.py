@@ -1,0 +1,204 @@
+"""Is a job's wait in its state still normal? Classification against learned budgets (pure).
+
+A job's dwell in its current state is ``ok`` up to its budget's p95, ``watch`` past p95 and
+``alert`` past 2 x p95. The ``Detector`` turns observations (each check of the watcher, each timer
+tick) into the level changes to announce: once per job, state and level per night, however often
+it is asked. A rerun re-attaching to the night seeds it with the (label, state, level) triples the
+ledger already holds, so it repeats none of them. No I/O here: the caller logs, stores and sends.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from nightshift.engine.alerts import Alert, Level, Raised
+
+__all__ = [
+    "Budget",
+    "BudgetTable",
+    "Budgets",
+    "Detector",
+    "classify",
+    "level_moments",
+]
+
+_TICK = timedelta(microseconds=1)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What normal is for a job in a state: the p50 and p95 of its dwell, in seconds."""
+
+    p50: float
+    p95: float
+
+    def __post_init__(self) -> None:
+        # a p95 of 0 would make every wait abnormal: a budget source maps it to no budget
+        if not 0 <= self.p50 <= self.p95 or self.p95 <= 0:
+            raise ValueError(f"a budget needs 0 <= p50 <= p95 and p95 > 0, got {self}")
+
+    @property
+    def watch_s(self) -> float:
+        """Past this many seconds in the state, the job is watched."""
+        return self.p95
+
+    @property
+    def alert_s(self) -> float:
+        """Past this many seconds in the state, the job is alerted."""
+        return 2 * self.p95
+
+
+class Budgets(Protocol):
+    """Where the detector finds a job's budget; None: none learned (fixed timers still apply)."""
+
+    def budget(self, label: str, state: str) -> Budget | None:
+        """The budget of ``label`` in ``state`` for tonight's catalogue, or None."""
+        ...
+
+
+@dataclass(frozen=True)
+class BudgetTable:
+    """Budgets from a plain mapping of (label, state) to ``Budget``."""
+
+    by_key: Mapping[tuple[str, str], Budget]
+
+    def budget(self, label: str, state: str) -> Budget | None:
+        """The budget of ``label`` in ``state``, or None."""
+        return self.by_key.get((label, state))
+
+
+def classify(dwell_s: float, budget: Budget | None) -> Level:
+    """``ok`` up to p95 (inclusive), ``watch`` past it, ``alert`` past 2 x p95; no budget: ok."""
+    if budget is None or dwell_s <= budget.watch_s:
+        return "ok"
+    return "alert" if dwell_s > budget.alert_s else "watch"
+
+
+def level_moments(budget: Budget | None, entered_at: datetime) -> dict[Level, datetime]:
+    """The first moment the job is at ``watch`` and at ``alert`` in a state entered then."""
+    if budget is None:
+        return {}
+    return {
+        "watch": _first_past(entered_at, budget.watch_s),
+        "alert": _first_past(entered_at, budget.alert_s),
+    }
+
+
+def _first_past(entered_at: datetime, limit_s: float) -> datetime:
+    # datetimes hold microseconds: the rounded moment may still be at the limit, which is not past
+    at = entered_at + timedelta(seconds=limit_s)
+    while _dwell(entered_at, at) <= limit_s:
+        at += _TICK
+    return at
+
+
+def _dwell(entered_at: datetime, now: datetime) -> float:
+    return (now - entered_at).total_seconds()
+
+
+@dataclass(frozen=True)
+class _Watched:
+    backend: str
+    state: str
+    entered_at: datetime
+
+
+_ORDER: tuple[Level, ...] = ("watch", "alert")
+
+
+class Detector:
+    """Tonight's level changes, each announced once; fed the watcher's observations. Thread-safe."""
+
+    def __init__(
+        self,
+        night: str,
+        catalogue: str,
+        budgets: Budgets,
+        raised: Iterable[Raised] = (),
+    ) -> None:
+        self.night = night
+        self.catalogue = catalogue
+        self._budgets = budgets
+        self._raised: set[Raised] = set(raised)
+        self._jobs: dict[str, _Watched] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def raised(self) -> frozenset[Raised]:
+        """Every (label, state, level) announced tonight, seeded ones included."""
+        with self._lock:
+            return frozenset(self._raised)
+
+    def observe(
+        self, label: str, state: str, *, entered_at: datetime, now: datetime, backend: str
+    ) -> list[Alert]:
+        """The job is in ``state`` since ``entered_at``: the levels it newly passed, in order.
+
+        A job that skipped a level between two observations gets both (watch, then alert), so
+        the ledger holds a watch for every alert. A job in a new state starts over at ok.
+        """
+        with self._lock:
+            self._jobs[label] = _Watched(backend, state, entered_at)
+            return self._changes(label, now)
+
+    def tick(self, now: datetime) -> list[Alert]:
+        """A timer tick: the level changes of every watched job at ``now``, without a poll."""
+        with self._lock:
+            return [alert for label in list(self._jobs) for alert in self._changes(label, now)]
+
+    def forget(self, label: str) -> None:
+        """The job is final or no longer watched tonight: no more ticks or wake-ups for it."""
+        with self._lock:
+            self._jobs.pop(label, None)
+
+    def next_change_at(self, label: str) -> datetime | None:
+        """When the job's next unannounced level begins (maybe past); None: nothing left."""
+        with self._lock:
+            return self._next_at(label)
+
+    def next_wake(self) -> datetime | None:
+        """The earliest next change of any watched job: a loop may sleep until then."""
+        with self._lock:
+            moments = [at for label in self._jobs if (at := self._next_at(label)) is not None]
+        return min(moments, default=None)
+
+    def _changes(self, label: str, now: datetime) -> list[Alert]:
+        job = self._jobs[label]
+        budget = self._budgets.budget(label, job.state)
+        if budget is None:
+            return []
+        dwell = _dwell(job.entered_at, now)
+        level = classify(dwell, budget)
+        passed = _ORDER[: _ORDER.index(level) + 1] if level != "ok" else ()
+        alerts = []
+        for step in passed:
+            key: Raised = (label, job.state, step)
+            if key in self._raised:
+                continue
+            self._raised.add(key)
+            alerts.append(
+                Alert(
+                    night=self.night,
+                    catalogue=self.catalogue,
+                    label=label,
+                    backend=job.backend,
+                    state=job.state,
+                    level=step,
+                    dwell_s=dwell,
+                    p95_s=budget.p95,
+                    at=now,
+                )
+            )
+        return alerts
+
+    def _next_at(self, label: str) -> datetime | None:
+        job = self._jobs.get(label)
+        if job is None:
+            return None
+        moments = level_moments(self._budgets.budget(label, job.state), job.entered_at)
+        pending = [at for lvl, at in moments.items() if (label, job.state, lvl) not in self._raised]
+        return min(pending, default=None)
