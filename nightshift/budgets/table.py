@@ -123,15 +123,18 @@ def budget_tables(
 
 
 class _Coded:
-    """The window's key columns as integer codes: each string column is hashed once, and every
-    group below is one int64 key (mixed radix over the codes), which pandas groups fastest."""
+    """The window's key columns as integer codes, and its dwells and end times as arrays."""
+
+    # each string column is hashed once; every group below is then one int64 key (mixed radix
+    # over the codes), which pandas groups several times faster than a few string columns
 
     def __init__(self, recent: pd.DataFrame) -> None:
         self.codes: dict[str, np.ndarray] = {}
         self.uniques: dict[str, np.ndarray] = {}
         for column in _KEYS:
             # an object array factorises about twice as fast as pandas' python-backed str dtype
-            codes, uniques = pd.factorize(recent[column].to_numpy(dtype=object))
+            values = recent[column].to_numpy(dtype=object)
+            codes, uniques = pd.factorize(values, use_na_sentinel=False)  # a missing key: its own
             self.codes[column], self.uniques[column] = codes.astype(np.int64), uniques
         self.dwell = recent[DWELL_S].to_numpy(dtype=np.float64)
         # microseconds since the epoch: an aware column's to_numpy() is a Timestamp per row

@@ -152,12 +152,16 @@ def test_the_fallback_uses_the_backend_a_label_ran_on_last() -> None:
         *nightly("pool2", "queued", [99.0] * 7, backend="gemini_batch"),
         ("old", "moved", "gemini_batch", "queued", 1.0, NOW - timedelta(days=5)),
         ("new", "moved", "cli", "queued", 1.0, NOW - timedelta(days=1)),
+        *nightly("gone", "fallback", [5.0] * 7, backend="gemini_batch"),
+        ("old", "moved", "gemini_batch", "fallback", 5.0, NOW - timedelta(days=5)),
     )
 
-    got = state_budgets(frame, NOW).set_index("label")
+    got = state_budgets(frame, NOW).set_index(["label", "state"])
 
-    assert got.loc["moved", "backend"] == "cli"
-    assert got.loc["moved", "p95"] == 10.0  # cli pooled: seven 10 s and one 1 s
+    assert got.loc[("moved", "queued"), "backend"] == "cli"
+    assert got.loc[("moved", "queued"), "p95"] == 10.0  # cli pooled: seven 10 s and one 1 s
+    # cli has never been in fallback: gemini_batch's budget is not borrowed for it
+    assert got.loc[("moved", "fallback"), "basis"] == "learning (n=1)"
 
 
 def test_catalogues_are_kept_apart() -> None:
