@@ -25,3 +25,13 @@ def test_reading_a_catalogue_pulls_in_nothing_heavy() -> None:
     code = "from nightshift.config.catalogue import parse_catalogue\n"
     code += "parse_catalogue('jobs: [{label: a, backend: command, argv: [x]}]')"
     assert loaded_after(code) == []
+
+
+def test_budget_lookup_pulls_in_nothing_heavy() -> None:
+    code = "from nightshift.budgets import Budget, Budgets, classify\n"
+    code += "classify(1.0, Budget(1.0, 2.0, 7, 'job')); Budgets()"
+    assert loaded_after(code) == []
+
+
+def test_computing_budgets_is_where_pandas_comes_in() -> None:
+    assert "pandas" in loaded_after("import nightshift.budgets.table")

@@ -1,0 +1,134 @@
+"""The budgets a night looks up while it watches, and the ok/watch/alert rule (no pandas)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Literal
+
+from nightshift.budgets.columns import (
+    BACKEND,
+    CATALOGUE,
+    LABEL,
+    MIN_SAMPLES,
+    P50,
+    P95,
+    SOURCE,
+    SOURCE_N,
+    STATE,
+    N,
+    Source,
+)
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["Budget", "Budgets", "Level", "classify"]
+
+Level = Literal["ok", "watch", "alert"]
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A learned dwell budget: p50 and p95 seconds from ``n`` samples of ``source``."""
+
+    p50: float
+    p95: float
+    n: int
+    source: str  # Source.JOB or Source.BACKEND; a learning row has no Budget
+
+    @property
+    def watch_at(self) -> float:
+        """Seconds past which a dwell is ``watch``."""
+        return self.p95
+
+    @property
+    def alert_at(self) -> float:
+        """Seconds past which a dwell is ``alert``."""
+        return 2 * self.p95
+
+
+def classify(dwell_s: float, budget: Budget | None, *, floor_s: float = 0.0) -> Level:
+    """``ok`` up to p95 inclusive, ``watch`` up to 2 x p95 inclusive, ``alert`` beyond.
+
+    No budget (still learning) is always ``ok``: the fixed timers still apply. ``floor_s`` raises
+    a p95 smaller than it, so a state that is normally instant (p95 = 0) does not alert on the
+    first slow millisecond.
+    """
+    if budget is None:
+        return "ok"
+    p95 = max(budget.p95, floor_s)
+    if dwell_s > 2 * p95:
+        return "alert"
+    if dwell_s > p95:
+        return "watch"
+    return "ok"
+
+
+def _frozen(mapping: Mapping[Any, Budget]) -> Mapping[Any, Budget]:
+    return MappingProxyType(dict(mapping))
+
+
+@dataclass(frozen=True)
+class Budgets:
+    """The learned budgets of one snapshot, looked up by job and state."""
+
+    # (catalogue, label, state) -> the budget the state table chose (job or backend)
+    states: Mapping[tuple[str, str, str], Budget] = field(default_factory=dict)
+    # (catalogue, backend, state) -> the pooled budget, for labels with no row of their own
+    backends: Mapping[tuple[str, str, str], Budget] = field(default_factory=dict)
+    # (catalogue, label) -> the whole job's budget
+    jobs: Mapping[tuple[str, str], Budget] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("states", "backends", "jobs"):
+            object.__setattr__(self, name, _frozen(getattr(self, name)))
+
+    @classmethod
+    def from_frames(
+        cls,
+        states: pd.DataFrame,
+        backends: pd.DataFrame | None = None,
+        jobs: pd.DataFrame | None = None,
+        *,
+        min_samples: int = MIN_SAMPLES,
+    ) -> Budgets:
+        """From ``table``'s state, backend and whole-job frames; learning rows give no budget."""
+        by_state = {
+            (row[CATALOGUE], row[LABEL], row[STATE]): budget
+            for row in states.to_dict("records")
+            if (budget := _learned(row)) is not None
+        }
+        by_backend: dict[tuple[str, str, str], Budget] = {}
+        for row in [] if backends is None else backends.to_dict("records"):
+            if int(row[N]) >= min_samples:
+                budget = Budget(float(row[P50]), float(row[P95]), int(row[N]), Source.BACKEND)
+                by_backend[(row[CATALOGUE], row[BACKEND], row[STATE])] = budget
+        by_job = {
+            (row[CATALOGUE], row[LABEL]): budget
+            for row in ([] if jobs is None else jobs.to_dict("records"))
+            if (budget := _learned(row)) is not None
+        }
+        return cls(by_state, by_backend, by_job)
+
+    def budget(
+        self, catalogue: str, label: str, state: str, backend: str | None = None
+    ) -> Budget | None:
+        """The budget of ``label`` in ``state``; a label with no history uses its backend's."""
+        found = self.states.get((catalogue, label, state))
+        if found is None and backend is not None:
+            found = self.backends.get((catalogue, backend, state))
+        return found
+
+    def job(self, catalogue: str, label: str) -> Budget | None:
+        """The whole job's budget (submit to final), or None while learning."""
+        return self.jobs.get((catalogue, label))
+
+
+def _learned(row: Mapping[str, Any]) -> Budget | None:
+    """The Budget of a state or whole-job row, None for a learning one."""
+    if row[SOURCE] == Source.LEARNING or math.isnan(float(row[P95])):
+        return None
+    return Budget(float(row[P50]), float(row[P95]), int(row[SOURCE_N]), str(row[SOURCE]))
