@@ -18,8 +18,9 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
+from nightshift.budgets.lookup import Budget
 from nightshift.config.durations import format_duration
-from nightshift.engine.detection import Budget, BudgetTable, Detector
+from nightshift.engine.detection import BudgetTable, Detector
 
 STATES = ("queued", "running")
 MEDIAN_RANGE_S = {"queued": (2 * 60, 30 * 60), "running": (5 * 60, 90 * 60)}  # log-uniform
@@ -173,7 +174,7 @@ def main() -> None:
             print(row + "  NOT ALERTED before the SLA")
             continue
         alerted += 1
-        lag = alert_t - (start + budget.alert_s)
+        lag = alert_t - (start + budget.alert_at)
         lags.append(lag)
         ratios.append(SLA_S / alert_t)
         print(row + f" {lag:>9.1f}s {_d(alert_t - start - budget.p95):>8} {SLA_S / alert_t:>8.1f}x")

@@ -36,8 +36,12 @@ class Budget:
 
     p50: float
     p95: float
-    n: int
-    source: str  # Source.JOB or Source.BACKEND; a learning row has no Budget
+    n: int = 0
+    source: str = "job"  # Source.JOB or Source.BACKEND; a learning row has no Budget
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.p50 <= self.p95:
+            raise ValueError(f"a budget needs 0 <= p50 <= p95, got {self}")
 
     @property
     def watch_at(self) -> float:

@@ -9,15 +9,15 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal, Protocol
+from typing import Protocol
 
+from nightshift.budgets.lookup import Level
 from nightshift.config.durations import format_duration
 
 __all__ = ["Alert", "AlertSink", "Level", "LogAlertSink", "Raised"]
 
 Logger = logging.Logger | logging.LoggerAdapter  # type: ignore[type-arg]
 
-Level = Literal["ok", "watch", "alert"]
 """ok: dwell <= p95; watch: > p95; alert: > 2 x p95 (of the job's learned budget for its state)."""
 
 Raised = tuple[str, str, Level]

@@ -15,44 +15,21 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from nightshift.engine.alerts import Alert, Level, Raised
+from nightshift.budgets.lookup import Budget, Level, classify
+from nightshift.engine.alerts import Alert, Raised
 
 __all__ = [
-    "Budget",
+    "BudgetSource",
     "BudgetTable",
-    "Budgets",
     "Detector",
-    "classify",
     "level_moments",
+    "usable",
 ]
 
 _TICK = timedelta(microseconds=1)
 
 
-@dataclass(frozen=True)
-class Budget:
-    """What normal is for a job in a state: the p50 and p95 of its dwell, in seconds."""
-
-    p50: float
-    p95: float
-
-    def __post_init__(self) -> None:
-        # a p95 of 0 would make every wait abnormal: a budget source maps it to no budget
-        if not 0 <= self.p50 <= self.p95 or self.p95 <= 0:
-            raise ValueError(f"a budget needs 0 <= p50 <= p95 and p95 > 0, got {self}")
-
-    @property
-    def watch_s(self) -> float:
-        """Past this many seconds in the state, the job is watched."""
-        return self.p95
-
-    @property
-    def alert_s(self) -> float:
-        """Past this many seconds in the state, the job is alerted."""
-        return 2 * self.p95
-
-
-class Budgets(Protocol):
+class BudgetSource(Protocol):
     """Where the detector finds a job's budget; None: none learned (fixed timers still apply)."""
 
     def budget(self, label: str, state: str) -> Budget | None:
@@ -71,20 +48,19 @@ class BudgetTable:
         return self.by_key.get((label, state))
 
 
-def classify(dwell_s: float, budget: Budget | None) -> Level:
-    """``ok`` up to p95 (inclusive), ``watch`` past it, ``alert`` past 2 x p95; no budget: ok."""
-    if budget is None or dwell_s <= budget.watch_s:
-        return "ok"
-    return "alert" if dwell_s > budget.alert_s else "watch"
+def usable(budget: Budget | None) -> Budget | None:
+    """A budget the detector can use: a p95 of 0 would make every wait abnormal, so it is none."""
+    return budget if budget is not None and budget.p95 > 0 else None
 
 
 def level_moments(budget: Budget | None, entered_at: datetime) -> dict[Level, datetime]:
     """The first moment the job is at ``watch`` and at ``alert`` in a state entered then."""
+    budget = usable(budget)
     if budget is None:
         return {}
     return {
-        "watch": _first_past(entered_at, budget.watch_s),
-        "alert": _first_past(entered_at, budget.alert_s),
+        "watch": _first_past(entered_at, budget.watch_at),
+        "alert": _first_past(entered_at, budget.alert_at),
     }
 
 
@@ -117,7 +93,7 @@ class Detector:
         self,
         night: str,
         catalogue: str,
-        budgets: Budgets,
+        budgets: BudgetSource,
         raised: Iterable[Raised] = (),
     ) -> None:
         self.night = night
@@ -168,7 +144,7 @@ class Detector:
 
     def _changes(self, label: str, now: datetime) -> list[Alert]:
         job = self._jobs[label]
-        budget = self._budgets.budget(label, job.state)
+        budget = usable(self._budgets.budget(label, job.state))
         if budget is None:
             return []
         dwell = _dwell(job.entered_at, now)

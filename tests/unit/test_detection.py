@@ -7,14 +7,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from nightshift.budgets.lookup import Budget, classify
 from nightshift.engine.alerts import Alert, AlertSink, LogAlertSink
-from nightshift.engine.detection import (
-    Budget,
-    BudgetTable,
-    Detector,
-    classify,
-    level_moments,
-)
+from nightshift.engine.detection import BudgetTable, Detector, level_moments
 
 T0 = datetime(2026, 11, 29, 1, 0, tzinfo=UTC)
 QUEUED = Budget(p50=300.0, p95=600.0)  # watch past 10 min, alert past 20 min
@@ -63,9 +58,11 @@ def test_no_budget_never_alerts() -> None:
     assert d.raised == frozenset()
 
 
-def test_a_budget_must_have_a_positive_p95() -> None:
-    with pytest.raises(ValueError):
-        Budget(p50=0.0, p95=0.0)
+def test_a_budget_of_zero_is_no_budget_and_p50_above_p95_is_refused() -> None:
+    # a p95 of 0 would make every wait abnormal: the detector treats it as no budget
+    d = Detector("2026-11-29", "cat", BudgetTable({("etl", "queued"): Budget(p50=0.0, p95=0.0)}))
+    assert d.observe("etl", "queued", entered_at=at(0), now=at(3600), backend="cli") == []
+    assert d.next_wake() is None
     with pytest.raises(ValueError):
         Budget(p50=20.0, p95=10.0)
 
