@@ -27,6 +27,7 @@ __all__ = [
     "AT",
     "BACKEND",
     "BEFORE_CATALOGUES",
+    "CATALOGUE",
     "DWELL_S",
     "HISTORY_COLUMNS",
     "LABEL",
@@ -49,6 +50,7 @@ STATE = "state"  # the state the job dwelt in (the transition's from_state)
 DWELL_S = "dwell_s"  # seconds spent in STATE
 AT = "at"  # when the job left STATE (datetime64[us, UTC])
 HISTORY_COLUMNS = [NIGHT, RUN_ID, LABEL, BACKEND, STATE, DWELL_S, AT]
+CATALOGUE = "catalogue"  # first column of Ledger.history(all_catalogues=True)
 
 BEFORE_CATALOGUES = ""  # the catalogue of rows written before jobs were keyed by catalogue
 
@@ -74,6 +76,7 @@ _transitions = sa.Table(
     sa.Column("to_state", sa.String(32), nullable=False),
     sa.Column("at", UTCDateTime(), nullable=False),
     sa.Column("dwell_s", sa.Float, nullable=True),
+    sa.Column("attempt", sa.Integer, nullable=True),  # None: written before revision 0003
     sa.Index("ix_transitions_catalogue_night_label", "catalogue", "night", "label", "id"),
     sa.Index("ix_transitions_at", "at"),
 )
@@ -114,7 +117,8 @@ class Transition:
     from_state: str | None
     to_state: str
     at: datetime
-    dwell_s: float | None
+    dwell_s: float | None  # None: the first of a job, or of a new attempt (see Ledger.transition)
+    attempt: int | None = None  # None: unknown (written before revision 0003, or not given)
 
 
 @dataclass(frozen=True)
@@ -144,8 +148,8 @@ class Ledger:
         # (from, to) when this Ledger upgraded the schema, for the caller to say so
         self.schema_upgrade = migrations.upgrade(self.engine)
         self._lock = threading.Lock()
-        # (night, label) -> (state, at) of the job's latest transition written by this process
-        self._last: dict[tuple[str, str], tuple[str, datetime]] = {}
+        # (night, label) -> (state, at, attempt) of the job's latest transition written here
+        self._last: dict[tuple[str, str], tuple[str, datetime, int | None]] = {}
 
     def close(self) -> None:
         """Release the engine's connections."""
@@ -160,8 +164,14 @@ class Ledger:
         external_id: str | None,
         to_state: str,
         at: datetime | None = None,
+        attempt: int | None = None,
     ) -> None:
-        """Record that a job entered ``to_state``; a repeat of its current state is ignored."""
+        """Record that a job entered ``to_state``; a repeat of its current state is ignored.
+
+        A dwell is measured only within one attempt: the first transition of a new attempt keeps
+        ``from_state`` (the chain stays readable) but has ``dwell_s`` None, so the idle gap
+        before a resubmission is no dwell. An unknown attempt (None) on either side measures.
+        """
         at = _utc(at or _now())
         to_state = str(to_state)
         key = (night, label)
@@ -169,20 +179,27 @@ class Ledger:
             previous = self._last.get(key)
             if previous is None:
                 row = conn.execute(
-                    sa.select(_transitions.c.to_state, _transitions.c.at)
+                    sa.select(_transitions.c.to_state, _transitions.c.at, _transitions.c.attempt)
                     .where(*self._mine(_transitions), _transitions.c.night == night)
                     .where(_transitions.c.label == label)
                     .order_by(_transitions.c.id.desc())
                     .limit(1)
                 ).first()
-                previous = (row.to_state, row.at) if row else None
-            if previous is not None and previous[0] == to_state:
+                previous = (row.to_state, row.at, row.attempt) if row else None
+            new_attempt = (
+                previous is not None
+                and None not in (attempt, previous[2])
+                and attempt != previous[2]
+            )
+            if previous is not None and previous[0] == to_state and not new_attempt:
                 self._last[key] = previous
                 return
             from_state, dwell_s = None, None
             if previous is not None:
+                from_state = previous[0]
+            if previous is not None and not new_attempt:
                 # clocks of different hosts may disagree a little; a dwell is never negative
-                from_state, dwell_s = previous[0], max(0.0, (at - previous[1]).total_seconds())
+                dwell_s = max(0.0, (at - previous[1]).total_seconds())
             conn.execute(
                 sa.insert(_transitions).values(
                     catalogue=self.catalogue,
@@ -195,9 +212,10 @@ class Ledger:
                     to_state=to_state,
                     at=at,
                     dwell_s=dwell_s,
+                    attempt=attempt,
                 )
             )
-            self._last[key] = (to_state, at)
+            self._last[key] = (to_state, at, attempt)
 
     def dwells(self, night: str, label: str | None = None) -> list[Transition]:
         """Every transition of ``night`` (optionally one job's), in the order they were written."""
@@ -210,21 +228,39 @@ class Ledger:
             rows = conn.execute(query.order_by(_transitions.c.id)).all()
         return [Transition(**row._asdict()) for row in rows]
 
-    def history(self, since: datetime) -> pd.DataFrame:
-        """Completed dwells that ended at or after ``since``, as HISTORY_COLUMNS."""
+    def history(self, since: datetime, *, all_catalogues: bool = False) -> pd.DataFrame:
+        """Completed dwells that ended at or after ``since``, as HISTORY_COLUMNS.
+
+        ``all_catalogues``: every catalogue's (not those from before catalogues), with a first
+        ``catalogue`` column: the frame ``nightshift.budgets.table`` reads.
+        """
         t = _transitions
+        if all_catalogues:
+            scope: tuple[sa.ColumnElement[bool], ...] = (t.c.catalogue != BEFORE_CATALOGUES,)
+        else:
+            scope = self._mine(t)
+        fields = [
+            t.c.night,
+            t.c.run_id,
+            t.c.label,
+            t.c.backend,
+            t.c.from_state,
+            t.c.dwell_s,
+            t.c.at,
+        ]
         query = (
-            sa.select(
-                t.c.night, t.c.run_id, t.c.label, t.c.backend, t.c.from_state, t.c.dwell_s, t.c.at
-            )
-            .where(*self._mine(t), t.c.from_state.is_not(None), t.c.at >= _utc(since))
+            sa.select(*([t.c.catalogue] if all_catalogues else []), *fields)
+            # a new attempt's first row has a from_state but no dwell: nothing to learn from
+            .where(*scope, t.c.from_state.is_not(None), t.c.dwell_s.is_not(None))
+            .where(t.c.at >= _utc(since))
             .order_by(t.c.at, t.c.id)
         )
+        columns = [CATALOGUE, *HISTORY_COLUMNS] if all_catalogues else HISTORY_COLUMNS
         with self.engine.begin() as conn:
-            rows = [tuple(row) for row in conn.execute(query)]
-        frame = pd.DataFrame(rows, columns=HISTORY_COLUMNS)
-        for column in (NIGHT, RUN_ID, LABEL, BACKEND, STATE):
-            frame[column] = frame[column].astype(str)
+            frame = pd.DataFrame([tuple(row) for row in conn.execute(query)], columns=columns)
+        for column in columns:
+            if column not in (DWELL_S, AT):
+                frame[column] = frame[column].astype(str)
         frame[DWELL_S] = frame[DWELL_S].astype(float)
         frame[AT] = pd.to_datetime(frame[AT], utc=True).dt.as_unit("us")
         return frame

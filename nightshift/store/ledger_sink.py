@@ -31,4 +31,5 @@ class LedgerSink:
                 event.external_id,
                 event.state,
                 at=event.at,
+                attempt=event.attempt,
             )

@@ -153,7 +153,7 @@ def test_head_is_the_last_revision_on_disk() -> None:
 
     chain = [rev.revision for rev in script.walk_revisions()]
 
-    assert chain == [migrations.HEAD, "0001"]
+    assert chain == [migrations.HEAD, "0002", "0001"]
     assert script.get_current_head() == migrations.HEAD
 
 
@@ -243,7 +243,7 @@ def test_a_schema_newer_than_the_code_is_refused_in_one_line(db_url: str) -> Non
         Ledger(db_url)
 
     assert str(caught.value) == (
-        "ledger schema is at revision 0099, newer than this Nightshift knows (up to 0002): "
+        "ledger schema is at revision 0099, newer than this Nightshift knows (up to 0003): "
         "upgrade Nightshift"
     )
 
@@ -332,3 +332,71 @@ def test_revision_0002_can_be_undone_and_redone(db_url: str) -> None:
 
     assert Ledger(db_url, BEFORE_CATALOGUES).get_job(NIGHT, "etl") is not None
     assert _revision(db_url) == migrations.HEAD
+
+
+def test_a_ledger_at_0002_upgrades_to_attempts_and_keeps_its_rows(db_url: str) -> None:
+    engine = make_engine(db_url)
+    config = Config()
+    config.set_main_option("script_location", str(Path(migrations.__file__).parent))
+    from alembic import command
+
+    with engine.begin() as conn:
+        config.attributes["connection"] = conn
+        command.upgrade(config, "0002")
+    _fill_0002(engine)
+    engine.dispose()
+    assert _revision(db_url) == "0002"
+
+    ledger = Ledger(db_url, "nightly.yaml")
+
+    assert ledger.schema_upgrade == ("0002", "0003")
+    assert [(r.from_state, r.to_state, r.dwell_s, r.attempt) for r in ledger.dwells(NIGHT)] == [
+        (None, "queued", None, None),
+        ("queued", "failed", 10.0, None),
+    ]
+    # the rerun resubmits: an old row's unknown attempt measures as before, then attempts count
+    ledger.transition(NIGHT, "run-2", "etl", "cli", "job-2", "queued", at=T0 + timedelta(hours=1))
+    ledger.transition(
+        NIGHT,
+        "run-2",
+        "etl",
+        "cli",
+        "job-2",
+        "running",
+        at=T0 + timedelta(hours=1, seconds=5),
+        attempt=2,
+    )
+    ledger.transition(
+        NIGHT, "run-3", "etl", "cli", "job-3", "queued", at=T0 + timedelta(hours=2), attempt=3
+    )
+    assert [(r.from_state, r.dwell_s, r.attempt) for r in ledger.dwells(NIGHT)][2:] == [
+        ("failed", 3590.0, None),
+        ("queued", 5.0, 2),
+        ("running", None, 3),
+    ]
+
+
+def _fill_0002(engine: sa.Engine) -> None:
+    """Two transitions of one catalogue's job, as revision 0002's code wrote them."""
+    transitions = sa.Table("transitions", sa.MetaData(), autoload_with=engine)
+    assert "attempt" not in transitions.c
+    with engine.begin() as conn:
+        for to_state, from_state, offset, dwell in [
+            ("queued", None, 0, None),
+            ("failed", "queued", 10, 10.0),
+        ]:
+            conn.execute(
+                transitions.insert(),
+                {
+                    "catalogue": "nightly.yaml",
+                    "night": NIGHT,
+                    "run_id": "run-1",
+                    "label": "etl",
+                    "backend": "cli",
+                    "external_id": "job-1",
+                    "from_state": from_state,
+                    "to_state": to_state,
+                    "at": _naive(T0 + timedelta(seconds=offset), engine),
+                    "dwell_s": dwell,
+                },
+            )

@@ -19,8 +19,13 @@ from nightshift.errors import NightshiftError
 
 __all__ = ["HEAD", "SchemaTooNewError", "current_revision", "upgrade"]
 
-HEAD = "0002"  # the newest revision under versions/; a test checks they agree
-KNOWN = (None, "0001", HEAD)  # oldest first; None: no alembic_version (new, or before migrations)
+HEAD = "0003"  # the newest revision under versions/; a test checks they agree
+KNOWN = (
+    None,
+    "0001",
+    "0002",
+    HEAD,
+)  # oldest first; None: no alembic_version (new, or before migrations)
 
 _SCRIPTS = Path(__file__).resolve().parent
 # pg_advisory_xact_lock key: any constant bigint every Nightshift agrees on ("nightshf" in ASCII)
