@@ -11,6 +11,8 @@ from typing import Any, NoReturn
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from nightshift.cli.budgets import BUDGET_EXIT_CODES
+
 __all__ = ["main"]
 
 EXIT_LOCKED = 3
@@ -62,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
     if args.command == "validate":
         return _validate(args.catalogue)
+    if args.command == "budgets":
+        return _budgets(args.catalogue, args.label, args.json)
     if args.command == "demo":
         from nightshift.cli.demo import run_demo
 
@@ -96,7 +100,19 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--scenario", choices=["calm", "rough"], default="calm")
     demo.add_argument("--workdir", help="where the sandbox lives (default: a temp dir)")
     demo.add_argument("--json", action="store_true")
-    for p in (run, check, demo):
+    budgets = sub.add_parser(
+        "budgets",
+        help="the dwell budgets learned from the ledger's last 30 days",
+        epilog=BUDGET_EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    for flag, shown in (("--catalogue", "only this catalogue file's budgets"), ("--catalog", None)):
+        budgets.add_argument(
+            flag, dest="catalogue", metavar="FILE", help=shown or argparse.SUPPRESS
+        )
+    budgets.add_argument("--label", metavar="LABEL", help="only this job's budgets")
+    budgets.add_argument("--json", action="store_true", help="print one object")
+    for p in (run, check, demo, budgets):
         p.add_argument("-v", "--verbose", action="store_true", help="show Prefect's logs")
     return parser
 
@@ -109,6 +125,25 @@ def _catalogue_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--catalog", dest="catalogue", default=argparse.SUPPRESS, help=argparse.SUPPRESS
     )
+
+
+def _budgets(path: str | None, label: str | None, as_json: bool) -> int:
+    from nightshift.cli.budgets import show_budgets
+    from nightshift.config.catalogue import load_catalogue
+    from nightshift.config.settings import load_settings
+    from nightshift.errors import CatalogueError
+
+    try:
+        key = load_catalogue(path).key if path is not None else None
+    except CatalogueError as exc:
+        _say(str(exc))
+        return EXIT_BAD_CATALOGUE
+    url = load_settings().ledger_url()
+    try:
+        return show_budgets(url, catalogue=key, label=label, as_json=as_json)
+    except _DATABASE_ERRORS as exc:
+        _say(_ledger_problem(url, exc))
+        return EXIT_NO_LEDGER
 
 
 def _validate(path: str) -> int:
