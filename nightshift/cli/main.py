@@ -12,6 +12,7 @@ from typing import Any, NoReturn
 from sqlalchemy.exc import SQLAlchemyError
 
 from nightshift.cli.budgets import BUDGET_EXIT_CODES
+from nightshift.cli.prune import PRUNE_EXIT_CODES
 
 __all__ = ["main"]
 
@@ -66,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
         return _validate(args.catalogue)
     if args.command == "budgets":
         return _budgets(args.catalogue, args.label, args.json)
+    if args.command == "prune":
+        return _prune(args.catalogue, args.keep, args.dry_run)
     if args.command == "demo":
         from nightshift.cli.demo import run_demo
 
@@ -112,7 +115,22 @@ def _parser() -> argparse.ArgumentParser:
         )
     budgets.add_argument("--label", metavar="LABEL", help="only this job's budgets")
     budgets.add_argument("--json", action="store_true", help="print one object")
-    for p in (run, check, demo, budgets):
+    prune = sub.add_parser(
+        "prune",
+        help="delete history older than --keep (ledger rows, manifests, command-job folders)",
+        epilog=PRUNE_EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    prune.add_argument("--keep", default="90d", help="the window kept (default 90d)")
+    prune.add_argument(
+        "--catalogue",
+        "--catalog",
+        dest="catalogue",
+        metavar="FILE",
+        help="only this catalogue's ledger rows, and its manifests",
+    )
+    prune.add_argument("--dry-run", action="store_true", help="say what would go, delete nothing")
+    for p in (run, check, demo, budgets, prune):
         p.add_argument("-v", "--verbose", action="store_true", help="show Prefect's logs")
     return parser
 
@@ -141,6 +159,31 @@ def _budgets(path: str | None, label: str | None, as_json: bool) -> int:
     url = load_settings().ledger_url()
     try:
         return show_budgets(url, catalogue=key, label=label, as_json=as_json)
+    except _DATABASE_ERRORS as exc:
+        _say(_ledger_problem(url, exc))
+        return EXIT_NO_LEDGER
+
+
+def _prune(path: str | None, keep: str, dry_run: bool) -> int:
+    from nightshift.cli.prune import catalogue_scope, run_prune
+    from nightshift.config.durations import parse_duration
+    from nightshift.config.settings import load_settings
+    from nightshift.errors import CatalogueError
+
+    try:
+        keep_s = parse_duration(keep)
+    except ValueError as exc:
+        _say(f"nightshift prune: --keep: {exc}")
+        return EXIT_USAGE
+    try:
+        key, outputs = catalogue_scope(path)
+    except CatalogueError as exc:
+        _say(str(exc))
+        return EXIT_BAD_CATALOGUE
+    settings = load_settings()
+    url = settings.ledger_url()
+    try:
+        return run_prune(url, settings.state_dir, keep_s, key, outputs, dry_run=dry_run)
     except _DATABASE_ERRORS as exc:
         _say(_ledger_problem(url, exc))
         return EXIT_NO_LEDGER
