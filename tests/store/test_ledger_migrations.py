@@ -17,9 +17,11 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
+from nightshift.store import alert_log as alert_log_module
 from nightshift.store import lease as lease_module
 from nightshift.store import ledger as ledger_module
 from nightshift.store import migrations
+from nightshift.store import snapshots as snapshots_module
 from nightshift.store.db import make_engine
 from nightshift.store.lease import Lease
 from nightshift.store.ledger import BEFORE_CATALOGUES, JobRecord, Ledger
@@ -153,14 +155,19 @@ def test_head_is_the_last_revision_on_disk() -> None:
 
     chain = [rev.revision for rev in script.walk_revisions()]
 
-    assert chain == [migrations.HEAD, "0002", "0001"]
+    assert chain == [migrations.HEAD, "0003", "0002", "0001"]
     assert script.get_current_head() == migrations.HEAD
 
 
 def test_a_new_database_gets_exactly_the_schema_the_code_declares(db_url: str) -> None:
     ledger = Ledger(db_url)
 
-    both = [ledger_module._metadata, lease_module._metadata]
+    both = [
+        ledger_module._metadata,
+        lease_module._metadata,
+        alert_log_module._metadata,
+        snapshots_module._metadata,
+    ]
     with ledger.engine.connect() as conn:
         diff = compare_metadata(MigrationContext.configure(conn), both)  # type: ignore[arg-type]
         keys = sa.inspect(conn).get_pk_constraint("jobs")["constrained_columns"]
@@ -243,7 +250,7 @@ def test_a_schema_newer_than_the_code_is_refused_in_one_line(db_url: str) -> Non
         Ledger(db_url)
 
     assert str(caught.value) == (
-        "ledger schema is at revision 0099, newer than this Nightshift knows (up to 0003): "
+        "ledger schema is at revision 0099, newer than this Nightshift knows (up to 0004): "
         "upgrade Nightshift"
     )
 
@@ -349,7 +356,7 @@ def test_a_ledger_at_0002_upgrades_to_attempts_and_keeps_its_rows(db_url: str) -
 
     ledger = Ledger(db_url, "nightly.yaml")
 
-    assert ledger.schema_upgrade == ("0002", "0003")
+    assert ledger.schema_upgrade == ("0002", migrations.HEAD)
     assert [(r.from_state, r.to_state, r.dwell_s, r.attempt) for r in ledger.dwells(NIGHT)] == [
         (None, "queued", None, None),
         ("queued", "failed", 10.0, None),

@@ -19,11 +19,12 @@ from nightshift.errors import NightshiftError
 
 __all__ = ["HEAD", "SchemaTooNewError", "current_revision", "upgrade"]
 
-HEAD = "0003"  # the newest revision under versions/; a test checks they agree
+HEAD = "0004"  # the newest revision under versions/; a test checks they agree
 KNOWN = (
     None,
     "0001",
     "0002",
+    "0003",
     HEAD,
 )  # oldest first; None: no alembic_version (new, or before migrations)
 
