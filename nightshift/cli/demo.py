@@ -8,10 +8,17 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-__all__ = ["demo_catalogue", "run_demo"]
+from nightshift.config.catalogue import Catalogue, CliJob, CommandJob, load_catalogue
+
+if TYPE_CHECKING:
+    from sandbox.history import Usual
+
+__all__ = ["demo_catalogue", "run_demo", "usual_nights"]
 
 ROWS = 12
+HISTORY_NIGHTS = 30
 
 CALM = """\
 # A sandboxed night: the job CLI is sandbox/agy.py, Gemini is sandbox/gemini_emulator.py.
@@ -50,12 +57,18 @@ jobs:
     fallback: on_demand%(batch_extra)s
 %(extra)s"""
 
+# its usual night is [queue=0.8 run=1] (its month of history says so); tonight it never leaves
+# the queue: past 2 x its learned p95 about 3 s after it entered it, long before queued_timeout
 ROUGH_EXTRA = """\
   - label: generate:article-c
     backend: cli
-    task: "generate article: a topic the queue never gets to [stuck]"
-    queued_timeout: 4s
+    task: "generate article: a topic the queue usually takes at once [queue=0.8 run=1] [stuck]"
+    queued_timeout: 8s
 """
+
+# the Gemini emulator's batch: 1 emulated minute passes in 0.1 s, so it queues 1 s and runs 2 s
+TIME_SCALE = 600
+BATCH_QUEUED_S, BATCH_RUNNING_S = 600, 1200
 
 
 def demo_catalogue(scenario: str, python: str = sys.executable) -> str:
@@ -69,6 +82,82 @@ def demo_catalogue(scenario: str, python: str = sys.executable) -> str:
         "batch_extra": "\n    inline_threshold_rows: 0" if rough else "",
         "deadline": "5m",
     }
+
+
+# seconds a demo command job usually runs, by script (work.py takes them as its last argument)
+_SCRIPT_SECONDS = {"audit_links.py": 0.8}
+_STARTUP_S = 0.3  # the job's supervisor and its python process starting
+
+
+def usual_nights(catalogue: Catalogue) -> list[Usual]:
+    """Each demo job's usual night, read from its catalogue entry: its task's times, its argv."""
+    from sandbox.agy import parse_plan
+    from sandbox.history import Usual
+
+    states: dict[str, tuple[tuple[str, float], ...]] = {}
+    for job in catalogue.jobs:
+        if isinstance(job, CliJob):
+            plan = parse_plan(job.task)  # its usual times, even on a night it is [stuck]
+            states[job.label] = (("queued", plan.queue_s), ("running", plan.run_s))
+        elif isinstance(job, CommandJob):
+            script = str(job.argv[1]) if len(job.argv) > 1 else ""
+            seconds = float(job.argv[-1]) if script == "work.py" else _SCRIPT_SECONDS.get(script, 1)
+            states[job.label] = (("running", seconds + _STARTUP_S),)
+        else:
+            queued, running = BATCH_QUEUED_S / TIME_SCALE, BATCH_RUNNING_S / TIME_SCALE
+            states[job.label] = (("queued", queued), ("running", running))
+    starts: dict[str, float] = {}
+
+    def start(label: str) -> float:  # after what it needs, plus a poll; else by its stagger
+        if label not in starts:
+            job = catalogue.job(label)
+            after = [start(dep) + sum(s for _, s in states[dep]) + 1.0 for dep in job.depends_on]
+            stagger = catalogue.defaults.stagger * catalogue.jobs.index(job)
+            starts[label] = max(after, default=stagger)
+        return starts[label]
+
+    return [Usual(j.label, j.backend, states[j.label], start(j.label)) for j in catalogue.jobs]
+
+
+def _seed_history(catalogue: Catalogue, url: str, night: str) -> str:
+    """A month of past nights in the sandbox ledger, so tonight's budgets are learned."""
+    from datetime import date
+
+    from nightshift.store.ledger import Ledger
+    from sandbox.history import seed
+
+    ledger = Ledger(url, catalogue.key)
+    try:
+        seeded = seed(ledger, usual_nights(catalogue), date.fromisoformat(night), HISTORY_NIGHTS)
+    finally:
+        ledger.close()
+    if not seeded:
+        return "history: the sandbox ledger already holds the past month; tonight learns from it"
+    return (
+        f"history: {HISTORY_NIGHTS} past nights of {len(seeded)} jobs seeded into the sandbox "
+        "ledger: tonight's budgets are learned"
+    )
+
+
+def _alert_lines(url: str, key: str, night: str) -> list[str]:
+    """Tonight's watches and alerts, as the ledger's alert log keeps them."""
+    from nightshift.store.alert_log import AlertLog
+    from nightshift.store.ledger import Ledger
+
+    ledger = Ledger(url, key)  # brings the schema up to date, the alert log's too
+    try:
+        rows = AlertLog(ledger.engine).alerts(catalogue=key, night=night)
+    finally:
+        ledger.close()
+    if not rows:
+        return ["alerts tonight: none"]
+    lines = [f"alerts tonight: {len(rows)}"]
+    for row in rows:
+        where = f"{row.state} " if row.state else ""
+        dwell = f"{where}{row.dwell_s:.1f}s" if row.dwell_s is not None else where.strip()
+        past = "" if row.p95_s is None else f", p95 {row.p95_s:.1f}s"
+        lines.append(f"  {row.level:<5}  {row.label}  {dwell}{past}  ({row.kind})")
+    return lines
 
 
 def _write_input(path: Path) -> None:
@@ -87,7 +176,10 @@ def run_demo(scenario: str = "calm", *, as_json: bool = False, workdir: str | No
     os.environ["PREFECT_HOME"] = str(Path(tempfile.gettempdir()) / "nightshift-demo-prefect")
     os.environ.pop("PREFECT_API_URL", None)
     os.environ.pop("PREFECT_PROFILE", None)
+    # the sandbox's own ledger: its made-up history must never reach a real one
+    os.environ.pop("NIGHTSHIFT_DATABASE_URL", None)
     from nightshift.cli.main import run_catalogue
+    from nightshift.engine.plan import tonight
     from sandbox.gemini_emulator import BatchScript, GeminiEmulator
 
     root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="nightshift-demo-"))
@@ -99,10 +191,14 @@ def run_demo(scenario: str = "calm", *, as_json: bool = False, workdir: str | No
     _write_input(root / "admob.jsonl")
     catalogue = root / "nightshift.yaml"
     catalogue.write_text(demo_catalogue(scenario), encoding="utf-8")
+    night, url = tonight(), f"sqlite:///{(root / 'state' / 'ledger.sqlite3').resolve()}"
+    (root / "state").mkdir(exist_ok=True)
+    loaded = load_catalogue(catalogue)
+    history = _seed_history(loaded, url, night)
 
-    # 1 emulated minute passes in 0.1 s: a batch that queues 10 min and runs 20 min takes 3 s
-    emulator = GeminiEmulator(time_scale=600, api_key="sandbox-key")
-    script = BatchScript(queued_s=600, running_s=1200, drop_rows=3 if scenario == "rough" else 0)
+    emulator = GeminiEmulator(time_scale=TIME_SCALE, api_key="sandbox-key")
+    drop = 3 if scenario == "rough" else 0
+    script = BatchScript(queued_s=BATCH_QUEUED_S, running_s=BATCH_RUNNING_S, drop_rows=drop)
     emulator.script_batch("report:admob-mediation", script)
     env = {
         "NIGHTSHIFT_STATE_DIR": str(root / "state"),
@@ -116,7 +212,9 @@ def run_demo(scenario: str = "calm", *, as_json: bool = False, workdir: str | No
         os.environ.update(env)
         if not as_json:
             print(f"sandbox: {root}  (gemini emulator at {emulator.base_url})", file=sys.stderr)
-        code = run_catalogue(str(catalogue), as_json=as_json)
+            print(history, file=sys.stderr)
+        code = run_catalogue(str(catalogue), as_json=as_json, night=night)
     if not as_json:
         print(f"batch output: {root / 'out' / 'admob.jsonl'}", file=sys.stderr)
+        print("\n".join(_alert_lines(url, loaded.key, night)), file=sys.stderr)
     return code
