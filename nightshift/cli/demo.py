@@ -62,7 +62,7 @@ jobs:
 ROUGH_EXTRA = """\
   - label: generate:article-c
     backend: cli
-    task: "generate article: a topic the queue usually takes at once [queue=0.8 run=1] [stuck]"
+    task: "generate article: a topic queued briefly [queue=0.8 run=1], but not tonight [stuck]"
     queued_timeout: 8s
 """
 
@@ -141,7 +141,7 @@ def _seed_history(catalogue: Catalogue, url: str, night: str) -> str:
 
 def _alert_lines(url: str, key: str, night: str) -> list[str]:
     """Tonight's watches and alerts, as the ledger's alert log keeps them."""
-    from nightshift.store.alert_log import AlertLog
+    from nightshift.store.alert_log import DWELL, AlertLog
     from nightshift.store.ledger import Ledger
 
     ledger = Ledger(url, key)  # brings the schema up to date, the alert log's too
@@ -153,10 +153,11 @@ def _alert_lines(url: str, key: str, night: str) -> list[str]:
         return ["alerts tonight: none"]
     lines = [f"alerts tonight: {len(rows)}"]
     for row in rows:
-        where = f"{row.state} " if row.state else ""
-        dwell = f"{where}{row.dwell_s:.1f}s" if row.dwell_s is not None else where.strip()
-        past = "" if row.p95_s is None else f", p95 {row.p95_s:.1f}s"
-        lines.append(f"  {row.level:<5}  {row.label}  {dwell}{past}  ({row.kind})")
+        what = row.detail or row.kind  # the watchdog's kinds (stopped, stale, streak) say why
+        if row.kind == DWELL and row.dwell_s is not None and row.p95_s is not None:
+            times, limit = (1, "p95") if row.level == "watch" else (2, "2 x p95")
+            what = f"{row.state} {row.dwell_s:.2f}s > {limit} {times * row.p95_s:.2f}s"
+        lines.append(f"  {row.level:<5}  {row.label}  {what}")
     return lines
 
 
