@@ -154,10 +154,12 @@ def _alert_lines(url: str, key: str, night: str) -> list[str]:
     lines = [f"alerts tonight: {len(rows)}"]
     for row in rows:
         what = row.detail or row.kind  # the watchdog's kinds (stopped, stale, streak) say why
-        if row.kind == DWELL and row.dwell_s is not None and row.p95_s is not None:
+        if row.kind == DWELL and row.p95_s is not None:
+            # raised the moment it passed: the dwell then is the limit, so the limit is what to say
             times, limit = (1, "p95") if row.level == "watch" else (2, "2 x p95")
-            what = f"{row.state} {row.dwell_s:.2f}s > {limit} {times * row.p95_s:.2f}s"
-        lines.append(f"  {row.level:<5}  {row.label}  {what}")
+            what = f"{row.state} past {limit} = {times * row.p95_s:.2f}s"
+        at = row.at.strftime("%H:%M:%S UTC")
+        lines.append(f"  {row.level:<5}  {row.label}  {what}  at {at}")
     return lines
 
 
