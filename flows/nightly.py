@@ -111,7 +111,7 @@ def _run_night(
     logger = get_run_logger()
     started_at = _stamp()
     plan = plan_night(catalogue, only, expected_durations(catalogue, ledger))
-    sinks: list[Sink] = [*LIVE_SINKS, ProgressSink(len(plan.labels)), LogSink(logger)]
+    sinks: list[Sink] = [*LIVE_SINKS, ProgressSink(plan.labels), LogSink(logger)]
     parts = build_parts(
         catalogue,
         settings,

@@ -1,18 +1,26 @@
-"""The live table of jobs and states drawn by ``nightshift run`` (rich)."""
+"""The live table of jobs and states drawn by ``nightshift run`` (rich).
+
+With learned budgets it also marks a job whose wait is abnormal (``watch``, ``ALERT``), shows
+each job's expected end and the night's (``7/12 finished, expected done ~02:41 UTC``).
+"""
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import datetime
 
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from nightshift.engine.events import JobChanged, JobFinished, NightEvent
+from nightshift.engine.context import utcnow
+from nightshift.engine.events import JobChanged, JobFinished, LevelChanged, NightEvent
+from nightshift.engine.expected import clock_text
+from nightshift.engine.night_progress import NightProgress
 from nightshift.engine.outcomes import is_final
 
 __all__ = ["LiveTable"]
@@ -28,13 +36,18 @@ _STYLE = {
     "skipped": "dim",
     "cancelled": "red",
 }
+_MARKER = {"watch": (" watch", "bold yellow"), "alert": (" ALERT", "bold red")}
 
 
 class LiveTable:
     """Job states as they change; safe to update from any thread."""
 
-    def __init__(self, labels: list[str], console: Console) -> None:
+    def __init__(
+        self, labels: list[str], console: Console, wall: Callable[[], datetime] = utcnow
+    ) -> None:
         self._console = console
+        self._wall = wall
+        self.progress = NightProgress(labels)
         self._lock = threading.Lock()
         self._states: dict[str, tuple[str, float]] = {
             label: ("waiting", time.monotonic()) for label in labels
@@ -51,13 +64,20 @@ class LiveTable:
         if self._lines and is_final(state):
             # not a terminal (CI, a log file): one line per finished job instead of a table
             line = f"[{done}/{len(self._states)}] {label}: {state}"
-            # `gen:a:` would be an emoji and `[x]` markup: print labels as they are
-            self._console.print(line, highlight=False, markup=False, emoji=False)
+            self._say(line)
+
+    def _say(self, line: str) -> None:
+        # `gen:a:` would be an emoji and `[x]` markup: print labels as they are
+        self._console.print(line, highlight=False, markup=False, emoji=False)
 
     def on_event(self, event: NightEvent) -> None:
         """A sink of the night's events: each state change, and each job's outcome."""
+        self.progress.on_event(event)
         if isinstance(event, JobChanged):
             self.update(event.label, event.state)
+        elif isinstance(event, LevelChanged) and self._lines:
+            # a marker in the table; without one, a line of its own
+            self._say(f"[{event.alert.level}] {event.alert.line()}")
         elif isinstance(event, JobFinished):
             # a job kept from an earlier run changes no state: its outcome is its news
             self.update(event.outcome.label, event.outcome.state.value)
@@ -66,15 +86,30 @@ class LiveTable:
         """The table as it stands."""
         with self._lock:
             rows = list(self._states.items())
+        wall = self._wall()
+        views = {view.label: view for view in self.progress.jobs(wall)}
+        expected = self.progress.known
         done = sum(is_final(state) for _, (state, _) in rows)
-        table = Table(title=f"nightshift: {done}/{len(rows)} jobs finished")
+        title = f"nightshift: {done}/{len(rows)} jobs finished"
+        if expected and (at := self.progress.expected_done(wall)) is not None:
+            title = f"nightshift: {done}/{len(rows)} finished, expected done {clock_text(at, wall)}"
+        table = Table(title=title, min_width=len(title))  # the night's line is never wrapped
         table.add_column("job")
         table.add_column("state")
         table.add_column("for", justify="right")
+        if expected:
+            table.add_column("expected end", justify="right")
         now = time.monotonic()
         for label, (state, since) in rows:
-            style = _STYLE.get(state, "white")
-            table.add_row(Text(label), Text(state, style=style), f"{now - since:.0f}s")
+            view = views.get(label)
+            cell = Text(state, style=_STYLE.get(state, "white"))
+            if view is not None and view.state == state and view.level in _MARKER:
+                cell.append(*_MARKER[view.level])
+            row: list[Text | str] = [Text(label), cell, f"{now - since:.0f}s"]
+            if expected:
+                end = view.expected_end if view is not None and not is_final(state) else None
+                row.append(clock_text(end, wall) if end is not None else "")
+            table.add_row(*row)
         return table
 
     @contextmanager

@@ -7,6 +7,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nightshift.backends.base import Backend, ExternalState, JobStatus
 from nightshift.config.catalogue import Catalogue
@@ -16,6 +17,9 @@ from nightshift.engine.outcomes import JobOutcome
 from nightshift.engine.watcher import Watcher
 from nightshift.store.ledger import Ledger
 from nightshift.store.ledger_sink import LedgerSink
+
+if TYPE_CHECKING:
+    from nightshift.engine.dwell_watch import DwellWatch
 
 __all__ = ["NightContext", "utcnow"]
 
@@ -57,6 +61,7 @@ class NightContext:
     # when the watcher first saw each job's final state: the ledger's time for the final row
     final_seen: dict[str, datetime] = field(default_factory=dict)
     attempts: dict[str, int] = field(default_factory=dict)  # each job's attempt, for its events
+    dwell: DwellWatch | None = None  # tonight's dwell watch (None: no budgets to watch with)
     events: Publisher = field(init=False)
     _since: Since = field(init=False, default_factory=Since)
 

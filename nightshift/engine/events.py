@@ -9,15 +9,19 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
+from nightshift.engine.alerts import Alert
+from nightshift.engine.expected import Typical
 from nightshift.engine.outcomes import JobOutcome, NightSummary
 
 __all__ = [
+    "ExpectedDurations",
     "JobChanged",
     "JobFinished",
+    "LevelChanged",
     "LogSink",
     "NightEvent",
     "NightFinished",
@@ -77,7 +81,35 @@ class NightFinished:
     at: datetime
 
 
-NightEvent = JobChanged | JobFinished | PollFailed | NightFinished
+@dataclass(frozen=True)
+class LevelChanged:
+    """A job's time in its state passed a level (watch or alert): once per job, state and level
+    per night, however often it is polled, and not again when a rerun re-attaches."""
+
+    alert: Alert
+
+    @property
+    def label(self) -> str:
+        """The job's label."""
+        return self.alert.label
+
+
+@dataclass(frozen=True)
+class ExpectedDurations:
+    """How long tonight's jobs usually take (learned budgets' p50s), told once at the start.
+
+    Only jobs with some learned p50 are in ``jobs``; a night with no budgets publishes none.
+    """
+
+    night: str
+    catalogue: str
+    jobs: Mapping[str, Typical]
+    at: datetime
+
+
+NightEvent = (
+    JobChanged | JobFinished | PollFailed | NightFinished | LevelChanged | ExpectedDurations
+)
 Sink = Callable[[NightEvent], None]
 
 
@@ -128,7 +160,7 @@ class Since:
 
 
 class LogSink:
-    """The flow's log lines: each finished job, then the night's headline and its bad jobs."""
+    """The flow's log lines: each finished job, each watch/alert, the headline and bad jobs."""
 
     def __init__(self, logger: Logger) -> None:
         self._logger = logger
@@ -140,3 +172,6 @@ class LogSink:
             self._logger.info("%s", event.summary.headline())
             for outcome in event.summary.not_ok:
                 self._logger.warning("%s", outcome.line())
+        elif isinstance(event, LevelChanged):
+            # the flow run's logs keep both levels; an alert also goes to the night's AlertSink
+            self._logger.warning("%s", event.alert.line())

@@ -16,9 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 from nightshift.backends import build_backends, close_backends
 from nightshift.backends.base import Backend
+from nightshift.budgets.current import current_budgets
 from nightshift.config.catalogue import Catalogue
 from nightshift.engine.admission import Admission
+from nightshift.engine.alerts import AlertSink, LogAlertSink
 from nightshift.engine.context import NightContext, utcnow
+from nightshift.engine.dwell_watch import BudgetLoader, watch_dwells
 from nightshift.engine.events import Logger, NightFinished, Sink
 from nightshift.engine.outcomes import JobOutcome, NightSummary, Outcome, join
 from nightshift.engine.plan import Plan
@@ -66,6 +69,9 @@ class NightParts:
     hold: Hold = no_hold
     broken: dict[str, str] = field(default_factory=dict)  # backend -> why it was not built
     logger: Logger | None = None  # where a failing sink is reported
+    # tonight's learned budgets (None: no dwell watch), and where its alerts go (Slack, later)
+    budgets: BudgetLoader | None = current_budgets
+    alerts: AlertSink = field(default_factory=LogAlertSink)
 
 
 def build_parts(
@@ -136,6 +142,7 @@ def open_night(
     ``stop_reason`` says why no more jobs may be submitted (default: the watcher stopped);
     ``owns_night`` is False once the night lost its lease (then it writes no ledger rows).
     ``outcomes`` receives each job's outcome as it comes (the caller's, for an early end).
+    With learned budgets, each job's time in its state is watched (``engine/dwell_watch.py``).
     """
     with ExitStack() as cleanup:  # whatever fails below, everything built so far is closed
         cleanup.callback(close_backends, parts.backends)
@@ -172,6 +179,9 @@ def open_night(
             stop_reason=lambda: (stop_reason or watcher_stopped)(watcher),
             owns_night=owns_night,
         )
+        if (dwell := watch_dwells(ctx, parts.budgets, parts.alerts)) is not None:
+            cleanup.callback(dwell.stop)
+            ctx.dwell = dwell
         for backend in catalogue.limits:
             # with a cap, jobs start longest-expected first: announce them in that order
             ranks = [

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
-from nightshift.engine.events import JobFinished, NightEvent
+from nightshift.engine.context import utcnow
+from nightshift.engine.events import NightEvent
+from nightshift.engine.expected import clock_text
+from nightshift.engine.night_progress import NightProgress
 
 __all__ = ["PROGRESS_KEY", "ProgressSink"]
 
@@ -15,24 +20,37 @@ PROGRESS_KEY = "nightly-progress"
 
 
 class ProgressSink:
-    """Jobs of the night finished, out of its total: created now, moved on each finished job."""
+    """Jobs of the night finished, out of its total, and (with budgets) when it should be done.
 
-    def __init__(self, total: int, key: str = PROGRESS_KEY) -> None:
-        self._total = total
-        self._done: set[str] = set()
+    Created now; moved when its text changes (a job finished, a new expected end).
+    """
+
+    def __init__(
+        self,
+        labels: list[str],
+        key: str = PROGRESS_KEY,
+        wall: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self._progress = NightProgress(labels)
+        self._wall = wall
         self._lock = threading.Lock()
-        self._id: Any = create_progress_artifact(
-            0.0, key=key, description=f"Jobs of the night finished: 0 of {total}"
-        )
+        self._shown = self._text()
+        self._id: Any = create_progress_artifact(0.0, key=key, description=self._shown)
 
     def __call__(self, event: NightEvent) -> None:
-        if not isinstance(event, JobFinished):
-            return
+        self._progress.on_event(event)
         with self._lock:
-            self._done.add(event.outcome.label)
-            count = len(self._done)
-        update_progress_artifact(
-            self._id,
-            100.0 * count / max(1, self._total),
-            description=f"Jobs of the night finished: {count} of {self._total}",
-        )
+            text = self._text()
+            if text == self._shown:
+                return
+            self._shown = text
+        done, total = self._progress.finished()
+        update_progress_artifact(self._id, 100.0 * done / max(1, total), description=text)
+
+    def _text(self) -> str:
+        """``Jobs of the night finished: 7 of 12, expected done ~02:41 UTC``."""
+        done, total = self._progress.finished()
+        text = f"Jobs of the night finished: {done} of {total}"
+        if (at := self._progress.expected_done(self._wall())) is not None:
+            text += f", expected done {clock_text(at, self._wall())}"
+        return text

@@ -36,3 +36,111 @@ def test_the_table_is_a_sink_of_the_nights_events() -> None:
         table.on_event(JobFinished("n", "c", JobOutcome("a", Outcome.FAILED), at))  # said once
         table.on_event(JobFinished("n", "c", JobOutcome("b", Outcome.SUCCEEDED), at))  # kept
     assert out.getvalue().splitlines() == ["[1/2] a: failed", "[2/2] b: succeeded"]
+
+
+def _expected_night() -> list:
+    """Three jobs with learned p50s: one started, one re-attached, one waiting on the first."""
+    from datetime import UTC, datetime, timedelta
+
+    from nightshift.engine.events import ExpectedDurations, JobChanged
+    from nightshift.engine.expected import Typical
+
+    t = datetime(2030, 1, 1, 22, 0, tzinfo=UTC)
+    typical = {
+        "a": Typical(job_p50=600.0, states={"queued": 30.0}),
+        "b": Typical(states={"queued": 60.0, "running": 300.0}),
+        "c": Typical(job_p50=100.0, after=("a",)),
+    }
+    return [
+        ExpectedDurations("n", "c", typical, t),
+        JobChanged("n", "c", "a", "cli", 1, None, "submitting", t, None),
+        JobChanged("n", "c", "a", "cli", 1, "a", "queued", t + timedelta(seconds=5), 5.0),
+        # b was re-attached: first seen queued, its start unknown
+        JobChanged("n", "c", "b", "cli", 1, "b", "queued", t + timedelta(seconds=10), None),
+    ]
+
+
+def test_expected_ends_of_started_re_attached_and_waiting_jobs() -> None:
+    from datetime import timedelta
+
+    from nightshift.engine.night_progress import NightProgress
+
+    events = _expected_night()
+    t = events[0].at
+    progress = NightProgress(["a", "b", "c"])
+    for event in events:
+        progress.on_event(event)
+    now = t + timedelta(seconds=20)
+    ends = {view.label: view.expected_end for view in progress.jobs(now)}
+    assert ends == {
+        "a": t + timedelta(seconds=600),  # its start + the whole job's p50
+        "b": t + timedelta(seconds=10 + 60 + 300),  # queued since, then its running p50
+        "c": t + timedelta(seconds=700),  # after a, then its own p50
+    }
+    assert progress.line(now) == "0/3 finished, expected done ~22:11 UTC"
+    # a overdue: c starts now at the earliest; to the second once it is close
+    assert progress.line(t + timedelta(seconds=800)) == "0/3 finished, expected done ~22:15:00 UTC"
+    # a job with nothing learned: no night estimate, the count alone
+    unknown = NightProgress(["a", "b", "c", "d"])
+    for event in events:
+        unknown.on_event(event)
+    assert unknown.line(now) == "0/4 finished"
+
+
+def test_the_table_marks_watch_and_alert_and_shows_expected_ends() -> None:
+    from datetime import timedelta
+
+    from nightshift.engine.alerts import Alert
+    from nightshift.engine.events import JobChanged, LevelChanged
+
+    events = _expected_night()
+    t = events[0].at
+    now = t + timedelta(seconds=20)
+    out = io.StringIO()
+    table = LiveTable(["a", "b", "c"], Console(file=out, width=200), wall=lambda: now)
+
+    def level(label: str, lvl: str) -> LevelChanged:
+        return LevelChanged(Alert("n", "c", label, "cli", "queued", lvl, 15.0, 5.0, now))  # type: ignore[arg-type]
+
+    with table.shown(enabled=False):
+        for event in [*events, level("a", "watch"), level("b", "watch"), level("b", "alert")]:
+            table.on_event(event)
+    # not a terminal: each level a line of its own
+    assert out.getvalue().splitlines() == [
+        "[watch] watch: c/a (cli) queued for 15s (p95 5s, x3.0) night n",
+        "[watch] watch: c/b (cli) queued for 15s (p95 5s, x3.0) night n",
+        "[alert] alert: c/b (cli) queued for 15s (p95 5s, x3.0) night n",
+    ]
+    rendered = io.StringIO()
+    Console(file=rendered, width=200).print(table.render())
+    text = rendered.getvalue()
+    assert "0/3 finished, expected done ~22:11 UTC" in text
+    row = {
+        line.split()[1]: line
+        for line in text.splitlines()
+        if line.split()[1:2] in (["a"], ["b"], ["c"])
+    }
+    assert "queued watch" in row["a"] and "~22:10:00 UTC" in row["a"]
+    assert "queued ALERT" in row["b"] and "~22:06:10 UTC" in row["b"]
+    assert "waiting" in row["c"] and "~22:11 UTC" in row["c"]
+    # a new state clears the marker: its level is of the state left
+    table.on_event(JobChanged("n", "c", "b", "cli", 1, "b", "running", now, 10.0))
+    rendered = io.StringIO()
+    Console(file=rendered, width=200).print(table.render())
+    assert "ALERT" not in rendered.getvalue()
+
+
+def test_without_budgets_the_table_is_as_before() -> None:
+    from datetime import UTC, datetime
+
+    from nightshift.engine.events import JobChanged
+
+    out = io.StringIO()
+    table = LiveTable(["a", "b"], Console(file=out, width=200))
+    at = datetime(2030, 1, 1, tzinfo=UTC)
+    table.on_event(JobChanged("n", "c", "a", "command", 1, "a", "running", at, None))
+    rendered = io.StringIO()
+    Console(file=rendered, width=200).print(table.render())
+    text = rendered.getvalue()
+    assert "nightshift: 0/2 jobs finished" in text
+    assert "expected" not in text

@@ -1,0 +1,244 @@
+"""The night's detector at work: fed each job change, woken between polls, announcing once.
+
+``DwellWatch`` is a sink of the night's events: a job entering a state that is not final is
+observed by the ``Detector``, a final state forgets it. Between polls a small timer thread sleeps
+until ``Detector.next_wake()`` and ticks, so a level changes on time whatever the poll interval.
+Each level change is kept in the alert log first; only a change the log had not seen (a rerun
+re-attaching repeats nothing) becomes a ``LevelChanged`` event for the sinks, and an ``alert``
+also goes to the ``AlertSink`` at once. A night that lost its lease keeps and announces nothing:
+the night holding it does.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Literal, cast
+
+from nightshift.budgets.lookup import Budget, Budgets
+from nightshift.engine.alerts import Alert, AlertSink, Raised
+from nightshift.engine.detection import Detector
+from nightshift.engine.events import (
+    ExpectedDurations,
+    JobChanged,
+    LevelChanged,
+    Logger,
+    NightEvent,
+)
+from nightshift.engine.expected import typical_of
+from nightshift.engine.outcomes import is_final
+from nightshift.store.alert_log import DWELL, AlertLog, AlertRecord
+
+if TYPE_CHECKING:
+    from nightshift.engine.context import NightContext
+    from nightshift.store.ledger import Ledger
+
+__all__ = ["BudgetLoader", "CatalogueBudgets", "DwellWatch", "watch_dwells"]
+
+_MAX_WAIT = 60.0  # seconds: the timer looks at the wall clock at least this often
+_MIN_WAIT = 0.01  # never spin, even if a wake-up is already past
+_LEVELS: tuple[Literal["watch", "alert"], ...] = ("watch", "alert")
+
+
+@dataclass(frozen=True)
+class CatalogueBudgets:
+    """Tonight's budgets for the detector: one catalogue's, a label's backend as the fallback."""
+
+    budgets: Budgets
+    catalogue: str
+    backends: Mapping[str, str]  # label -> backend
+
+    def budget(self, label: str, state: str) -> Budget | None:
+        """The budget of ``label`` in ``state``, or None while still learning."""
+        return self.budgets.budget(self.catalogue, label, state, self.backends.get(label))
+
+
+class DwellWatch:
+    """A night event sink with a timer: turns job changes and time into announced levels."""
+
+    def __init__(
+        self,
+        detector: Detector,
+        *,
+        publish: Callable[[NightEvent], None],
+        log: AlertLog,
+        alerts: AlertSink,
+        wall: Callable[[], datetime],
+        owns_night: Callable[[], bool] = lambda: True,
+        logger: Logger | None = None,
+    ) -> None:
+        self.detector = detector
+        self._publish = publish
+        self._log = log
+        self._alerts = alerts
+        self._wall = wall
+        self._owns_night = owns_night
+        self._logger: Logger = logger or logging.getLogger("nightshift.detection")
+        self._entered: dict[str, tuple[str, datetime]] = {}
+        self._cond = threading.Condition()
+        self._stopped = False
+        self._waiting_for: datetime | None = None
+        self._thread = threading.Thread(target=self._loop, name="nightshift-dwell", daemon=True)
+
+    # -- the sink -------------------------------------------------------------------------
+    def __call__(self, event: NightEvent) -> None:
+        if not isinstance(event, JobChanged):
+            return
+        if is_final(event.state):
+            with self._cond:
+                self._entered.pop(event.label, None)
+            self.detector.forget(event.label)
+            return
+        with self._cond:
+            previous = self._entered.get(event.label)
+            if previous is None or previous[0] != event.state:
+                self._entered[event.label] = (event.state, event.at)
+            entered_at = self._entered[event.label][1]  # a repeat keeps the state's start
+        changes = self.detector.observe(
+            event.label,
+            event.state,
+            entered_at=entered_at,
+            now=self._wall(),
+            backend=event.backend,
+        )
+        self._announce(changes)
+        self.poke()  # its next level may come before the timer's current wake-up
+
+    # -- the timer ------------------------------------------------------------------------
+    def start(self) -> DwellWatch:
+        """Start the timer thread."""
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop the timer thread (the night is over)."""
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+
+    def poke(self) -> None:
+        """Look at the clock again now (a new observation, or a test moved its fake clock)."""
+        with self._cond:
+            self._cond.notify_all()
+
+    @property
+    def waiting_for(self) -> datetime | None:
+        """The wall time the timer sleeps until, None when nothing is pending or it is busy."""
+        with self._cond:
+            return self._waiting_for
+
+    def tick(self) -> None:
+        """Announce every level reached by now, without a poll."""
+        self._announce(self.detector.tick(self._wall()))
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                if self._stopped:
+                    return
+                wake, now = self.detector.next_wake(), self._wall()
+                if wake is None or wake > now:
+                    self._waiting_for = wake
+                    left = _MAX_WAIT if wake is None else (wake - now).total_seconds()
+                    self._cond.wait(timeout=min(max(left, _MIN_WAIT), _MAX_WAIT))
+                    self._waiting_for = None
+                    continue
+            try:
+                self.tick()
+            except Exception:  # a bug here must not end the night; the next poll still observes
+                self._logger.exception("dwell detection failed on a tick")
+                with self._cond:
+                    self._cond.wait(timeout=_MAX_WAIT)
+
+    # -- announcing -----------------------------------------------------------------------
+    def _announce(self, changes: list[Alert]) -> None:
+        for alert in changes:
+            if not self._owns_night():
+                continue  # the rows and the news belong to the night holding the lease now
+            if not self._keep(alert):
+                continue
+            self._publish(LevelChanged(alert))
+            if alert.level == "alert":
+                try:
+                    self._alerts.send(alert)
+                except Exception:
+                    self._logger.exception("the alert sink failed on %s", alert.line())
+
+    def _keep(self, alert: Alert) -> bool:
+        """Write the alert log row; False when it was there already (raised by another run).
+
+        A database that fails now does not silence the alert: it is announced all the same.
+        """
+        record = AlertRecord(
+            catalogue=alert.catalogue,
+            night=alert.night,
+            label=alert.label,
+            kind=DWELL,
+            level=alert.level,
+            raised_by="night",
+            at=alert.at,
+            state=alert.state,
+            dwell_s=alert.dwell_s,
+            p95_s=alert.p95_s,
+            detail=alert.line(),
+        )
+        try:
+            return self._log.record(record)
+        except Exception as exc:
+            self._logger.warning(
+                "could not keep %s in the alert log: %s: %s", alert.key, type(exc).__name__, exc
+            )
+            return True
+
+
+BudgetLoader = Callable[["Ledger", datetime], Budgets]
+
+
+def watch_dwells(
+    ctx: NightContext, load: BudgetLoader | None, alerts: AlertSink
+) -> DwellWatch | None:
+    """Tonight's detection on ``ctx``, started: budgets as of now, seeded from the alert log.
+
+    No loader, or budgets that cannot be read (one line in the night's log): None, and the night
+    runs as it would without budgets. The expected durations go out first, as an event.
+    """
+    logger: Logger = ctx.logger or logging.getLogger("nightshift.detection")
+    key = ctx.catalogue.key
+    if load is None:
+        return None
+    try:
+        budgets = load(ctx.ledger, ctx.wall())
+        log = AlertLog(ctx.ledger.engine)
+        raised = log.raised(key, ctx.night)
+    except Exception as exc:
+        logger.warning(
+            "no dwell watch tonight: the budgets could not be read: %s: %s",
+            type(exc).__name__,
+            str(exc).strip().splitlines()[0] if str(exc).strip() else "",
+        )
+        return None
+    backends = {job.label: job.backend for job in ctx.catalogue.jobs}
+    detector = Detector(
+        ctx.night,
+        key,
+        CatalogueBudgets(budgets, key, backends),
+        raised=[cast("Raised", key) for key in raised if key[2] in _LEVELS],
+    )
+    if typical := typical_of(budgets, ctx.catalogue):
+        ctx.events.publish(ExpectedDurations(ctx.night, key, typical, ctx.wall()))
+    watch = DwellWatch(
+        detector,
+        publish=ctx.events.publish,
+        log=log,
+        alerts=alerts,
+        wall=ctx.wall,
+        owns_night=ctx.owns_night,
+        logger=logger,
+    )
+    ctx.events.add(watch)  # the last sink: the others hear a change before its level
+    return watch.start()

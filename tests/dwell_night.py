@@ -1,0 +1,177 @@
+"""A night with dwell detection on fake clocks: a scripted backend, budgets given as literals.
+
+The night's jobs run on a thread of their own; the test moves the clocks and pokes the watcher
+and the dwell timer, then waits for what should follow (never a fixed sleep).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from nightshift.backends.base import ExternalState
+from nightshift.budgets.lookup import Budget, Budgets
+from nightshift.config.catalogue import parse_catalogue
+from nightshift.engine.admission import Admission
+from nightshift.engine.alerts import Alert
+from nightshift.engine.context import NightContext
+from nightshift.engine.dwell_watch import BudgetLoader
+from nightshift.engine.events import JobChanged, LevelChanged, NightEvent
+from nightshift.engine.night import NightParts, open_night
+from nightshift.engine.plan import plan_night
+from nightshift.engine.steps import run_jobs_plain
+from nightshift.store.alert_log import AlertLog
+from nightshift.store.ledger import Ledger
+from tests.support import ScriptedBackend, wait_until
+
+Q, R, S = ExternalState.QUEUED, ExternalState.RUNNING, ExternalState.SUCCEEDED
+NIGHT = "2030-01-01"
+EPOCH = datetime(2030, 1, 1, 22, 0, tzinfo=UTC)
+CATALOGUE = """\
+name: test
+defaults: {{poll: {{initial: {poll}, max: {poll}}}, stagger: 0s, retries: 0, deadline: 24h}}
+jobs:
+  - {{label: slow, backend: command, argv: [x]}}
+"""
+# watch past 10 s, alert past 20 s, in whichever state the test waits in
+BUDGET = Budget(p50=4.0, p95=10.0, n=20)
+
+
+def budgets(*states: str, job_p50: float | None = None) -> Budgets:
+    """The budget above for job ``slow`` in each of ``states``; a whole-job p50 if given."""
+    jobs = {("test", "slow"): Budget(job_p50, job_p50, 20)} if job_p50 is not None else {}
+    return Budgets(states={("test", "slow", s): BUDGET for s in states}, jobs=jobs)
+
+
+class Clocks:
+    """The watcher's monotonic seconds and the wall clock, moved together by the test."""
+
+    def __init__(self, start: datetime = EPOCH) -> None:
+        self._t = 1000.0
+        self._start = start
+        self._lock = threading.Lock()
+
+    def __call__(self) -> float:
+        with self._lock:
+            return self._t
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self._t += seconds
+
+    def wall(self) -> datetime:
+        return self._start + timedelta(seconds=self() - 1000.0)
+
+
+@dataclass
+class Recorder:
+    """An AlertSink that keeps what it was sent."""
+
+    sent: list[Alert] = field(default_factory=list)
+
+    def send(self, alert: Alert) -> None:
+        self.sent.append(alert)
+
+
+@dataclass
+class Night:
+    """A running night and what the test watches of it."""
+
+    ctx: NightContext
+    clocks: Clocks
+    backend: ScriptedBackend
+    events: list[NightEvent]
+    alerts: Recorder
+    thread: threading.Thread
+
+    def levels(self) -> list[tuple[str, str, str]]:
+        """(label, state, level) of each LevelChanged event, in order."""
+        return [
+            (e.alert.label, e.alert.state, e.alert.level)
+            for e in list(self.events)
+            if isinstance(e, LevelChanged)
+        ]
+
+    def state(self) -> str | None:
+        """The job's latest state as the sinks heard it."""
+        changed = [e.state for e in list(self.events) if isinstance(e, JobChanged)]
+        return changed[-1] if changed else None
+
+    def move(self, seconds: float) -> None:
+        """Move both clocks, wake the watcher and the dwell timer, wait for the watcher."""
+        self.clocks.advance(seconds)
+        self.ctx.watcher.poke()
+        if self.ctx.dwell is not None:
+            self.ctx.dwell.poke()
+        self.ctx.watcher.wait_idle(timeout=10)
+
+    def run_out(self, step: float, limit: int = 1000) -> None:
+        """Move the clocks ``step`` at a time until the night's jobs are done."""
+        for _ in range(limit):
+            if not self.thread.is_alive():
+                return
+            self.move(step)
+            self.thread.join(timeout=0.01)
+        raise AssertionError("the night did not end")
+
+
+def rows(ledger: Ledger) -> list[tuple[str, str, str]]:
+    """(label, state, level) of the night's alert log rows, oldest first."""
+    log = AlertLog(ledger.engine)
+    return [(r.label, r.state, r.level) for r in log.alerts(catalogue="test", night=NIGHT)]
+
+
+@contextmanager
+def dwell_night(
+    tmp_path: Path,
+    ledger: Ledger,
+    script: list[Any],
+    load: BudgetLoader | None,
+    *,
+    poll: str = "100s",
+    clocks: Clocks | None = None,
+    real_clocks: bool = False,
+    owns_night: Callable[[], bool] = lambda: True,
+) -> Iterator[Night]:
+    """Job ``slow`` on its script, the night running on a thread; joined on the way out.
+
+    ``real_clocks``: the night runs on the real clocks (``Night.clocks`` is then unused).
+    """
+    catalogue = parse_catalogue(CATALOGUE.format(poll=poll), tmp_path / "nightshift.yaml")
+    clocks = clocks or Clocks()
+    timing: dict[str, Any] = {} if real_clocks else {"clock": clocks, "wall": clocks.wall}
+    backend = ScriptedBackend(name="command", scripts={"slow": list(script)})
+    events: list[NightEvent] = []
+    alerts = Recorder()
+    parts = NightParts(
+        backends={"command": backend},  # type: ignore[dict-item]
+        ledger=ledger,
+        admission=Admission(0) if real_clocks else Admission(0, clock=clocks),
+        sinks=[events.append],
+        **timing,
+        budgets=load,
+        alerts=alerts,
+    )
+    plan = plan_night(catalogue)
+    run_dir = tmp_path / "run"
+    with open_night(
+        catalogue, parts, plan, night=NIGHT, run_id="t", run_dir=run_dir, owns_night=owns_night
+    ) as ctx:
+        thread = threading.Thread(
+            target=run_jobs_plain, args=(ctx, plan), kwargs={"sleep": lambda _s: None}
+        )
+        thread.start()
+        night = Night(ctx, clocks, backend, events, alerts, thread)
+        # the job is submitted (or re-attached) before the test moves any clock
+        wait_until(lambda: night.state() in ("submitted", "queued"), what="the job in flight")
+        try:
+            yield night
+        finally:
+            if thread.is_alive():
+                ctx.watcher.stop()
+            thread.join(timeout=10)

@@ -1,0 +1,91 @@
+"""Dwell detection in the Prefect flow: a learned queue budget, a job that overstays it."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from flows.nightly import nightly
+from nightshift.config.settings import load_settings
+from nightshift.store.alert_log import AlertLog
+from nightshift.store.ledger import Ledger
+
+pytestmark = pytest.mark.usefixtures("prefect_server")
+
+CATALOGUE = """\
+name: flowtrial
+defaults: {poll: {initial: 0.2s, factor: 2, max: 0.5s}, deadline: 60s}
+jobs:
+  - {label: etl, backend: cli, task: "etl [queue=4 run=0.3]"}
+"""
+
+
+def seed(url: str, nights: int = 10) -> None:
+    """Past nights of etl: queued 0.5-0.9 s; the other states long enough never to alert."""
+    ledger = Ledger(url, "flowtrial")
+    now = datetime.now(UTC)
+    try:
+        for day in range(1, nights + 1):
+            t = now - timedelta(days=day, hours=2)
+            night = t.date().isoformat()
+            slow = 5.0 + day  # seconds in each state around the queue
+            steps = [("submitting", 0), ("submitted", slow), ("queued", slow)]
+            steps += [("running", 0.5 + 0.04 * day), ("succeeded", slow)]
+            for state, after in steps:
+                t += timedelta(seconds=after)
+                ledger.transition(night, f"seed-{day}", "etl", "cli", f"e{day}", state, at=t)
+    finally:
+        ledger.close()
+
+
+def test_an_overstaying_queue_is_watched_then_alerted_once(sandbox: Path) -> None:
+    url = load_settings().ledger_url()
+    seed(url)
+    path = sandbox / "nightshift.yaml"
+    path.write_text(CATALOGUE)
+    run_dir = sandbox / "run"
+    state = nightly(catalog=str(path), run_dir=str(run_dir), return_state=True)
+    assert state.is_completed()
+    assert json.loads((run_dir / "summary.json").read_text())["exit_code"] == 0
+
+    ledger = Ledger(url, "flowtrial")
+    try:
+        night = ledger.dwells(datetime.now(UTC).date().isoformat(), "etl")[0].night
+        records = AlertLog(ledger.engine).alerts(catalogue="flowtrial", night=night)
+    finally:
+        ledger.close()
+    raised = [(r.label, r.state, r.level) for r in records]
+    assert raised == [("etl", "queued", "watch"), ("etl", "queued", "alert")]
+    watch, alert = records
+    assert {r.raised_by for r in records} == {"night"}
+    # on time: just past p95 and 2 x p95 (the timer, not a poll up to 0.5 s later), within 0.3 s
+    assert watch.p95_s is not None and watch.dwell_s is not None and alert.dwell_s is not None
+    assert watch.p95_s < watch.dwell_s < watch.p95_s + 0.3
+    assert 2 * watch.p95_s < alert.dwell_s < 2 * watch.p95_s + 0.3
+
+
+def test_the_progress_artifact_says_when_the_night_should_be_done() -> None:
+    from prefect import flow
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    from nightshift.orchestration.progress import ProgressSink
+    from tests.unit.test_live import _expected_night
+
+    events = _expected_night()
+    now = events[0].at + timedelta(seconds=20)
+
+    @flow
+    def progress() -> None:
+        sink = ProgressSink(["a", "b", "c"], key="test-progress-expected", wall=lambda: now)
+        for event in events:
+            sink(event)
+
+    progress()
+    only = ArtifactFilter(key=ArtifactFilterKey(any_=["test-progress-expected"]))
+    with get_client(sync_client=True) as client:
+        (artifact,) = client.read_latest_artifacts(artifact_filter=only)
+    assert artifact.description == "Jobs of the night finished: 0 of 3, expected done ~22:11 UTC"

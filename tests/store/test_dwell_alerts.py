@@ -1,0 +1,60 @@
+"""A night's watch and alert rows in the alert log, on SQLite and PostgreSQL, raised on time."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from nightshift.store.alert_log import DWELL, AlertLog
+from nightshift.store.ledger import Ledger
+from tests.dwell_night import EPOCH, NIGHT, S, budgets, dwell_night, rows
+from tests.support import wait_until
+
+WATCH = ("slow", "submitted", "watch")
+ALERT = ("slow", "submitted", "alert")
+TICK = timedelta(microseconds=1)
+
+
+@pytest.fixture
+def ledger(db_url: str) -> Iterator[Ledger]:
+    ledger = Ledger(db_url, "test")
+    yield ledger
+    ledger.close()
+
+
+def test_watch_then_alert_at_their_moments_with_no_poll_between(
+    tmp_path: Path, ledger: Ledger
+) -> None:
+    load = lambda _l, _n: budgets("submitted")  # noqa: E731
+    # polled every 100 s: the job sits in `submitted` from EPOCH, past both levels before a poll
+    with dwell_night(tmp_path, ledger, [S], load) as night:
+        dwell = night.ctx.dwell
+        assert dwell is not None
+        watch_at, alert_at = (
+            EPOCH + timedelta(seconds=10) + TICK,
+            EPOCH + timedelta(seconds=20) + TICK,
+        )
+        wait_until(lambda: dwell.waiting_for == watch_at, what="the timer set for the watch")
+        night.move(10)  # exactly p95: still ok
+        wait_until(lambda: dwell.waiting_for == watch_at, what="the timer back to sleep")
+        assert rows(ledger) == [] and night.levels() == []
+        night.move(1e-6)
+        wait_until(lambda: rows(ledger) == [WATCH], what="the watch row")
+        wait_until(lambda: dwell.waiting_for == alert_at, what="the timer set for the alert")
+        assert night.levels() == [WATCH] and night.alerts.sent == []  # a watch is no alert
+        night.move(10)
+        wait_until(lambda: rows(ledger) == [WATCH, ALERT], what="the alert row")
+        assert night.levels() == [WATCH, ALERT]
+        assert [(a.level, a.at) for a in night.alerts.sent] == [("alert", alert_at)]
+        assert night.backend.calls["slow"] == 0  # no poll saw any of it: the timer did
+        night.run_out(100.0)
+    assert night.backend.calls["slow"] == 1
+    watch, alert = AlertLog(ledger.engine).alerts(catalogue="test", night=NIGHT)
+    assert (watch.kind, watch.raised_by, watch.at, watch.p95_s) == (DWELL, "night", watch_at, 10.0)
+    assert watch.dwell_s == pytest.approx(10.000001) and alert.dwell_s == pytest.approx(20.000001)
+    assert alert.at == alert_at and alert.detail is not None and "x2.0" in alert.detail
+    # the rerun's seed reads them back
+    assert AlertLog(ledger.engine).raised("test", NIGHT) == {WATCH, ALERT}
