@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -82,12 +82,15 @@ class JobStatus:
     @property
     def since(self) -> datetime | None:
         """When the job entered ``state``, by the backend: queued ``created_at``, running
-        ``started_at``, final ``finished_at``; None: unknown."""
+        ``started_at``, final ``finished_at`` (a time without a zone taken as UTC); None:
+        unknown."""
         if self.state.final:
-            return self.finished_at
-        if self.state is ExternalState.RUNNING:
-            return self.started_at
-        return self.created_at
+            at = self.finished_at
+        elif self.state is ExternalState.RUNNING:
+            at = self.started_at
+        else:
+            at = self.created_at
+        return at.replace(tzinfo=UTC) if at is not None and at.tzinfo is None else at
 
 
 @runtime_checkable

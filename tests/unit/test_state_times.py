@@ -177,3 +177,13 @@ def test_a_job_seen_only_final_with_no_start_goes_straight_to_its_end(night) -> 
     run_one_job(ctx, "a")
 
     assert chain(ctx)[2:] == [("succeeded", 50, 50)]
+
+
+def test_a_time_without_a_zone_is_taken_as_utc(night) -> None:
+    ctx, backend = night
+    naive = t(40).replace(tzinfo=None)
+    backend.polls = [(60, JobStatus(R, started_at=naive)), (90, reported(S, 85))]
+
+    run_one_job(ctx, "a")
+
+    assert chain(ctx)[2:] == [("running", 40, 40), ("succeeded", 85, 45)]
