@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 __all__ = ["Batch", "BatchScript", "fake_response", "is_final", "now_iso"]
@@ -109,6 +109,25 @@ class Batch:
             return scripted
         return "BATCH_STATE_CANCELLED"
 
+    def changed(self, now: float, time_scale: float) -> float:
+        """Clock reading at which the batch entered its state at clock reading ``now``."""
+        s = self.script
+        running_at = self.started + s.queued_s / time_scale
+        ended_at = running_at + s.running_s / time_scale
+        if self.cancelled_at is not None:
+            effective = self.cancelled_at + s.cancel_delay_s / time_scale
+            if now >= effective and not is_final(self._scripted(effective, time_scale)):
+                return effective  # cancelled before it finished on its own
+        if now < running_at:
+            return self.started
+        return running_at if self.script.final == "stuck" or now < ended_at else ended_at
+
+    def wall(self, reading: float) -> str:
+        """Clock reading ``reading`` as wall-clock time (``...Z``), from the create time."""
+        created = datetime.fromisoformat(self.create_time.replace("Z", "+00:00"))
+        moment = created + timedelta(seconds=reading - self.started)
+        return moment.isoformat().replace("+00:00", "Z")
+
     def _scripted(self, now: float, time_scale: float) -> str:
         s, elapsed = self.script, (now - self.started) * time_scale
         if elapsed < s.queued_s:
@@ -144,19 +163,25 @@ class Batch:
                 out.append({"key": key, "response": fake_response(request)})
         return out
 
-    def operation(self, state: str, save_output: Callable[[bytes], str]) -> dict[str, Any]:
-        """The batch as an Operation in ``state``; file output is saved once via ``save_output``."""
+    def operation(
+        self, state: str, save_output: Callable[[bytes], str], changed: str | None = None
+    ) -> dict[str, Any]:
+        """The batch as an Operation in ``state``; file output is saved once via ``save_output``.
+
+        ``changed`` (wall time) is when it entered ``state``: its ``updateTime``, and its
+        ``endTime`` once final, as the real API dates them (not when someone asked).
+        """
         meta: dict[str, Any] = {
             "@type": _OPERATION_TYPE,
             "model": self.model,
             "displayName": self.display_name,
             "state": state,
             "createTime": self.create_time,
-            "updateTime": now_iso(),
+            "updateTime": changed or now_iso(),
         }
         op: dict[str, Any] = {"name": self.name, "metadata": meta}
         if is_final(state):
-            self.end_time = self.end_time or now_iso()
+            self.end_time = self.end_time or changed or now_iso()
             meta["endTime"] = op["metadata"]["updateTime"] = self.end_time
             op["done"] = True
             results = self.results(state)

@@ -4,7 +4,9 @@ Each batch follows a ``BatchScript`` chosen by its displayName (else the default
 Durations are emulated seconds, divided by ``time_scale``. ``drop_rows`` removes results from
 the END of the output, ``drop_keys`` from anywhere. Inline responses echo the request's
 ``metadata`` only with ``BatchScript(echo_metadata=True)``: clients must not rely on it.
-A cancel takes ``cancel_delay_s``; ``shuffle`` reorders results.
+A cancel takes ``cancel_delay_s``; ``shuffle`` reorders results. Like the real API, a batch's
+``updateTime`` is when it entered its state and ``endTime`` when it ended, not when it was read
+(wall time: ``createTime`` plus the emulator's clock since the create).
 ``echo_key_in_errors`` puts the API key a request sent into its 401 message (leak tests).
 ``inject_faults`` loses answers after the work is done (``after:503``, ``hang``) or answers in
 ways an HTTP client chokes on (``garbled`` body, ``redirect`` to itself).
@@ -159,7 +161,9 @@ class GeminiEmulator:
         def save_output(body: bytes) -> str:
             return str(self._new_file(body, "application/jsonl")["name"])
 
-        return batch.operation(self._state(batch), save_output)
+        now = self._clock()
+        changed = batch.wall(batch.changed(now, self.time_scale))
+        return batch.operation(batch.state(now, self.time_scale), save_output, changed)
 
     def _new_file(self, data: bytes, mime: str, display: str | None = None) -> dict[str, Any]:
         name = f"files/f{next(self._ids):06d}"

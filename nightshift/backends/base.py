@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -62,7 +62,14 @@ class JobSpec:
 
 @dataclass(frozen=True)
 class JobStatus:
-    """One observation of an external job."""
+    """One observation of an external job.
+
+    Times are the backend's own (aware UTC), None where it does not say: ``created_at`` when
+    it took the job (queued since), ``started_at`` when the job began running, ``finished_at``
+    when it reached its final state. ``since`` picks the one for ``state``; the night dates a
+    transition by it (kept after the job's previous transition and not after now, for clocks
+    that disagree), else by when its poll happened to see the change.
+    """
 
     state: ExternalState
     exit_code: int | None = None
@@ -70,6 +77,20 @@ class JobStatus:
     finished_at: datetime | None = None
     detail: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    created_at: datetime | None = None
+
+    @property
+    def since(self) -> datetime | None:
+        """When the job entered ``state``, by the backend: queued ``created_at``, running
+        ``started_at``, final ``finished_at`` (a time without a zone taken as UTC); None:
+        unknown."""
+        if self.state.final:
+            at = self.finished_at
+        elif self.state is ExternalState.RUNNING:
+            at = self.started_at
+        else:
+            at = self.created_at
+        return at.replace(tzinfo=UTC) if at is not None and at.tzinfo is None else at
 
 
 @runtime_checkable

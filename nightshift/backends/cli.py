@@ -73,6 +73,7 @@ def _to_status(obj: Any) -> JobStatus:
         finished_at=_timestamp(obj.get("finished_at"), "finished_at", job_id),
         detail=detail,
         extra={k: obj.get(k) for k in ("job_id", "task", "model", "name")},
+        created_at=_timestamp(obj.get("created_at"), "created_at", job_id),
     )
 
 

@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 
 __all__ = ["NightContext", "utcnow"]
 
+RUNNING = ExternalState.RUNNING.value
+
 
 def utcnow() -> datetime:
     """The wall clock: an aware UTC datetime."""
@@ -91,13 +93,30 @@ class NightContext:
             )
         )
 
-    def seen(self, label: str, state: ExternalState, _status: JobStatus | None = None) -> None:
-        """The watcher saw a job change state. A final state is recorded by the runner only,
-        once it knows the true outcome (a SUCCEEDED batch with missing rows is ``partial``)."""
+    def seen(self, label: str, state: ExternalState, status: JobStatus | None = None) -> None:
+        """The watcher saw a job change state, dated when the backend says it began (else now).
+        A final state is recorded by the runner only, once it knows the true outcome (a
+        SUCCEEDED batch with missing rows is ``partial``)."""
+        since = status.since if status is not None else None
         if state.final:
-            self.final_seen.setdefault(label, self.wall())
+            started = status.started_at if status is not None else None
+            current = self._since.current(label)
+            if started is not None and (current is None or current[0] != RUNNING):
+                # no poll saw it running: the backend says when it did
+                self.mark(label, RUNNING, at=self._began(label, started))
+            self.final_seen.setdefault(label, self._began(label, since))
             return
-        self.mark(label, state.value)
+        self.mark(label, state.value, at=self._began(label, since))
+
+    def _began(self, label: str, reported: datetime | None) -> datetime:
+        """When a job's new state began: as reported, kept between its previous transition
+        and now (the backend's clock may disagree with ours); now if nothing was reported."""
+        now = self.wall()
+        if reported is None:
+            return now
+        previous = self._since.current(label)
+        at = min(reported, now)
+        return at if previous is None else max(at, previous[1])
 
     def poll_failed(self, label: str, error: BaseException | None) -> None:
         """The watcher could not read a job's status (it may try again)."""

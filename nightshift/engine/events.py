@@ -146,6 +146,11 @@ class Since:
         self._lock = threading.Lock()
         self._since: dict[str, tuple[str, datetime]] = {}
 
+    def current(self, label: str) -> tuple[str, datetime] | None:
+        """The job's current state and when it entered it; None before its first."""
+        with self._lock:
+            return self._since.get(label)
+
     def enter(self, label: str, state: str, at: datetime) -> float | None:
         """Seconds the job spent in its previous state; None for its first, or a repeat."""
         with self._lock:

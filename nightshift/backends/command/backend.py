@@ -156,8 +156,11 @@ class CommandBackend:
         code = self._exit_code(jobdir)
         if code is None:
             if self._runner_alive(jobdir):
-                state = ExternalState.RUNNING if started else ExternalState.QUEUED
-                return JobStatus(state, started_at=started)
+                if started:
+                    return JobStatus(ExternalState.RUNNING, started_at=started)
+                # its supervisor is starting it: queued since the submit
+                spec = _read_json(jobdir / "spec.json") or {}
+                return JobStatus(ExternalState.QUEUED, created_at=_dt(spec.get("submitted_at")))
             code = self._exit_code(jobdir)  # it may have finished between the two looks
             if code is None:
                 return JobStatus(ExternalState.FAILED, started_at=started, detail=_LOST)

@@ -36,7 +36,13 @@ from nightshift.backends.gemini.results import (
     write_manifest,
 )
 from nightshift.backends.gemini.submit import BatchCreator
-from nightshift.backends.gemini.wait import BATCH_STATES, CancelWait, is_final_state, settle
+from nightshift.backends.gemini.wait import (
+    BATCH_STATES,
+    CancelWait,
+    batch_started,
+    is_final_state,
+    settle,
+)
 from nightshift.backends.submission import resume_since, submission_key
 from nightshift.errors import BackendError, PermanentBackendError, TransientBackendError
 
@@ -166,14 +172,15 @@ class GeminiBatchBackend:
         return JobStatus(
             state=state,
             exit_code=None if not state.final else int(state != ExternalState.SUCCEEDED),
-            started_at=job.create_time,
-            finished_at=job.end_time if state.final else None,
+            started_at=batch_started(job, state),
+            finished_at=(job.end_time or job.update_time) if state.final else None,
             detail=f"batch {raw.lower()}",
             extra={
                 "batch_state": raw,
                 "display_name": job.display_name,
                 "submitted_rows": self._submitted_rows.get(external_id),
             },
+            created_at=job.create_time,
         )
 
     def cancel(self, external_id: str) -> None:

@@ -1,4 +1,4 @@
-"""Waiting for a cancelled Gemini batch to settle.
+"""Gemini batch states (ours, final or not, since when) and waiting for a cancelled batch to settle.
 
 Gotcha: ``batches.cancel`` is asynchronous. The batch may stay RUNNING (or CANCELLING) for a
 while after it, and still finish rows meanwhile; reading it straight after the cancel reports
@@ -11,13 +11,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from nightshift.backends.base import ExternalState
 from nightshift.backends.gemini.client import sdk_state_name
 from nightshift.engine.backoff import Backoff, poll_until
 
-__all__ = ["BATCH_STATES", "CancelWait", "is_final_state", "settle"]
+__all__ = ["BATCH_STATES", "CancelWait", "batch_started", "is_final_state", "settle"]
 
 # REST state (without BATCH_STATE_ / JOB_STATE_) -> ours; anything else counts as running.
 # Which are final is not spelled here: it is the mapped state's ExternalState.final.
@@ -33,6 +34,16 @@ BATCH_STATES = {
 def is_final_state(raw: str) -> bool:
     """Whether a state name (``sdk_state_name``) is one a batch never leaves."""
     return BATCH_STATES.get(raw, ExternalState.RUNNING).final
+
+
+def batch_started(job: Any, state: ExternalState) -> datetime | None:
+    """When a batch began running: its ``start_time`` where the API has one (Vertex), else,
+    while it runs, its ``update_time``. The Gemini API gives no start time, and a batch's last
+    update is at or after its start: later than the truth at worst, never before it."""
+    start: datetime | None = getattr(job, "start_time", None)
+    if start is not None:
+        return start
+    return job.update_time if state is ExternalState.RUNNING else None
 
 
 _SETTLE_BACKOFF = Backoff(initial=0.5, factor=2.0, max=5.0)
