@@ -6,7 +6,8 @@ need no live night: a crashed night's rows are all there is to go on.
 
 A job is in flight when its ``jobs`` row is neither an outcome nor ``lost`` (a job the night
 gave up on and already reported). Its state is its newest transition's (the ``jobs`` row keeps
-only the submit state), entered at that transition's time.
+only the submit state), entered at that transition's time. Rows from before catalogues (``""``)
+belong to no catalogue a night runs today, and are left out.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import sqlalchemy as sa
 
 from nightshift.engine.outcomes import FINAL_OUTCOMES
 from nightshift.store.db import UTCDateTime
+from nightshift.store.ledger import BEFORE_CATALOGUES
 from nightshift.watchdog.checks import InFlight, LabelRecord, LeaseRow, NightOutcome
 
 __all__ = ["DONE", "in_flight", "label_records", "leases", "night_activity", "outcomes"]
@@ -67,7 +69,7 @@ def in_flight(engine: sa.Engine, catalogue: str | None = None) -> list[InFlight]
         sa.select(j.catalogue, j.night, j.label, j.backend, j.state, j.submitted_at)
         .add_columns(t.backend.label("t_backend"), t.to_state, t.at)
         .select_from(_jobs.outerjoin(_transitions, t.id == newest))
-        .where(j.state.not_in(sorted(DONE)))
+        .where(j.state.not_in(sorted(DONE)), j.catalogue != BEFORE_CATALOGUES)
         .order_by(j.catalogue, j.night, j.label)
     )
     if catalogue is not None:
@@ -114,7 +116,8 @@ def outcomes(
     j = _jobs.c
     query = (
         sa.select(j.catalogue, j.night, j.label, j.state)
-        .where(j.state.in_(sorted(DONE)), j.night >= since_night, j.catalogue != "")
+        .where(j.state.in_(sorted(DONE)), j.night >= since_night)
+        .where(j.catalogue != BEFORE_CATALOGUES)
         .order_by(j.catalogue, j.label, j.night)
     )
     if catalogue is not None:

@@ -42,6 +42,7 @@ def test_in_flight_jobs_carry_their_newest_transition(db_url: str) -> None:
     _run(ledger, NIGHT, "gave-up", ["queued", "failed"], NOW - timedelta(minutes=30))
     ledger.record_state(NIGHT, "gave-up", "lost")
     Ledger(db_url, "other").record_submit(NIGHT, "x", "command", "x1", 1, at=NOW)
+    Ledger(db_url, "").record_submit(NIGHT, "before-catalogues", "command", "y", 1, at=NOW)
 
     running_since = NOW - timedelta(minutes=29)
     assert reads.in_flight(ledger.engine, "cat") == [
@@ -121,3 +122,15 @@ def test_a_pass_raises_each_finding_once(db_url: str) -> None:
         (STOPPED, "watchdog"),
         (DWELL, "watchdog"),
     ]
+
+
+def test_a_dwell_alert_the_night_raised_is_not_raised_again(db_url: str) -> None:
+    ledger = Ledger(db_url, "cat")
+    _history(ledger)
+    _run(ledger, NIGHT, "etl", ["queued", "running"], NOW - timedelta(minutes=3, seconds=1))
+    log = AlertLog(ledger.engine)
+    assert log.record(AlertRecord("cat", NIGHT, "etl", DWELL, "alert", "night", NOW, "running"))
+
+    report = watch_once(db_url, catalogue="cat", now=NOW)
+    assert [a.kind for a in report.found] == [STOPPED, DWELL]
+    assert [a.kind for a in report.raised] == [STOPPED]
