@@ -144,13 +144,21 @@ def _parser() -> argparse.ArgumentParser:
         "--catalog",
         dest="catalogue",
         metavar="FILE",
-        help="only this catalogue's jobs, and check its labels for staleness (default: all)",
+        help="only this catalogue's jobs, and check its labels for staleness (default: all "
+        "catalogues, no staleness)",
     )
     watchdog.add_argument(
-        "--stale-after", default="24h", help="a label without a success this long is stale"
+        "--stale-after",
+        default="24h",
+        metavar="DURATION",
+        help="a label without a success this long is stale (default 24h)",
     )
     watchdog.add_argument(
-        "--streak", type=int, default=3, metavar="N", help="alert after N nights not ok in a row"
+        "--streak",
+        type=int,
+        default=3,
+        metavar="N",
+        help="alert after N nights not ok in a row (default 3)",
     )
     watchdog.add_argument("--json", action="store_true", help="print one object")
     for p in (run, check, demo, budgets, prune, watchdog):
