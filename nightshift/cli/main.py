@@ -139,14 +139,11 @@ def _parser() -> argparse.ArgumentParser:
         epilog=WATCHDOG_EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    watchdog.add_argument(
-        "--catalogue",
-        "--catalog",
-        dest="catalogue",
-        metavar="FILE",
-        help="only this catalogue's jobs, and check its labels for staleness (default: all "
-        "catalogues, no staleness)",
-    )
+    shown = "only this catalogue's jobs, and check its labels for staleness (default: all)"
+    for flag, text in (("--catalogue", shown), ("--catalog", None)):
+        watchdog.add_argument(
+            flag, dest="catalogue", metavar="FILE", help=text or argparse.SUPPRESS
+        )
     watchdog.add_argument(
         "--stale-after",
         default="24h",

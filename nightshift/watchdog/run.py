@@ -102,11 +102,10 @@ def watch_once(
     try:
         engine = ledger.engine
         jobs = reads.in_flight(engine, catalogue)
-        nights = {j.catalogue for j in jobs}
+        catalogues = {j.catalogue for j in jobs}
         since = min((j.night for j in jobs), default="")
-        found = stopped_findings(
-            jobs, reads.leases(engine), reads.night_activity(engine, nights, since), now
-        )
+        activity = reads.night_activity(engine, catalogues, since)
+        found = stopped_findings(jobs, reads.leases(engine), activity, now)
         if jobs:
             found += dwell_findings(jobs, current_budgets(ledger, now), now)
         first_night = (now - OUTCOME_WINDOW).date().isoformat()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from nightshift.cli.main import EXIT_BAD_CATALOGUE, EXIT_NO_LEDGER, EXIT_USAGE, main
+from nightshift.cli.main import EXIT_BAD_CATALOGUE, EXIT_NO_LEDGER, EXIT_USAGE, _parser, main
 from nightshift.config.settings import load_settings
 from nightshift.store.ledger import Ledger
 
@@ -72,3 +72,14 @@ def test_watchdog_names_a_bad_catalogue_or_ledger(
     assert main(["watchdog"]) == EXIT_NO_LEDGER
     err = capsys.readouterr().err
     assert err.startswith("cannot open the ledger database ") and "s3cret-pw" not in err
+
+
+def test_watchdog_spells_it_catalogue_and_still_takes_catalog(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert _parser().parse_args(["watchdog", "--catalog", "x.yaml"]).catalogue == "x.yaml"
+    assert _parser().parse_args(["watchdog"]).catalogue is None
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["watchdog", "--help"])
+    out = capsys.readouterr().out
+    assert out.count("--catalogue FILE") == 2 and "--catalog " not in out
