@@ -7,7 +7,9 @@ makes it once in the alert log:
   own alert (night, label, state), so one the night already raised is not raised again.
 - ``stopped``: a night with jobs in flight that nobody watches: its catalogue's lease is gone or
   expired, or a live lease belongs to another night. The lease is per catalogue, so the night
-  it covers is taken to be the one with the newest transition. Once per (catalogue, night).
+  it covers is taken to be the one with the newest transition (a night that just took the lease
+  and wrote nothing yet lets an older stopped night pass for watched until it does). Once per
+  (catalogue, night).
 - ``stale``: a label of the catalogue file with no success for ``stale_after_s`` (default 24 h).
   Only labels that have finished at least once: a new catalogue or label is still starting
   (nothing to be stale about). Keyed by the night of the last success (or of the first run),
