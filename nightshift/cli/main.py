@@ -13,6 +13,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from nightshift.cli.budgets import BUDGET_EXIT_CODES
 from nightshift.cli.prune import PRUNE_EXIT_CODES
+from nightshift.cli.watchdog import WATCHDOG_EXIT_CODES
 
 __all__ = ["main"]
 
@@ -69,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
         return _budgets(args.catalogue, args.label, args.json)
     if args.command == "prune":
         return _prune(args.catalogue, args.keep, args.dry_run)
+    if args.command == "watchdog":
+        return _watchdog(args.catalogue, args.json, args.stale_after, args.streak)
     if args.command == "demo":
         from nightshift.cli.demo import run_demo
 
@@ -130,7 +133,32 @@ def _parser() -> argparse.ArgumentParser:
         help="only this catalogue's ledger rows, and its manifests",
     )
     prune.add_argument("--dry-run", action="store_true", help="say what would go, delete nothing")
-    for p in (run, check, demo, budgets, prune):
+    watchdog = sub.add_parser(
+        "watchdog",
+        help="one watchdog pass: overstaying jobs, stopped nights, stale labels, failure streaks",
+        epilog=WATCHDOG_EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    shown = "only this catalogue's jobs, and check its labels for staleness (default: all)"
+    for flag, text in (("--catalogue", shown), ("--catalog", None)):
+        watchdog.add_argument(
+            flag, dest="catalogue", metavar="FILE", help=text or argparse.SUPPRESS
+        )
+    watchdog.add_argument(
+        "--stale-after",
+        default="24h",
+        metavar="DURATION",
+        help="a label without a success this long is stale (default 24h)",
+    )
+    watchdog.add_argument(
+        "--streak",
+        type=int,
+        default=3,
+        metavar="N",
+        help="alert after N nights not ok in a row (default 3)",
+    )
+    watchdog.add_argument("--json", action="store_true", help="print one object")
+    for p in (run, check, demo, budgets, prune, watchdog):
         p.add_argument("-v", "--verbose", action="store_true", help="show Prefect's logs")
     return parser
 
@@ -184,6 +212,32 @@ def _prune(path: str | None, keep: str, dry_run: bool) -> int:
     url = settings.ledger_url()
     try:
         return run_prune(url, settings.state_dir, keep_s, key, outputs, dry_run=dry_run)
+    except _DATABASE_ERRORS as exc:
+        _say(_ledger_problem(url, exc))
+        return EXIT_NO_LEDGER
+
+
+def _watchdog(path: str | None, as_json: bool, stale_after: str, streak: int) -> int:
+    from nightshift.cli.watchdog import run_watchdog
+    from nightshift.config.durations import parse_duration
+    from nightshift.config.settings import load_settings
+    from nightshift.errors import CatalogueError
+    from nightshift.watchdog.checks import Rules
+    from nightshift.watchdog.scope import catalogue_labels
+
+    try:
+        rules = Rules(stale_after_s=parse_duration(stale_after), streak_nights=streak)
+    except ValueError as exc:
+        _say(f"nightshift watchdog: --stale-after/--streak: {exc}")
+        return EXIT_USAGE
+    try:
+        key, labels = catalogue_labels(path)
+    except CatalogueError as exc:
+        _say(str(exc))
+        return EXIT_BAD_CATALOGUE
+    url = load_settings().ledger_url()
+    try:
+        return run_watchdog(url, key, labels, rules, as_json=as_json)
     except _DATABASE_ERRORS as exc:
         _say(_ledger_problem(url, exc))
         return EXIT_NO_LEDGER

@@ -1,0 +1,1 @@
+"""The watchdog: from the ledger alone, what no night is watching (pure checks, one pass)."""

@@ -1,0 +1,264 @@
+"""What the watchdog finds in plain values read from the ledger (pure: no I/O, no Prefect).
+
+Four checks, each finding an ``AlertRecord`` (raised by ``watchdog``, level ``alert``) whose key
+makes it once in the alert log:
+
+- ``dwell``: a job in flight longer than 2 x p95 in its current state. Keyed like the night's
+  own alert (night, label, state), so one the night already raised is not raised again.
+- ``stopped``: a night with jobs in flight that nobody watches: its catalogue's lease is gone or
+  expired, or a live lease belongs to another night. The lease is per catalogue, so the night
+  it covers is taken to be the one with the newest transition (a night that just took the lease
+  and wrote nothing yet lets an older stopped night pass for watched until it does). Once per
+  (catalogue, night).
+- ``stale``: a label of the catalogue file with no success for ``stale_after_s`` (default 24 h).
+  Only labels that have finished at least once: a new catalogue or label is still starting
+  (nothing to be stale about). Keyed by the night of the last success (or of the first run),
+  so it is raised once per dry spell and again after the next success goes stale.
+- ``streak``: a label whose last ``streak_nights`` (default 3) recorded nights all ended other
+  than ``succeeded`` (partial, failed, timeout, skipped, lost...). Nights without a row for the
+  label (an ``--only`` run) don't break or extend a streak. Keyed by the streak's first night:
+  once per streak, however long it grows.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+from nightshift.budgets.lookup import Budget, classify
+from nightshift.config.durations import format_duration
+from nightshift.store.alert_log import DWELL, STALE, STOPPED, STREAK, AlertRecord
+
+__all__ = [
+    "BY",
+    "BudgetLookup",
+    "InFlight",
+    "LabelRecord",
+    "LeaseRow",
+    "NightOutcome",
+    "Rules",
+    "dwell_findings",
+    "stale_findings",
+    "stopped_findings",
+    "streak_findings",
+]
+
+BY = "watchdog"  # the alert log's raised_by
+SUCCEEDED = "succeeded"
+
+
+class BudgetLookup(Protocol):
+    """Where a job's learned budget comes from (``nightshift.budgets.lookup.Budgets``)."""
+
+    def budget(
+        self, catalogue: str, label: str, state: str, backend: str | None = None
+    ) -> Budget | None:
+        """The budget of ``label`` in ``state``, or None while learning."""
+        ...
+
+
+@dataclass(frozen=True)
+class Rules:
+    """The watchdog's thresholds."""
+
+    stale_after_s: float = 24 * 3600.0
+    streak_nights: int = 3
+
+    def __post_init__(self) -> None:
+        if self.stale_after_s <= 0 or self.streak_nights < 1:
+            raise ValueError(f"rules need stale_after_s > 0 and streak_nights >= 1, got {self}")
+
+
+@dataclass(frozen=True)
+class InFlight:
+    """A job not final in the ledger: the state of its latest transition, and since when."""
+
+    catalogue: str
+    night: str
+    label: str
+    backend: str | None
+    state: str
+    entered_at: datetime
+
+
+@dataclass(frozen=True)
+class LeaseRow:
+    """A catalogue's lease row (kept after a crash; deleted when a night ends cleanly)."""
+
+    key: str  # the catalogue's key
+    owner: str
+    expires_at: datetime
+
+
+@dataclass(frozen=True)
+class NightOutcome:
+    """How one label's job of one night ended (a final jobs row)."""
+
+    catalogue: str
+    night: str
+    label: str
+    state: str
+
+
+@dataclass(frozen=True)
+class LabelRecord:
+    """One label's finished runs in short: the first, and the last success if any."""
+
+    catalogue: str
+    label: str
+    first_night: str
+    first_at: datetime
+    last_success_night: str | None = None
+    last_success_at: datetime | None = None
+
+
+def dwell_findings(
+    jobs: Iterable[InFlight], budgets: BudgetLookup, now: datetime
+) -> list[AlertRecord]:
+    """Jobs past 2 x p95 in their current state (no budget, or a p95 of 0: none)."""
+    found = []
+    for job in jobs:
+        budget = budgets.budget(job.catalogue, job.label, job.state, job.backend)
+        if budget is None or budget.p95 <= 0:
+            continue
+        dwell = (now - job.entered_at).total_seconds()
+        if classify(dwell, budget) != "alert":
+            continue
+        text = (
+            f"{job.catalogue}/{job.label} {job.state} for {format_duration(dwell)} "
+            f"(p95 {format_duration(budget.p95)}, x{dwell / budget.p95:.1f}) night {job.night}"
+        )
+        key = (job.catalogue, job.night, job.label, DWELL)
+        found.append(_record(*key, now, text, job.state, dwell_s=dwell, p95_s=budget.p95))
+    return found
+
+
+def stopped_findings(
+    jobs: Iterable[InFlight],
+    leases: Mapping[str, LeaseRow],
+    last_activity: Mapping[tuple[str, str], datetime],
+    now: datetime,
+) -> list[AlertRecord]:
+    """Nights with jobs in flight that no live lease covers.
+
+    ``last_activity``: (catalogue, night) -> its newest transition, for every night that may
+    hold the lease; a live lease covers the catalogue's newest night. A lease is live until
+    ``expires_at`` passes (as the lease's own take-over rule: ``expires_at < now`` is expired).
+    """
+    nights: dict[tuple[str, str], list[InFlight]] = defaultdict(list)
+    for job in jobs:
+        nights[(job.catalogue, job.night)].append(job)
+    found = []
+    for (catalogue, night), stuck in sorted(nights.items()):
+        lease = leases.get(catalogue)
+        live = lease is not None and lease.expires_at >= now
+        if live and _newest(catalogue, last_activity) in (None, night):
+            continue
+        if lease is None:
+            why = "no night holds its lease"
+        elif not live:
+            ago = format_duration((now - lease.expires_at).total_seconds())
+            why = f"its lease ({lease.owner}) expired {ago} ago"
+        else:
+            why = f"the live lease ({lease.owner}) runs a newer night"
+        listed = ", ".join(f"{j.label} ({j.state})" for j in sorted(stuck, key=lambda j: j.label))
+        text = (
+            f"{catalogue} night {night} stopped watching: {why}; {len(stuck)} in flight: {listed}"
+        )
+        found.append(_record(catalogue, night, "", STOPPED, now, text))
+    return found
+
+
+def stale_findings(
+    catalogue: str,
+    labels: Iterable[str],
+    records: Mapping[str, LabelRecord],
+    now: datetime,
+    rules: Rules = Rules(),
+) -> list[AlertRecord]:
+    """Labels of ``catalogue`` without a success for longer than ``rules.stale_after_s``."""
+    found = []
+    for label in sorted(set(labels)):
+        record = records.get(label)
+        if record is None:  # never finished: new, not stale
+            continue
+        since = record.last_success_at or record.first_at
+        age = (now - since).total_seconds()
+        if age <= rules.stale_after_s:
+            continue
+        ago = format_duration(age)
+        if record.last_success_at is not None and record.last_success_night is not None:
+            night, what = record.last_success_night, f"last success {ago} ago"
+        else:
+            night, what = record.first_night, f"never succeeded (first run {ago} ago)"
+        limit = format_duration(rules.stale_after_s)
+        text = f"{catalogue}/{label} stale: {what}, more than {limit} (night {night})"
+        found.append(_record(catalogue, night, label, STALE, now, text))
+    return found
+
+
+def streak_findings(
+    outcomes: Iterable[NightOutcome],
+    now: datetime,
+    rules: Rules = Rules(),
+    labels: Iterable[str] | None = None,
+) -> list[AlertRecord]:
+    """Labels whose latest ``rules.streak_nights`` nights were all not ok (only ``labels``)."""
+    wanted = None if labels is None else set(labels)
+    by_label: dict[tuple[str, str], list[NightOutcome]] = defaultdict(list)
+    for outcome in outcomes:
+        if wanted is None or outcome.label in wanted:
+            by_label[(outcome.catalogue, outcome.label)].append(outcome)
+    found = []
+    for (catalogue, label), rows in sorted(by_label.items()):
+        streak = _trailing_not_ok(sorted(rows, key=lambda r: r.night))
+        if len(streak) < rules.streak_nights:
+            continue
+        start = streak[0].night
+        shown = ", ".join(f"{r.night} {r.state}" for r in streak[-rules.streak_nights :])
+        text = f"{catalogue}/{label} not ok {len(streak)} nights in a row since {start}: {shown}"
+        found.append(_record(catalogue, start, label, STREAK, now, text))
+    return found
+
+
+def _trailing_not_ok(rows: Sequence[NightOutcome]) -> list[NightOutcome]:
+    """The newest rows after the last success, oldest first."""
+    streak: list[NightOutcome] = []
+    for row in reversed(rows):
+        if row.state == SUCCEEDED:
+            break
+        streak.append(row)
+    return streak[::-1]
+
+
+def _newest(catalogue: str, last_activity: Mapping[tuple[str, str], datetime]) -> str | None:
+    """The catalogue's night with the newest transition (latest night on a tie)."""
+    mine = [(at, night) for (c, night), at in last_activity.items() if c == catalogue]
+    return max(mine)[1] if mine else None
+
+
+def _record(
+    catalogue: str,
+    night: str,
+    label: str,
+    kind: str,
+    now: datetime,
+    text: str,
+    state: str = "",
+    **measures: float,
+) -> AlertRecord:
+    return AlertRecord(
+        catalogue=catalogue,
+        night=night,
+        label=label,
+        kind=kind,
+        level="alert",
+        raised_by=BY,
+        at=now,
+        state=state,
+        detail=text,
+        **measures,
+    )

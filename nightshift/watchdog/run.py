@@ -1,0 +1,141 @@
+"""One watchdog pass: read the ledger, check, keep each finding once, announce the new ones.
+
+It reads only the ledger (jobs, transitions, leases, alerts) and the budgets, so it works when
+the night's own process died. A finding already in the alert log (the night raised it, or an
+earlier pass did) is not announced again.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
+
+from nightshift.store.alert_log import DWELL, STALE, STOPPED, STREAK, AlertLog, AlertRecord
+from nightshift.watchdog.checks import (
+    Rules,
+    dwell_findings,
+    stale_findings,
+    stopped_findings,
+    streak_findings,
+)
+
+__all__ = ["FindingSink", "LogFindingSink", "WatchReport", "watch_once"]
+
+Logger = logging.Logger | logging.LoggerAdapter  # type: ignore[type-arg]
+
+OUTCOME_WINDOW = timedelta(days=30)  # streaks are read from this many nights back, as budgets
+_ORDER = {STOPPED: 0, DWELL: 1, STREAK: 2, STALE: 3}  # the bigger news first
+
+
+class FindingSink(Protocol):
+    """Where new watchdog alerts go: the Slack notification will implement it."""
+
+    def send(self, alert: AlertRecord) -> None:
+        """Announce one alert; called once per alert-log key, ever."""
+        ...
+
+
+class LogFindingSink:
+    """The stand-in sink: one error line per new alert."""
+
+    def __init__(self, logger: Logger | None = None) -> None:
+        self._logger: Logger = logger or logging.getLogger("nightshift.watchdog")
+
+    def send(self, alert: AlertRecord) -> None:
+        """Log the alert's line."""
+        self._logger.error("%s %s: %s", alert.level, alert.kind, alert.detail)
+
+
+@dataclass(frozen=True)
+class WatchReport:
+    """What one pass saw, found and newly raised."""
+
+    at: datetime
+    catalogue: str | None  # None: every catalogue in the ledger
+    in_flight: int
+    found: list[AlertRecord]
+    raised: list[AlertRecord]  # the ones the alert log took: announced
+    sink_errors: list[str] = field(default_factory=list)
+
+    def headline(self) -> str:
+        """``watchdog: 2 jobs in flight, 3 findings, 2 new alerts``."""
+        return (
+            f"watchdog: {self.in_flight} jobs in flight, {len(self.found)} findings, "
+            f"{len(self.raised)} new alerts"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready object."""
+        return {
+            "at": self.at.isoformat(),
+            "catalogue": self.catalogue,
+            "in_flight": self.in_flight,
+            "found": len(self.found),
+            "raised": [_alert_dict(a) for a in self.raised],
+            "sink_errors": self.sink_errors,
+        }
+
+
+def watch_once(
+    url: str,
+    *,
+    catalogue: str | None = None,
+    labels: list[str] | None = None,
+    rules: Rules | None = None,
+    sink: FindingSink | None = None,
+    now: datetime | None = None,
+) -> WatchReport:
+    """One pass over ``catalogue`` (a key; None: all); stale labels need ``labels`` (its file's).
+
+    Database errors propagate for the caller to name.
+    """
+    from nightshift.budgets.current import current_budgets
+    from nightshift.store import watch_reads as reads
+    from nightshift.store.ledger import Ledger
+
+    rules = rules or Rules()
+    sink = sink or LogFindingSink()
+    now = now or datetime.now(UTC)
+    ledger = Ledger(url, catalogue or "default")  # brings the schema up to date
+    try:
+        engine = ledger.engine
+        jobs = reads.in_flight(engine, catalogue)
+        catalogues = {j.catalogue for j in jobs}
+        since = min((j.night for j in jobs), default="")
+        activity = reads.night_activity(engine, catalogues, since)
+        found = stopped_findings(jobs, reads.leases(engine), activity, now)
+        if jobs:
+            found += dwell_findings(jobs, current_budgets(ledger, now), now)
+        first_night = (now - OUTCOME_WINDOW).date().isoformat()
+        found += streak_findings(reads.outcomes(engine, first_night, catalogue), now, rules, labels)
+        if catalogue is not None and labels is not None:
+            records = reads.label_records(engine, catalogue)
+            found += stale_findings(catalogue, labels, records, now, rules)
+        found.sort(key=lambda a: (_ORDER.get(a.kind, 9), a.catalogue, a.night, a.label))
+        log = AlertLog(engine)
+        raised = [alert for alert in found if log.record(alert)]
+    finally:
+        ledger.close()
+    errors = []
+    for alert in raised:
+        try:
+            sink.send(alert)
+        except Exception as exc:  # kept in the alert log all the same; say so, go on
+            errors.append(f"{alert.kind} {alert.catalogue}/{alert.label}: {exc}")
+    return WatchReport(now, catalogue, len(jobs), found, raised, errors)
+
+
+def _alert_dict(alert: AlertRecord) -> dict[str, Any]:
+    return {
+        "catalogue": alert.catalogue,
+        "night": alert.night,
+        "label": alert.label,
+        "kind": alert.kind,
+        "state": alert.state,
+        "level": alert.level,
+        "dwell_s": alert.dwell_s,
+        "p95_s": alert.p95_s,
+        "text": alert.detail,
+    }

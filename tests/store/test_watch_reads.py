@@ -1,0 +1,136 @@
+"""The watchdog's ledger reads and one whole pass, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from nightshift.store import watch_reads as reads
+from nightshift.store.alert_log import DWELL, STALE, STOPPED, STREAK, AlertLog, AlertRecord
+from nightshift.store.lease import Lease
+from nightshift.store.ledger import Ledger
+from nightshift.watchdog.checks import InFlight, LabelRecord, NightOutcome
+from nightshift.watchdog.run import watch_once
+
+NOW = datetime(2026, 11, 29, 3, 0, tzinfo=UTC)
+NIGHT = "2026-11-29"
+
+
+def _run(ledger: Ledger, night: str, label: str, states: list[str], start: datetime) -> None:
+    """A job through ``states`` a minute apart, the jobs row following as a night writes it."""
+    ledger.record_submit(night, label, "command", f"{label}-{night}", 1, at=start)
+    for i, state in enumerate(states):
+        at = start + timedelta(minutes=i)
+        ledger.transition(night, "run", label, "command", f"{label}-{night}", state, at, 1)
+        if state in ("succeeded", "failed", "timeout"):
+            ledger.record_state(night, label, state, finished_at=at)
+
+
+def _history(ledger: Ledger, days: int = 8) -> None:
+    """``days`` earlier nights: etl succeeds each (a minute queued, a minute running)."""
+    for day in range(days, 0, -1):
+        start = NOW - timedelta(days=day)
+        _run(ledger, start.date().isoformat(), "etl", ["queued", "running", "succeeded"], start)
+
+
+def test_in_flight_jobs_carry_their_newest_transition(db_url: str) -> None:
+    ledger = Ledger(db_url, "cat")
+    _run(ledger, NIGHT, "etl", ["queued", "running"], NOW - timedelta(minutes=30))
+    _run(ledger, NIGHT, "done", ["queued", "succeeded"], NOW - timedelta(minutes=30))
+    # submitting: a crash between the ledger's note and the backend's answer
+    ledger.record_submit(NIGHT, "half", "command", None, 1, at=NOW, state="submitting")
+    # lost: the night gave up on it (and reported it failed); not in flight
+    _run(ledger, NIGHT, "gave-up", ["queued", "failed"], NOW - timedelta(minutes=30))
+    ledger.record_state(NIGHT, "gave-up", "lost")
+    Ledger(db_url, "other").record_submit(NIGHT, "x", "command", "x1", 1, at=NOW)
+    Ledger(db_url, "").record_submit(NIGHT, "before-catalogues", "command", "y", 1, at=NOW)
+
+    running_since = NOW - timedelta(minutes=29)
+    assert reads.in_flight(ledger.engine, "cat") == [
+        InFlight("cat", NIGHT, "etl", "command", "running", running_since),
+        InFlight("cat", NIGHT, "half", "command", "submitting", NOW),
+    ]
+    assert [(j.catalogue, j.label) for j in reads.in_flight(ledger.engine)] == [
+        ("cat", "etl"),
+        ("cat", "half"),
+        ("other", "x"),
+    ]
+    activity = reads.night_activity(ledger.engine, ["cat"], NIGHT)
+    assert activity == {("cat", NIGHT): running_since}
+    assert reads.night_activity(ledger.engine, ["cat"], "2026-11-30") == {}
+
+
+def test_leases_outcomes_and_label_records(db_url: str) -> None:
+    ledger = Ledger(db_url, "cat")
+    Lease(ledger.engine, "cat", owner="me", ttl_s=60, clock=lambda: NOW).acquire()
+    assert reads.leases(ledger.engine)["cat"].expires_at == NOW + timedelta(seconds=60)
+
+    _history(ledger, days=3)
+    failed_at = NOW - timedelta(hours=1)
+    _run(ledger, NIGHT, "etl", ["queued", "failed"], failed_at)
+    assert reads.outcomes(ledger.engine, "2026-11-27", "cat") == [
+        NightOutcome("cat", "2026-11-27", "etl", "succeeded"),
+        NightOutcome("cat", "2026-11-28", "etl", "succeeded"),
+        NightOutcome("cat", NIGHT, "etl", "failed"),
+    ]
+    last = NOW - timedelta(days=1)
+    assert reads.label_records(ledger.engine, "cat") == {
+        "etl": LabelRecord(
+            "cat",
+            "etl",
+            "2026-11-26",
+            NOW - timedelta(days=3),
+            "2026-11-28",
+            last + timedelta(minutes=2),
+        )
+    }
+    assert reads.label_records(ledger.engine, "other") == {}
+
+
+def test_a_pass_raises_each_finding_once(db_url: str) -> None:
+    ledger = Ledger(db_url, "cat")
+    _history(ledger)  # etl: p95 of a minute in queued and in running
+    # tonight etl has been running for 2m01s (past 2 x p95) and nobody holds the lease
+    _run(ledger, NIGHT, "etl", ["queued", "running"], NOW - timedelta(minutes=3, seconds=1))
+    for day in (3, 2, 1):
+        night = (NOW - timedelta(days=day)).date().isoformat()
+        _run(ledger, night, "flaky", ["queued", "failed"], NOW - timedelta(days=day))
+    # the night itself already raised a watch on etl; its alert is the watchdog's to raise
+    log = AlertLog(ledger.engine)
+    night_watch = AlertRecord("cat", NIGHT, "etl", DWELL, "watch", "night", NOW, "running")
+    assert log.record(night_watch)
+    sent: list[AlertRecord] = []
+
+    class Sink:
+        def send(self, alert: AlertRecord) -> None:
+            sent.append(alert)
+
+    labels = ["etl", "flaky", "new"]
+    report = watch_once(db_url, catalogue="cat", labels=labels, sink=Sink(), now=NOW)
+    assert [(a.kind, a.label, a.state) for a in sent] == [
+        (STOPPED, "", ""),
+        (DWELL, "etl", "running"),
+        (STREAK, "flaky", ""),
+        (STALE, "flaky", ""),
+    ]
+    assert report.raised == sent and report.in_flight == 1
+    assert sent[1].detail == "cat/etl running for 2m (p95 1m, x2.0) night 2026-11-29"
+
+    again = watch_once(db_url, catalogue="cat", labels=labels, sink=Sink(), now=NOW)
+    assert len(again.found) == 4 and again.raised == [] and len(sent) == 4
+    assert [(r.kind, r.raised_by) for r in log.alerts(catalogue="cat", night=NIGHT)] == [
+        (DWELL, "night"),
+        (STOPPED, "watchdog"),
+        (DWELL, "watchdog"),
+    ]
+
+
+def test_a_dwell_alert_the_night_raised_is_not_raised_again(db_url: str) -> None:
+    ledger = Ledger(db_url, "cat")
+    _history(ledger)
+    _run(ledger, NIGHT, "etl", ["queued", "running"], NOW - timedelta(minutes=3, seconds=1))
+    log = AlertLog(ledger.engine)
+    assert log.record(AlertRecord("cat", NIGHT, "etl", DWELL, "alert", "night", NOW, "running"))
+
+    report = watch_once(db_url, catalogue="cat", now=NOW)
+    assert [a.kind for a in report.found] == [STOPPED, DWELL]
+    assert [a.kind for a in report.raised] == [STOPPED]
