@@ -177,7 +177,7 @@ class SlackSender:
             RateLimitErrorRetryHandler,
             ServerErrorRetryHandler,
         )
-        from slack_sdk.http_retry.builtin_interval_calculator import (
+        from slack_sdk.http_retry.builtin_interval_calculators import (
             BackoffRetryIntervalCalculator,
         )
 
