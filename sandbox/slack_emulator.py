@@ -194,6 +194,8 @@ class SlackEmulator:
             return 503, "service_unavailable", {}
         if endpoint == "webhook":
             return self._webhook(path, body, kind)
+        if path.startswith("/services/"):
+            return 404, "no_service", {}  # a webhook that was removed (or never made)
         if endpoint not in ("chat.postMessage", "auth.test"):
             return 200, {"ok": False, "error": "unknown_method"}, {}
         args = _arguments(headers, body)
@@ -312,7 +314,8 @@ def main(argv: list[str] | None = None) -> int:
             while True:
                 messages = emulator.messages
                 for message in messages[seen:]:
-                    print(f"{message.channel} {message.ts}: {message.text}", flush=True)
+                    reply = f" (reply to {message.thread_ts})" if message.thread_ts else ""
+                    print(f"{message.channel} {message.ts}{reply}: {message.text}", flush=True)
                 seen = len(messages)
                 time.sleep(0.2)
     return 0

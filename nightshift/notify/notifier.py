@@ -81,10 +81,11 @@ class Notifier:
                         self.config, night=night, catalogue=self.catalogue, job=job
                     )
                     messages += [reply] if reply else []
-            return [self.send(message, night) for message in messages]
         except Exception as exc:  # the night's verdict never depends on its notification
-            self.log.error("notify: could not send the night's messages: %s", _one_line(exc))
+            self.log.error("notify: could not draw the night's messages: %s", _one_line(exc))
             return []
+        sent = [self._safe_send(message, night) for message in messages]
+        return [result for result in sent if result is not None]
 
     def alert(self, alert: Alert) -> Delivery | None:
         """An in-night dwell alert into the night's thread (None: not routed, or a watch)."""
@@ -130,7 +131,7 @@ class Notifier:
         try:
             return self.send(message, night)
         except Exception as exc:
-            self.log.error("notify: could not send an alert: %s", _one_line(exc))
+            self.log.error("notify: could not send a %s: %s", message.kind, _one_line(exc))
             return None
 
     def _keep(self, message: Message, night: str) -> int | None:

@@ -24,9 +24,11 @@ SLACK_API = "https://slack.com/api/"
 _TOKEN_ERRORS = {"invalid_auth", "not_authed", "account_inactive", "token_revoked",
                  "token_expired", "no_permission", "missing_scope"}  # fmt: skip
 _CHANNEL_ERRORS = {"channel_not_found", "is_archived", "channel_is_archived", "no_service"}
-# slack-sdk logs request headers (the token) at DEBUG: its logger never goes below WARNING
+# slack-sdk logs request headers (the token) at DEBUG and every failed attempt at ERROR: its
+# logger is silenced, our own one line per message says what happened
 _SDK_LOG = logging.getLogger("nightshift.notify.slack_sdk")
-_SDK_LOG.setLevel(logging.WARNING)
+_SDK_LOG.setLevel(logging.CRITICAL)
+_SDK_LOG.propagate = False
 
 
 @dataclass(frozen=True)
