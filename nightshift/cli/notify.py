@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from nightshift.store.outbox import OutboxItem
+
 __all__ = ["NOTIFY_EXIT_CODES", "run_notify"]
 
 NOTIFY_EXIT_CODES = """\
@@ -23,7 +28,7 @@ def run_notify(url: str, *, flush: bool, catalogue_path: str | None = None) -> i
     from nightshift.notify.notifier import flush_outbox
     from nightshift.notify.send import Delivery
     from nightshift.store.ledger import Ledger
-    from nightshift.store.outbox import Outbox, OutboxItem
+    from nightshift.store.outbox import Outbox
 
     key, slack = None, None
     if catalogue_path is not None:
@@ -51,9 +56,10 @@ def run_notify(url: str, *, flush: bool, catalogue_path: str | None = None) -> i
         ledger.close()
 
 
-def _describe(item: object) -> str:
+def _describe(item: OutboxItem) -> str:
+    """``#3 (alert etl to #batch-alerts, nightly night 2026-11-29)``: names only, no secrets."""
     from nightshift.notify.config import Route
 
-    route = Route(**item.destination)  # type: ignore[attr-defined]
-    what = f"{item.kind}" + (f" {item.label}" if item.label else "")  # type: ignore[attr-defined]
-    return f"#{item.id} ({what} to {route.target}, {item.catalogue} night {item.night})"  # type: ignore[attr-defined]
+    route = Route(**item.destination)
+    what = item.kind + (f" {item.label}" if item.label else "")
+    return f"#{item.id} ({what} to {route.target}, {item.catalogue} night {item.night})"

@@ -15,6 +15,7 @@ code and Prefect state never depend on it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable, Mapping
@@ -27,6 +28,7 @@ from nightshift.notify.render import (
     ALERT,
     RECOVERED,
     Message,
+    flow_run_link,
     render_alert,
     render_night,
     render_notice,
@@ -63,17 +65,26 @@ class Notifier:
         self._threads: dict[tuple[str, str], str] = {}  # (night, channel) -> thread ts
         self._alerted: set[tuple[str, str]] = set()  # (night, label), when there is no outbox
         self._lock = threading.Lock()
+        self._thread_lock = threading.Lock()
 
     # -- what the flow and the sinks call --------------------------------------------------
     def night_end(
-        self, summary: NightSummary, *, night: str, flow_run_url: str | None = None
+        self,
+        summary: NightSummary,
+        *,
+        night: str,
+        flow_run_url: str | None = None,
+        flow_run_id: str | None = None,
     ) -> list[Delivery]:
-        """The night's digest (by severity) and "recovered" for each alerted job that succeeded."""
+        """The night's digest (by severity) and "recovered" for each alerted job that succeeded.
+
+        The digest links the flow run: ``flow_run_url``, else ``notify.ui_url`` + ``flow_run_id``.
+        """
         try:
+            url = flow_run_url or flow_run_link(self.config.ui_url, flow_run_id)
             messages = render_night(
-                summary, self.config, night=night, catalogue=self.catalogue,
-                flow_run_url=flow_run_url,
-            )  # fmt: skip
+                summary, self.config, night=night, catalogue=self.catalogue, flow_run_url=url
+            )
             alerted = self._alerted_labels(night)
             for job in summary.jobs:
                 if job.ok and job.label in alerted:
@@ -113,12 +124,14 @@ class Notifier:
     def send(self, message: Message, night: str) -> Delivery:
         """Keep ``message`` in the outbox, post it (a reply: in the night's thread), mark it."""
         item_id = self._keep(message, night)
-        thread = self._thread_of(night, message.destination) if message.thread else None
-        result = self.sender.post(
-            message.route, message.destination, message.text, message.blocks, thread
-        )
-        if result.ok and message.thread and thread is None:
-            self._start_thread(night, message.destination, result.ts)
+        # replies wait for each other: two first alerts at once must not both start a thread
+        with self._thread_lock if message.thread else contextlib.nullcontext():
+            thread = self._thread_of(night, message.destination) if message.thread else None
+            result = self.sender.post(
+                message.route, message.destination, message.text, message.blocks, thread
+            )
+            if result.ok and message.thread and thread is None:
+                self._start_thread(night, message.destination, result.ts)
         if message.kind == ALERT and message.label:
             with self._lock:
                 self._alerted.add((night, message.label))

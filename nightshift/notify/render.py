@@ -10,9 +10,8 @@ Every text a job or a backend wrote is escaped; every message has a plain ``text
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from nightshift.config.durations import format_duration
 from nightshift.engine.alerts import Alert
@@ -56,7 +55,6 @@ class Message:
     kind: str = DIGEST  # DIGEST | ALERT | RECOVERED
     label: str | None = None
     thread: bool = False
-    meta: dict[str, Any] = field(default_factory=dict)
 
 
 def render_night(

@@ -13,6 +13,7 @@ from nightshift.engine.alerts import Alert
 from nightshift.engine.outcomes import JobOutcome, NightSummary, Outcome, Severity
 from nightshift.notify.config import NotifyConfig
 from nightshift.notify.notifier import Notifier, SlackAlertSink, flush_outbox
+from nightshift.notify.render import Message, render_night
 from nightshift.notify.send import SlackSender
 from nightshift.store.ledger import Ledger
 from nightshift.store.outbox import Outbox
@@ -126,6 +127,7 @@ def test_slack_down_keeps_the_digest_and_a_flush_delivers_it_once(
     [kept] = outbox.pending()
     assert kept.kind == "digest" and kept.attempts == 1 and kept.last_error == delivery.error
     assert "kept in the outbox" in caplog.text and TOKEN not in caplog.text
+    assert TOKEN not in repr(outbox.items())  # the outbox keeps the variable's name only
 
     slack.up()
     report = flush_outbox(outbox, env=ENV)
@@ -226,24 +228,26 @@ def test_a_webhook_route_posts_and_its_refusal_hides_the_url(slack: SlackEmulato
 def test_a_crash_between_send_and_mark_sends_it_at_most_once_more(
     slack: SlackEmulator, outbox: Outbox
 ) -> None:
-    # what a crash leaves: the message written and accepted by Slack, never marked sent
+    # what a crash leaves: the message kept, accepted by Slack, never marked sent; the crashed
+    # writer's claim has run out (claim_s=0 here, 300 s in a night)
     notifier = _notifier(slack, outbox)
-    notifier._claim_s = 0.0  # the crashed writer's claim has run out (it is not renewed)
-    item_id = notifier._keep(notifier_message := _digest(notifier), NIGHT)
-    assert item_id is not None
-    sender = notifier.sender
-    assert sender.post("partial", notifier_message.destination, "x", notifier_message.blocks).ok
+    message = _digest(notifier)
+    item_id = outbox.add(
+        catalogue="nightly", night=NIGHT, route=message.route,
+        destination={"channel": "#batch-digest"}, slack={"base_url": slack.base_url},
+        kind=message.kind, label=None, thread=False, text=message.text, blocks=message.blocks,
+    )  # fmt: skip
+    assert notifier.sender.post("partial", message.destination, message.text, message.blocks).ok
 
     first = flush_outbox(outbox, env=ENV)
     second = flush_outbox(outbox, env=ENV)
 
     assert first.sent == [item_id] and second.sent == []
-    assert len(slack.messages) == 2  # the accepted one, and once more from the flush
+    texts = [m.text for m in slack.messages]
+    assert texts == [message.text, message.text]  # the accepted one, and exactly once more
 
 
-def _digest(notifier: Notifier):  # type: ignore[no-untyped-def]
-    from nightshift.notify.render import render_night
-
+def _digest(notifier: Notifier) -> Message:
     [message] = render_night(PARTIAL, notifier.config, night=NIGHT, catalogue="nightly")
     return message
 
@@ -252,8 +256,52 @@ def test_a_message_claimed_by_its_sender_is_left_alone_by_a_flush(
     slack: SlackEmulator, outbox: Outbox
 ) -> None:
     notifier = _notifier(slack, outbox)
-    item_id = notifier._keep(_digest(notifier), NIGHT)  # claimed for 300 s by the writer
+    slack.down()
+    notifier.night_end(PARTIAL, night=NIGHT)  # kept, and released: a flush may take it
+    message = _digest(notifier)
+    claimed = outbox.add(
+        catalogue="nightly",
+        night=NIGHT,
+        route="partial",
+        destination={"channel": "#x"},
+        slack={"base_url": slack.base_url},
+        kind="digest",
+        label=None,
+        thread=False,
+        text=message.text,
+        blocks=message.blocks,
+        claim_s=300,
+    )  # fmt: skip  (a night that is sending it right now)
+    slack.up()
 
-    assert flush_outbox(outbox, env=ENV).sent == []
-    assert slack.messages == []
-    assert outbox.claim(item_id or 0) is False
+    report = flush_outbox(outbox, env=ENV)
+
+    assert len(report.sent) == 1 and [m.channel for m in slack.messages] == ["#batch-digest"]
+    assert [item.id for item in outbox.pending()] == [claimed]
+    assert outbox.claim(claimed) is False
+
+
+def test_no_token_in_the_environment_is_one_line_and_the_digest_is_kept(
+    slack: SlackEmulator, outbox: Outbox
+) -> None:
+    [delivery] = _notifier(slack, outbox, env={}).night_end(
+        PARTIAL, night=NIGHT, flow_run_id="run-1"
+    )
+
+    assert delivery.error == (
+        "no Slack token: set notify.slack.token (environment variable SLACK_BOT_TOKEN)"
+    )
+    assert slack.calls == [] and len(outbox.pending()) == 1
+
+
+def test_the_digest_links_the_flow_run_when_the_ui_is_known(slack: SlackEmulator) -> None:
+    config = _config(slack).model_copy(update={"ui_url": "http://127.0.0.1:4200/"})
+    sender = SlackSender(config.slack, env=ENV, backoff_s=0.0)
+    notifier = Notifier(config, catalogue="nightly", sender=sender)
+
+    notifier.night_end(PARTIAL, night=NIGHT, flow_run_id="run-1")
+
+    [message] = slack.messages
+    assert message.blocks[-1]["elements"][0]["text"] == (
+        "<http://127.0.0.1:4200/runs/flow-run/run-1|Flow run in the Prefect UI>"
+    )
