@@ -110,6 +110,19 @@ class SlackEmulator:
         """The messages of one channel, in order."""
         return [m for m in self.messages if m.channel == channel]
 
+    def transcript(self) -> str:
+        """What each channel shows, for a person: channels in order of first message, a thread's
+        replies indented under their root (each message's plain text, first line)."""
+        messages = self.messages
+        out: list[str] = []
+        for channel in dict.fromkeys(m.channel for m in messages):
+            out.append(channel)
+            here = [m for m in messages if m.channel == channel]
+            for root in (m for m in here if m.thread_ts is None):
+                out.append(f"  {_first_line(root)}")
+                out += [f"    > {_first_line(m)}" for m in here if m.thread_ts == root.ts]
+        return "\n".join(out)
+
     def inject(
         self, kind: str, *, endpoint: str = "*", retry_after: int = 1, times: int = 1
     ) -> None:
@@ -253,6 +266,11 @@ class SlackEmulator:
             message = SlackMessage(channel, text, blocks, ts, thread_ts, via)
             self._state.messages.append(message)
         return message
+
+
+def _first_line(message: SlackMessage) -> str:
+    text = (message.text or "").strip() or json.dumps(message.blocks)[:100]
+    return text.splitlines()[0]
 
 
 def _arguments(headers: Any, body: bytes) -> dict[str, Any]:

@@ -160,6 +160,16 @@ def test_two_alerts_and_a_recovery_share_one_thread(slack: SlackEmulator, outbox
     assert [m.channel for m in slack.messages] == [
         "#batch-alerts", "#batch-alerts", "#batch-digest", "#batch-alerts"
     ]  # fmt: skip
+    assert slack.transcript().splitlines() == [
+        "#batch-alerts",
+        "  dwell alert: etl queued for 2h10m (p95 41m, x3.2), alert (nightly, test, night "
+        "2026-11-29)",
+        "    > dwell alert: embed running for 15m (p95 5m, x3.0), alert (nightly, test, night "
+        "2026-11-29)",
+        "    > recovered: etl succeeded (nightly, test, night 2026-11-29)",
+        "#batch-digest",
+        "  partial: 1/2 succeeded (1 failed) (test, night 2026-11-29)",
+    ]
     # a second process (the watchdog) finds the same thread in the ledger
     other = _notifier(slack, outbox)
     other.notice(NIGHT, "embed", "timed out after 16m")
