@@ -23,9 +23,11 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, urlparse
+from urllib.parse import urlparse
+
+from sandbox.slack_http import arguments, handler_for
 
 __all__ = ["FAULTS", "SlackEmulator", "SlackMessage", "main"]
 
@@ -140,7 +142,7 @@ class SlackEmulator:
 
     def start(self) -> SlackEmulator:
         """Bind (the same port again after ``down()``) and serve in a daemon thread."""
-        server = ThreadingHTTPServer((self._host, self._port), _handler(self))
+        server = ThreadingHTTPServer((self._host, self._port), handler_for(self.handle))
         server.daemon_threads = True
         self._port = server.server_address[1]
         self._server = server
@@ -211,7 +213,7 @@ class SlackEmulator:
             return 404, "no_service", {}  # a webhook that was removed (or never made)
         if endpoint not in ("chat.postMessage", "auth.test"):
             return 200, {"ok": False, "error": "unknown_method"}, {}
-        args = _arguments(headers, body)
+        args = arguments(headers, body)
         token = (headers.get("authorization") or "").removeprefix("Bearer ").strip()
         token = token or str(args.get("token") or "")
         if not token:
@@ -271,52 +273,6 @@ class SlackEmulator:
 def _first_line(message: SlackMessage) -> str:
     text = (message.text or "").strip() or json.dumps(message.blocks)[:100]
     return text.splitlines()[0]
-
-
-def _arguments(headers: Any, body: bytes) -> dict[str, Any]:
-    """A Web API call's arguments from a JSON or form body."""
-    if not body:
-        return {}
-    if "json" in (headers.get("content-type") or ""):
-        try:
-            data = json.loads(body)
-        except ValueError:
-            return {}
-        return data if isinstance(data, dict) else {}
-    return {k: v[-1] for k, v in parse_qs(body.decode("utf-8", "replace")).items()}
-
-
-def _handler(emulator: SlackEmulator) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def do_POST(self) -> None:
-            length = int(self.headers.get("content-length") or 0)
-            body = self.rfile.read(length) if length else b""
-            try:
-                status, payload, extra = emulator.handle(self.path, self.headers, body)
-            except ConnectionAbortedError:
-                self.close_connection = True
-                with contextlib.suppress(OSError):
-                    self.connection.shutdown(2)
-                return
-            raw = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
-            ctype = "text/plain" if isinstance(payload, str) else "application/json; charset=utf-8"
-            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                self.send_response(status)
-                self.send_header("content-type", ctype)
-                self.send_header("content-length", str(len(raw)))
-                for name, value in extra.items():
-                    self.send_header(name, value)
-                self.end_headers()
-                self.wfile.write(raw)
-
-        do_GET = do_POST
-
-        def log_message(self, format: str, *args: Any) -> None:
-            return  # quiet: tests assert on emulator.calls instead
-
-    return Handler
 
 
 def main(argv: list[str] | None = None) -> int:
