@@ -315,3 +315,48 @@ def test_the_digest_links_the_flow_run_when_the_ui_is_known(slack: SlackEmulator
     assert message.blocks[-1]["elements"][0]["text"] == (
         "<http://127.0.0.1:4200/runs/flow-run/run-1|Flow run in the Prefect UI>"
     )
+
+
+def test_a_503_then_200_is_delivered_once(slack: SlackEmulator) -> None:
+    slack.inject("503")
+
+    [delivery] = _notifier(slack).night_end(PARTIAL, night=NIGHT)
+
+    assert delivery.ok and [status for _, status, _ in slack.calls] == [503, 200]
+    assert len(slack.messages) == 1
+
+
+def test_a_retry_after_beyond_the_bound_goes_to_the_outbox_at_once(
+    slack: SlackEmulator, outbox: Outbox
+) -> None:
+    slack.inject("429", retry_after=3600)
+
+    [delivery] = _notifier(slack, outbox).night_end(PARTIAL, night=NIGHT)
+
+    assert delivery.error == (
+        "Slack did not accept the message to #batch-digest: ratelimited (rate limited after "
+        "retries)"
+    )
+    assert not delivery.permanent and len(slack.calls) == 1 and len(outbox.pending()) == 1
+
+
+def test_a_token_from_a_secret_block_and_a_missing_block(slack: SlackEmulator) -> None:
+    config = NotifyConfig.model_validate(
+        {"slack": {"token_block": "slack-bot", "base_url": slack.base_url},
+         "routes": {"partial": {"channel": "#d"}}}
+    )  # fmt: skip
+    blocks = {"slack-bot": TOKEN}
+
+    def load(name: str) -> str:  # stands in for Prefect's Secret.load(name).get()
+        return blocks[name]
+
+    ok = Notifier(config, catalogue="n", sender=SlackSender(config.slack, secret=load))
+    [delivery] = ok.night_end(PARTIAL, night=NIGHT)
+    blocks.clear()
+    [missing] = ok.night_end(PARTIAL, night=NIGHT)
+
+    assert delivery.ok and len(slack.messages) == 1
+    assert missing.error == (
+        "cannot read the Slack token: fix notify.slack.token_block (Prefect Secret block "
+        "'slack-bot')"
+    )
