@@ -12,6 +12,7 @@ from typing import Any, NoReturn
 from sqlalchemy.exc import SQLAlchemyError
 
 from nightshift.cli.budgets import BUDGET_EXIT_CODES
+from nightshift.cli.notify import NOTIFY_EXIT_CODES
 from nightshift.cli.prune import PRUNE_EXIT_CODES
 from nightshift.cli.watchdog import WATCHDOG_EXIT_CODES
 
@@ -72,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         return _prune(args.catalogue, args.keep, args.dry_run)
     if args.command == "watchdog":
         return _watchdog(args.catalogue, args.json, args.stale_after, args.streak)
+    if args.command == "notify":
+        return _notify(args.catalogue, args.flush)
     if args.command == "demo":
         from nightshift.cli.demo import run_demo
 
@@ -158,7 +161,21 @@ def _parser() -> argparse.ArgumentParser:
         help="alert after N nights not ok in a row (default 3)",
     )
     watchdog.add_argument("--json", action="store_true", help="print one object")
-    for p in (run, check, demo, budgets, prune, watchdog):
+    notify = sub.add_parser(
+        "notify",
+        help="list the Slack messages waiting in the outbox; --flush delivers them",
+        epilog=NOTIFY_EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    notify.add_argument("--flush", action="store_true", help="deliver them, oldest first")
+    notify.add_argument(
+        "--catalogue",
+        "--catalog",
+        dest="catalogue",
+        metavar="FILE",
+        help="only this catalogue's messages, sent with its notify.slack setting",
+    )
+    for p in (run, check, demo, budgets, prune, watchdog, notify):
         p.add_argument("-v", "--verbose", action="store_true", help="show Prefect's logs")
     return parser
 
@@ -238,6 +255,22 @@ def _watchdog(path: str | None, as_json: bool, stale_after: str, streak: int) ->
     url = load_settings().ledger_url()
     try:
         return run_watchdog(url, key, labels, rules, as_json=as_json)
+    except _DATABASE_ERRORS as exc:
+        _say(_ledger_problem(url, exc))
+        return EXIT_NO_LEDGER
+
+
+def _notify(path: str | None, flush: bool) -> int:
+    from nightshift.cli.notify import run_notify
+    from nightshift.config.settings import load_settings
+    from nightshift.errors import CatalogueError
+
+    url = load_settings().ledger_url()
+    try:
+        return run_notify(url, flush=flush, catalogue_path=path)
+    except CatalogueError as exc:
+        _say(str(exc))
+        return EXIT_BAD_CATALOGUE
     except _DATABASE_ERRORS as exc:
         _say(_ledger_problem(url, exc))
         return EXIT_NO_LEDGER

@@ -20,6 +20,7 @@ from nightshift.config.durations import parse_duration
 from nightshift.config.graph import graph_problems
 from nightshift.config.timers import timer_problems
 from nightshift.errors import CatalogueError, CatalogueProblem
+from nightshift.notify.config import NotifyConfig
 
 __all__ = [
     "BACKENDS",
@@ -150,6 +151,7 @@ class Catalogue(_Strict):
     limits: dict[Literal["command", "cli", "gemini_batch"], Annotated[int, Field(ge=1)]] = {}
     cli: CliSettings = CliSettings()
     gemini: GeminiSettings = GeminiSettings()
+    notify: NotifyConfig | None = None  # no section: the night tells only its exit code
     jobs: list[Job] = Field(min_length=1)
     path: Path | None = Field(default=None, exclude=True)
 

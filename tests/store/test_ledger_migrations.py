@@ -21,6 +21,7 @@ from nightshift.store import alert_log as alert_log_module
 from nightshift.store import lease as lease_module
 from nightshift.store import ledger as ledger_module
 from nightshift.store import migrations
+from nightshift.store import outbox as outbox_module
 from nightshift.store import snapshots as snapshots_module
 from nightshift.store.db import make_engine
 from nightshift.store.lease import Lease
@@ -155,7 +156,7 @@ def test_head_is_the_last_revision_on_disk() -> None:
 
     chain = [rev.revision for rev in script.walk_revisions()]
 
-    assert chain == [migrations.HEAD, "0003", "0002", "0001"]
+    assert chain == [migrations.HEAD, "0004", "0003", "0002", "0001"]
     assert script.get_current_head() == migrations.HEAD
 
 
@@ -167,6 +168,7 @@ def test_a_new_database_gets_exactly_the_schema_the_code_declares(db_url: str) -
         lease_module._metadata,
         alert_log_module._metadata,
         snapshots_module._metadata,
+        outbox_module._metadata,
     ]
     with ledger.engine.connect() as conn:
         diff = compare_metadata(MigrationContext.configure(conn), both)  # type: ignore[arg-type]
@@ -250,7 +252,7 @@ def test_a_schema_newer_than_the_code_is_refused_in_one_line(db_url: str) -> Non
         Ledger(db_url)
 
     assert str(caught.value) == (
-        "ledger schema is at revision 0099, newer than this Nightshift knows (up to 0004): "
+        "ledger schema is at revision 0099, newer than this Nightshift knows (up to 0005): "
         "upgrade Nightshift"
     )
 
@@ -261,6 +263,7 @@ import json, sys, time
 from pathlib import Path
 import alembic.command, alembic.config, alembic.runtime.migration
 from nightshift.store import migrations
+from nightshift.store import outbox as outbox_module
 from nightshift.store.db import make_engine
 
 url, me, folder = sys.argv[1], sys.argv[2], Path(sys.argv[3])

@@ -1,0 +1,65 @@
+"""``nightshift notify``: list the messages waiting in the outbox, or ``--flush`` them to Slack."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from nightshift.store.outbox import OutboxItem
+
+__all__ = ["NOTIFY_EXIT_CODES", "run_notify"]
+
+NOTIFY_EXIT_CODES = """\
+exit codes:
+  0   nothing waits (everything was delivered, or nothing was kept)
+  1   messages still wait (Slack refused or could not be reached: see the lines above)
+  4   invalid --catalogue
+  6   the ledger database could not be opened (NIGHTSHIFT_DATABASE_URL)
+"""
+
+
+def run_notify(url: str, *, flush: bool, catalogue_path: str | None = None) -> int:
+    """List or flush the outbox; one line per message; database errors propagate.
+
+    With ``catalogue_path``, only that catalogue's messages, sent with its current ``notify.slack``.
+    Raises CatalogueError for an invalid catalogue.
+    """
+    from nightshift.config.catalogue import load_catalogue
+    from nightshift.notify.notifier import flush_outbox
+    from nightshift.notify.send import Delivery
+    from nightshift.store.ledger import Ledger
+    from nightshift.store.outbox import Outbox
+
+    key, slack = None, None
+    if catalogue_path is not None:
+        catalogue = load_catalogue(catalogue_path)
+        key, slack = catalogue.key, catalogue.notify.slack if catalogue.notify else None
+    ledger = Ledger(url)  # brings the schema up to date
+    try:
+        outbox = Outbox(ledger.engine)
+        if not flush:
+            waiting = outbox.pending(key)
+            for item in waiting:
+                print(f"waiting {_describe(item)}: {item.last_error or 'not sent yet'}")
+            print(f"{len(waiting)} message(s) waiting")
+            return 1 if waiting else 0
+
+        def said(item: OutboxItem, result: Delivery) -> None:
+            verb = "sent" if result.ok else "kept"
+            print(f"{verb} {_describe(item)}" + ("" if result.ok else f": {result.error}"))
+
+        report = flush_outbox(outbox, catalogue=key, slack=slack, on_item=said)
+        left = len(outbox.pending(key))
+        print(f"flushed: {len(report.sent)} sent, {left} waiting")
+        return 1 if left else 0
+    finally:
+        ledger.close()
+
+
+def _describe(item: OutboxItem) -> str:
+    """``#3 (alert etl to #batch-alerts, nightly night 2026-11-29)``: names only, no secrets."""
+    from nightshift.notify.config import Route
+
+    route = Route(**item.destination)
+    what = item.kind + (f" {item.label}" if item.label else "")
+    return f"#{item.id} ({what} to {route.target}, {item.catalogue} night {item.night})"

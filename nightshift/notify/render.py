@@ -1,0 +1,207 @@
+"""Night summaries and in-night alerts as Slack messages (pure: no I/O, no clock).
+
+``render_night`` routes by severity (``failed``, ``partial``, ``ok``: ok is silent unless an ok
+route is set) and draws one digest: a header with severity, environment and night; start,
+duration and counts; one line per job that was not ok (``audit:internal-links (12m, failed)``,
+its row reconciliation, its first error line); a link to the flow run when the UI is known.
+``render_alert`` and ``render_recovered`` draw the messages of the night's alert thread.
+Every text a job or a backend wrote is escaped; every message has a plain ``text`` fallback.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from nightshift.config.durations import format_duration
+from nightshift.engine.alerts import Alert
+from nightshift.engine.outcomes import JobOutcome, NightSummary, Outcome, Severity
+from nightshift.notify.blocks import MAX_BLOCKS, Block, context, cut, escape, header, pack_lines
+from nightshift.notify.blocks import section as section_block
+from nightshift.notify.config import NotifyConfig, Route
+
+__all__ = [
+    "COUNTED",
+    "Message",
+    "flow_run_link",
+    "job_line",
+    "render_alert",
+    "render_night",
+    "render_notice",
+    "render_recovered",
+]
+
+ALERT, DIGEST, RECOVERED = "alert", "digest", "recovered"
+# the counts every digest shows, in this order (cancelled only when there is one)
+COUNTED = ("succeeded", "partial", "failed", "timeout", "stuck_queued", "skipped", "cancelled")
+_SHOWN = {"succeeded": "ok", "stuck_queued": "stuck"}
+_ICON = {Severity.OK: ":large_green_circle:", Severity.PARTIAL: ":large_orange_circle:",
+         Severity.FAILED: ":red_circle:"}  # fmt: skip
+# the worst first: what a reader must act on leads the list
+_ORDER = [Outcome.FAILED, Outcome.TIMEOUT, Outcome.STUCK_QUEUED, Outcome.CANCELLED,
+          Outcome.PARTIAL, Outcome.SKIPPED]  # fmt: skip
+_ERROR_CHARS = 300
+_TEXT_CHARS = 3000  # the plain fallback: notifications and old clients show the start only
+
+
+@dataclass(frozen=True)
+class Message:
+    """One Slack message and where it goes; ``thread``: a reply in the night's alert thread."""
+
+    route: str  # "failed" | "partial" | "ok" | "alert"
+    destination: Route
+    text: str
+    blocks: list[Block]
+    kind: str = DIGEST  # DIGEST | ALERT | RECOVERED
+    label: str | None = None
+    thread: bool = False
+
+
+def render_night(
+    summary: NightSummary,
+    config: NotifyConfig,
+    *,
+    night: str,
+    catalogue: str,
+    flow_run_url: str | None = None,
+) -> list[Message]:
+    """The night's digest for its severity's route: [] when that route is not set."""
+    route = config.route(summary.severity.value)
+    if route is None:
+        return []
+    head = f"{_ICON[summary.severity]} {summary.severity.value.upper()}: {catalogue}"
+    head = f"{head} · {config.env} · night {night}"
+    lines = [job_line(job) for job in _not_ok(summary)]
+    facts = _facts(summary)
+    mention = f"{route.mention} " if route.mention else ""
+    url = flow_run_url
+    blocks: list[Block] = [header(head), section_block(f"{mention}{facts}")]
+    tail = [context(f"<{escape(url)}|Flow run in the Prefect UI>")] if url else []
+    blocks += pack_lines(lines, MAX_BLOCKS - len(blocks) - len(tail))
+    blocks += tail
+    text = "\n".join([f"{mention}{escape(summary.headline())} ({config.env}, night {night})",
+                      *lines, *([url] if url else [])])  # fmt: skip
+    return [Message(summary.severity.value, route, cut(text, _TEXT_CHARS), blocks)]
+
+
+def job_line(job: JobOutcome) -> str:
+    """``• `audit:internal-links` (12m, failed): rows 3/5 ok, ... - first error line`` (mrkdwn)."""
+    line = f"• `{escape(job.label)}` ({format_duration(job.duration_s)}, {_state(job.state)})"
+    extra = [part for part in (_reconciliation(job), _first_error(job)) if part]
+    return f"{line}: {' - '.join(extra)}" if extra else line
+
+
+def render_alert(alert: Alert, config: NotifyConfig) -> Message | None:
+    """An in-night dwell alert for the ``alert`` route (None: no route, or a level not sent)."""
+    if alert.level not in config.alert_levels:
+        return None
+    ratio = alert.dwell_s / alert.p95_s if alert.p95_s > 0 else float("inf")
+    line = (
+        f"{alert.state} for {format_duration(alert.dwell_s)} (p95 "
+        f"{format_duration(alert.p95_s)}, x{ratio:.1f}), {alert.level}"
+    )
+    return render_notice(
+        config, night=alert.night, catalogue=alert.catalogue, label=alert.label, line=line,
+        backend=alert.backend, kind=f"dwell {alert.level}",
+    )  # fmt: skip
+
+
+def render_notice(
+    config: NotifyConfig,
+    *,
+    night: str,
+    catalogue: str,
+    label: str,
+    line: str,
+    backend: str | None = None,
+    kind: str = "alert",
+) -> Message | None:
+    """Any in-night event (an SLA fallback firing, a stuck queue, a timeout) for the alert thread.
+
+    ``line`` is what happened, e.g. ``timed out after 20m``; it is escaped.
+    """
+    route = config.route(ALERT)
+    if route is None:
+        return None
+    who = f"`{escape(label)}`" + (f" ({escape(backend)})" if backend else "")
+    body = f":warning: {who} {escape(cut(line, _ERROR_CHARS))}"
+    where = f"{escape(catalogue)} · {escape(config.env)} · night {escape(night)} · {escape(kind)}"
+    mention = f"{route.mention} " if route.mention else ""
+    blocks = [section_block(f"{mention}{body}"), context(where)]
+    text = f"{kind}: {label} {line} ({catalogue}, {config.env}, night {night})"
+    text = mention + escape(cut(text, _TEXT_CHARS))
+    return Message(ALERT, route, text, blocks, ALERT, label, thread=True)
+
+
+def render_recovered(
+    config: NotifyConfig, *, night: str, catalogue: str, job: JobOutcome
+) -> Message | None:
+    """The thread reply for a job that was alerted tonight and then succeeded."""
+    route = config.route(ALERT)
+    if route is None:
+        return None
+    body = f":white_check_mark: `{escape(job.label)}` recovered: {_state(job.state)} after "
+    body += format_duration(job.duration_s)
+    text = f"recovered: {job.label} {job.state.value} ({catalogue}, {config.env}, night {night})"
+    return Message(
+        ALERT, route, escape(text), [section_block(body)], RECOVERED, job.label, thread=True
+    )
+
+
+def _facts(summary: NightSummary) -> str:
+    counts = summary.counts
+    shown = [
+        f"{counts.get(state, 0)} {_SHOWN.get(state, state)}"
+        for state in COUNTED
+        if state != "cancelled" or counts.get(state)
+    ]
+    lines = [f"*Jobs* {len(summary.jobs)}: " + ", ".join(shown)]
+    start = _parse(summary.started_at)
+    end = _parse(summary.finished_at)
+    if start is not None:
+        when = f"*Started* {start.strftime('%Y-%m-%d %H:%M %Z').strip()}"
+        if end is not None:
+            when += f" · *Duration* {format_duration((end - start).total_seconds())}"
+        lines.insert(0, when)
+    return "\n".join(lines)
+
+
+def _not_ok(summary: NightSummary) -> list[JobOutcome]:
+    rank = {state: i for i, state in enumerate(_ORDER)}
+    return sorted(summary.not_ok, key=lambda job: rank.get(job.state, len(rank)))
+
+
+def _state(state: Outcome) -> str:
+    return _SHOWN.get(state.value, state.value)
+
+
+def _reconciliation(job: JobOutcome) -> str | None:
+    rec = job.data.get("reconciliation") if isinstance(job.data, dict) else None
+    if not isinstance(rec, dict) or "submitted" not in rec:
+        return None
+    text = f"rows {rec.get('succeeded', 0)}/{rec['submitted']} ok, {rec.get('failed', 0)} failed"
+    return f"{text}, {rec.get('missing', 0)} missing"
+
+
+def _first_error(job: JobOutcome) -> str | None:
+    """The detail's first non-empty line, unless it only repeats the reconciliation."""
+    first = next((ln.strip() for ln in (job.detail or "").splitlines() if ln.strip()), None)
+    if first is None or (_reconciliation(job) and first.startswith("rows ")):
+        return None
+    return escape(cut(first, _ERROR_CHARS))
+
+
+def _parse(stamp: str | None) -> datetime | None:
+    if not stamp:
+        return None
+    try:
+        return datetime.fromisoformat(stamp)
+    except ValueError:
+        return None
+
+
+def flow_run_link(ui_url: str | None, flow_run_id: str | None) -> str | None:
+    """The flow run's page in the Prefect UI (``{ui}/runs/flow-run/{id}``), when both are known."""
+    if not ui_url or not flow_run_id:
+        return None
+    return f"{ui_url.rstrip('/')}/runs/flow-run/{flow_run_id}"

@@ -1,0 +1,66 @@
+"""``nightshift notify [--flush]``: what waits in the outbox, and delivering it once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nightshift.cli.main import EXIT_BAD_CATALOGUE, main
+from nightshift.config.settings import load_settings
+from nightshift.engine.outcomes import JobOutcome, NightSummary, Outcome, Severity
+from nightshift.notify.config import NotifyConfig
+from nightshift.notify.notifier import Notifier
+from nightshift.notify.send import SlackSender
+from nightshift.store.ledger import Ledger
+from nightshift.store.outbox import Outbox
+from sandbox.slack_emulator import SlackEmulator
+
+TOKEN = "xoxb-cli-31d8e0b2"
+PARTIAL = NightSummary(
+    Severity.PARTIAL,
+    [JobOutcome("etl", Outcome.SUCCEEDED, 60), JobOutcome("audit", Outcome.FAILED, 720)],
+    "2026-11-29T01:00:00+00:00",
+    "2026-11-29T01:30:00+00:00",
+)
+
+
+def test_a_digest_kept_while_slack_was_down_is_listed_then_flushed_once(
+    sandbox: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("SLACK_BOT_TOKEN", TOKEN)
+    with SlackEmulator(TOKEN) as slack:
+        config = NotifyConfig.model_validate(
+            {"slack": {"base_url": slack.base_url}, "routes": {"partial": {"channel": "#d"}}}
+        )
+        ledger = Ledger(load_settings().ledger_url())
+        slack.down()
+        notifier = Notifier(
+            config, catalogue="nightly", outbox=Outbox(ledger.engine),
+            sender=SlackSender(config.slack, backoff_s=0.0),
+        )  # fmt: skip
+        assert not notifier.night_end(PARTIAL, night="2026-11-29")[0].ok
+        ledger.close()
+        slack.up()
+
+        listed = main(["notify"])
+        out = capsys.readouterr().out
+        flushed = main(["notify", "--flush"])
+        flush_out = capsys.readouterr().out
+        again = main(["notify", "--flush"])
+
+    assert listed == 1
+    assert "waiting #1 (digest to #d, nightly night 2026-11-29): cannot reach Slack" in out
+    assert flushed == 0 and again == 0
+    assert "sent #1 (digest to #d, nightly night 2026-11-29)" in flush_out
+    assert "flushed: 1 sent, 0 waiting" in flush_out
+    assert [m.channel for m in slack.messages] == ["#d"]
+    assert TOKEN not in out + flush_out
+
+
+def test_an_invalid_catalogue_is_exit_4(sandbox: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = sandbox / "bad.yaml"
+    bad.write_text("jobs:\n  - {label: a, backend: command, argv: [echo]}\nnotify: {envv: x}\n")
+
+    assert main(["notify", "--flush", "--catalogue", str(bad)]) == EXIT_BAD_CATALOGUE
+    assert "field 'notify.envv': unknown key" in capsys.readouterr().err

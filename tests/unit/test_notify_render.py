@@ -1,0 +1,222 @@
+"""Slack messages from literal night summaries and alerts: routing, content, escaping, limits."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+import pytest
+
+from nightshift.config.catalogue import parse_catalogue
+from nightshift.engine.alerts import Alert
+from nightshift.engine.outcomes import JobOutcome, NightSummary, Outcome, Severity
+from nightshift.errors import CatalogueError
+from nightshift.notify.blocks import HEADER_CHARS, MAX_BLOCKS, SECTION_CHARS, escape, pack_lines
+from nightshift.notify.config import NotifyConfig
+from nightshift.notify.render import (
+    flow_run_link,
+    job_line,
+    render_alert,
+    render_night,
+    render_recovered,
+)
+
+CONFIG = NotifyConfig.model_validate(
+    {
+        "env": "production",
+        "routes": {
+            "failed": {"channel": "#batch-alerts", "mention": "<!here>"},
+            "partial": {"channel": "#batch-digest"},
+            "alert": {"channel": "#batch-alerts"},
+        },
+    }
+)
+START, END = "2026-11-29T01:00:00+00:00", "2026-11-29T02:12:00+00:00"
+
+
+def _night(severity: Severity, *jobs: JobOutcome) -> NightSummary:
+    return NightSummary(severity, list(jobs), START, END)
+
+
+def _texts(blocks: list[dict]) -> str:
+    return json.dumps(blocks, ensure_ascii=False)
+
+
+def test_an_ok_night_says_nothing_unless_an_ok_route_is_set() -> None:
+    night = _night(Severity.OK, JobOutcome("etl", Outcome.SUCCEEDED, 60))
+
+    assert render_night(night, CONFIG, night="2026-11-29", catalogue="nightly") == []
+    raw = CONFIG.model_dump(exclude_none=True)
+    heartbeat = NotifyConfig.model_validate(
+        {**raw, "routes": {**raw["routes"], "ok": {"channel": "#heartbeat"}}}
+    )
+    [message] = render_night(night, heartbeat, night="2026-11-29", catalogue="nightly")
+    assert message.destination.channel == "#heartbeat"
+    assert message.route == "ok"
+
+
+def test_a_partial_night_is_one_digest_with_a_line_per_job_that_was_not_ok() -> None:
+    night = _night(
+        Severity.PARTIAL,
+        JobOutcome("generate:a", Outcome.SUCCEEDED, 300),
+        JobOutcome("audit:internal-links", Outcome.FAILED, 720, detail="exit code 2\ntrace..."),
+        JobOutcome(
+            "embed:docs", Outcome.PARTIAL, 3900, detail="rows 12/15 ok, 0 failed, 3 missing",
+            data={"reconciliation": {"submitted": 15, "succeeded": 12, "failed": 0,
+                                     "missing": 3}},
+        ),
+    )  # fmt: skip
+
+    [message] = render_night(
+        night, CONFIG, night="2026-11-29", catalogue="nightly",
+        flow_run_url=flow_run_link("http://127.0.0.1:4200", "abc-123"),
+    )  # fmt: skip
+
+    assert message.route == "partial"
+    assert message.destination.channel == "#batch-digest"
+    head = message.blocks[0]
+    assert head["type"] == "header"
+    assert "PARTIAL" in head["text"]["text"] and "production" in head["text"]["text"]
+    assert "night 2026-11-29" in head["text"]["text"]
+    facts = message.blocks[1]["text"]["text"]
+    assert "*Started* 2026-11-29 01:00 UTC · *Duration* 1h12m" in facts
+    assert "*Jobs* 3: 1 ok, 1 partial, 1 failed, 0 timeout, 0 stuck, 0 skipped" in facts
+    lines = message.blocks[2]["text"]["text"].splitlines()
+    assert lines == [
+        "• `audit:internal-links` (12m, failed): exit code 2",
+        "• `embed:docs` (1h05m, partial): rows 12/15 ok, 0 failed, 3 missing",
+    ]
+    assert message.blocks[-1]["elements"][0]["text"] == (
+        "<http://127.0.0.1:4200/runs/flow-run/abc-123|Flow run in the Prefect UI>"
+    )
+    assert message.text.startswith("partial: 1/3 succeeded (1 failed, 1 partial)")
+    assert "<!here>" not in message.text
+
+
+def test_a_failed_night_carries_the_mention_in_text_and_blocks() -> None:
+    night = _night(Severity.FAILED, JobOutcome("etl", Outcome.TIMEOUT, 1200))
+
+    [message] = render_night(night, CONFIG, night="2026-11-29", catalogue="nightly")
+
+    assert message.destination.channel == "#batch-alerts"
+    assert message.text.startswith("<!here> failed: 0/1 succeeded")
+    assert message.blocks[1]["text"]["text"].startswith("<!here> ")
+    assert "• `etl` (20m, timeout)" in _texts(message.blocks)
+
+
+def test_job_text_is_escaped_so_it_pings_nobody() -> None:
+    job = JobOutcome("etl", Outcome.FAILED, 5, detail="boom <!channel> & <b>bold</b> <@U123>")
+    night = _night(Severity.FAILED, job)
+
+    [message] = render_night(night, CONFIG, night="2026-11-29", catalogue="x<y>")
+
+    assert job_line(job) == (
+        "• `etl` (5s, failed): boom &lt;!channel&gt; &amp; &lt;b&gt;bold&lt;/b&gt; &lt;@U123&gt;"
+    )
+    everything = message.text + _texts(message.blocks)
+    assert (
+        "<!channel>" not in everything and "<b>" not in everything and "<@U123>" not in everything
+    )
+    assert "&lt;!channel&gt;" in message.text
+    assert escape("a&lt;") == "a&amp;lt;"
+
+
+def test_a_60_job_partial_night_fits_slacks_limits() -> None:
+    jobs = [JobOutcome(f"job:{i:02d}", Outcome.FAILED, 60 * i, detail="E" * 400) for i in range(60)]
+    night = _night(Severity.PARTIAL, JobOutcome("ok", Outcome.SUCCEEDED, 1), *jobs)
+
+    [message] = render_night(night, CONFIG, night="2026-11-29", catalogue="n" * 300)
+
+    assert len(message.blocks) <= MAX_BLOCKS
+    assert len(message.blocks[0]["text"]["text"]) <= HEADER_CHARS
+    sections = [b["text"]["text"] for b in message.blocks if b["type"] == "section"]
+    assert all(len(text) <= SECTION_CHARS for text in sections)
+    shown = sum(text.count("• `job:") for text in sections)
+    assert shown == 60  # 60 lines of ~330 characters fit in 7 sections
+    assert len(message.text) <= 3000
+
+
+def test_lines_beyond_the_block_limit_end_in_and_n_more() -> None:
+    lines = [f"line {i} " + "x" * 990 for i in range(500)]
+
+    blocks = pack_lines(lines, 5)
+
+    assert len(blocks) == 5
+    texts = [b["text"]["text"] for b in blocks]
+    assert all(len(t) <= SECTION_CHARS for t in texts)
+    shown = sum(t.count("line ") for t in texts)
+    assert texts[-1].endswith(f"... and {500 - shown} more")
+    assert shown == 14  # three ~1,000-character lines a section; the last keeps room for "more"
+
+
+ALERT = Alert(
+    night="2026-11-29", catalogue="nightly", label="etl", backend="cli", state="queued",
+    level="alert", dwell_s=7800, p95_s=2460, at=datetime(2026, 11, 29, 3, tzinfo=UTC),
+)  # fmt: skip
+
+
+def test_an_alert_and_its_recovery_are_thread_replies_for_the_alert_route() -> None:
+    message = render_alert(ALERT, CONFIG)
+    recovered = render_recovered(
+        CONFIG, night="2026-11-29", catalogue="nightly",
+        job=JobOutcome("etl", Outcome.SUCCEEDED, 9000),
+    )  # fmt: skip
+
+    assert message is not None and recovered is not None
+    assert (message.route, message.kind, message.label, message.thread) == (
+        "alert", "alert", "etl", True,
+    )  # fmt: skip
+    assert (
+        "`etl` (cli) queued for 2h10m (p95 41m, x3.2), alert" in message.blocks[0]["text"]["text"]
+    )
+    assert (recovered.kind, recovered.thread) == ("recovered", True)
+    assert "`etl` recovered: ok after 2h30m" in recovered.blocks[0]["text"]["text"]
+    watch = Alert(**{**ALERT.__dict__, "level": "watch"})
+    assert render_alert(watch, CONFIG) is None  # only alert_levels are sent
+
+
+def _catalogue(notify: str) -> str:
+    return "jobs:\n  - {label: a, backend: command, argv: [echo]}\nnotify:\n" + notify
+
+
+def test_a_notify_section_loads_into_the_catalogue() -> None:
+    catalogue = parse_catalogue(
+        _catalogue(
+            "  env: staging\n  slack: {token_block: slack-bot}\n"
+            "  routes:\n    partial: {webhook: SLACK_DIGEST_HOOK}\n"
+        )
+    )
+    assert catalogue.notify is not None
+    assert catalogue.notify.slack.token_setting == (
+        "notify.slack.token_block (Prefect Secret block 'slack-bot')"
+    )
+    assert catalogue.notify.routes.partial is not None
+    assert catalogue.notify.routes.partial.target == "webhook $SLACK_DIGEST_HOOK"
+    assert (
+        parse_catalogue(_catalogue("  env: x\n").replace("notify:\n  env: x\n", "")).notify is None
+    )
+
+
+@pytest.mark.parametrize(
+    ("notify", "expected"),
+    [
+        ("  routes:\n    failed: {channel: '#a', webhook: HOOK}\n",
+         "c.yaml:5: field 'notify.routes.failed': give exactly one of channel, webhook"),
+        ("  routes:\n    failed: {chanel: '#a'}\n",
+         "c.yaml:5: field 'notify.routes.failed.chanel': unknown key"),
+        ("  slack: {token: xoxb-1234-secret}\n",
+         "c.yaml:4: field 'notify.slack.token': must name an environment variable"),
+        ("  routes:\n    failed: {channel: '#a', mention: '@here'}\n",
+         "c.yaml:5: field 'notify.routes.failed.mention': use Slack's syntax"),
+        ("  routes:\n    nightly: {channel: '#a'}\n",
+         "c.yaml:5: field 'notify.routes.nightly': unknown key"),
+    ],
+)  # fmt: skip
+def test_bad_notify_config_is_a_catalogue_error_with_line_and_field(
+    notify: str, expected: str
+) -> None:
+    with pytest.raises(CatalogueError) as caught:
+        parse_catalogue(_catalogue(notify), "c.yaml")
+
+    assert expected in str(caught.value)
+    assert "xoxb-1234-secret" not in str(caught.value)
