@@ -136,7 +136,16 @@ class CliSettings(_Strict):
     pass_env: list[EnvName] = []
 
 
+class ModelPrice(_Strict):
+    """USD per 1M tokens, on demand (the batch is billed half); output includes thinking."""
+
+    input: Annotated[float, Field(ge=0)]
+    output: Annotated[float, Field(ge=0)]
+
+
 class GeminiSettings(_Strict):
+    # model -> its price, over the built-in table (nightshift.backends.gemini.pricing)
+    prices: dict[Annotated[str, Field(min_length=1)], ModelPrice] = {}
     base_url: str | None = None
     api_version: str | None = None
     api_key_block: str | None = None  # name of a Prefect Secret block holding the key
