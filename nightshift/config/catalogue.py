@@ -157,6 +157,9 @@ class Catalogue(_Strict):
     name: str | None = None
     defaults: Defaults = Defaults()
     limits: dict[Literal["command", "cli", "gemini_batch"], Annotated[int, Field(ge=1)]] = {}
+    # shared: one Prefect limit per backend for every catalogue (nightshift-cli); catalogue:
+    # this catalogue's own (nightshift-<catalogue>-cli), when two must not share a cap
+    limit_scope: Literal["shared", "catalogue"] = "shared"
     cli: CliSettings = CliSettings()
     gemini: GeminiSettings = GeminiSettings()
     jobs: list[Job] = Field(min_length=1)
