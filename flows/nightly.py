@@ -26,7 +26,7 @@ from nightshift.engine.outcomes import JobOutcome, NightSummary, join
 from nightshift.engine.plan import parse_night, plan_night, tonight
 from nightshift.engine.watcher import Watcher
 from nightshift.errors import LockHeldError
-from nightshift.orchestration.limits import prefect_slots
+from nightshift.orchestration.limits import limit_scope, prefect_slots
 from nightshift.orchestration.progress import ProgressSink
 from nightshift.orchestration.report import not_run, report, why
 from nightshift.store.lease import Lease
@@ -120,7 +120,7 @@ def _run_night(
         logger=logger,
         # caps as Prefect global concurrency limits; both by this module's names, which a
         # test of the flow may swap
-        slots=prefect_slots,
+        slots=lambda caps: prefect_slots(caps, scope=limit_scope(catalogue)),
         admission=Admission,
     )
     key = f"{night}:{uuid.uuid4().hex[:8]}"

@@ -137,7 +137,16 @@ class CliSettings(_Strict):
     pass_env: list[EnvName] = []
 
 
+class ModelPrice(_Strict):
+    """USD per 1M tokens, on demand (the batch is billed half); output includes thinking."""
+
+    input: Annotated[float, Field(ge=0)]
+    output: Annotated[float, Field(ge=0)]
+
+
 class GeminiSettings(_Strict):
+    # model -> its price, over the built-in table (nightshift.backends.gemini.pricing)
+    prices: dict[Annotated[str, Field(min_length=1)], ModelPrice] = {}
     base_url: str | None = None
     api_version: str | None = None
     api_key_block: str | None = None  # name of a Prefect Secret block holding the key
@@ -149,6 +158,9 @@ class Catalogue(_Strict):
     name: str | None = None
     defaults: Defaults = Defaults()
     limits: dict[Literal["command", "cli", "gemini_batch"], Annotated[int, Field(ge=1)]] = {}
+    # shared: one Prefect limit per backend for every catalogue (nightshift-cli); catalogue:
+    # this catalogue's own (nightshift-<catalogue>-cli), when two must not share a cap
+    limit_scope: Literal["shared", "catalogue"] = "shared"
     cli: CliSettings = CliSettings()
     gemini: GeminiSettings = GeminiSettings()
     notify: NotifyConfig | None = None  # no section: the night tells only its exit code

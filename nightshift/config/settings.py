@@ -30,12 +30,22 @@ class Settings(BaseSettings):
     gemini_api_version: str = "v1beta"
     gemini_api_key: SecretStr | None = None
     gemini_api_key_block: str | None = None  # name of a Prefect Secret block holding the key
+    # Prometheus: the node-exporter textfile (default: state_dir/metrics/nightshift.prom; "" for
+    # none) and a Pushgateway to push to at the end of each night and watchdog run
+    metrics_file: Path | None = None
+    pushgateway_url: str | None = None
 
     @field_validator("state_dir")
     @classmethod
     def _absolute(cls, value: Path) -> Path:
         # jobs run in other working directories; their paths must not depend on ours
         return value.expanduser().resolve()
+
+    def metrics_path(self) -> Path | None:
+        """Where the metrics textfile goes; None when it was turned off (an empty setting)."""
+        if self.metrics_file is None:
+            return self.state_dir / "metrics" / "nightshift.prom"
+        return None if str(self.metrics_file) in ("", ".") else self.metrics_file.expanduser()
 
     def ledger_url(self) -> str:
         """The ledger's database URL, defaulting to SQLite under state_dir."""

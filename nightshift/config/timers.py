@@ -104,8 +104,9 @@ def schedule_warnings(catalogue: Catalogue) -> list[str]:
 def schedule_interval(catalogue_path: Path) -> tuple[float, str]:
     """Shortest gap between two nights of this catalogue, and where that came from.
 
-    Read from the deployment in a ``prefect.yaml`` beside the catalogue whose ``catalog``
-    parameter names it (cron or interval schedules); else a day is assumed.
+    Read from the nightly deployment in a ``prefect.yaml`` beside the catalogue whose ``catalog``
+    parameter names it (cron or interval schedules); else a day is assumed. Other flows'
+    deployments (the watchdog every 10 minutes, budgets, retention) are not nights.
     """
     folder = catalogue_path.absolute().parent
     config = folder / "prefect.yaml"
@@ -116,7 +117,7 @@ def schedule_interval(catalogue_path: Path) -> tuple[float, str]:
     target = os.path.normpath(catalogue_path.absolute())
     deployments = data.get("deployments") if isinstance(data, dict) else None
     for deployment in deployments if isinstance(deployments, list) else []:
-        if not isinstance(deployment, dict):
+        if not isinstance(deployment, dict) or not _is_nightly(deployment.get("entrypoint")):
             continue
         catalog = (deployment.get("parameters") or {}).get("catalog", "nightshift.yaml")
         if os.path.normpath(folder / str(catalog)) != target:
@@ -127,6 +128,11 @@ def schedule_interval(catalogue_path: Path) -> tuple[float, str]:
             name = deployment.get("name", "?")
             return min(gaps), f"schedule of deployment {name!r} in {config.name}"
     return DAY_S, "no schedule for it in a prefect.yaml beside it: assumed daily"
+
+
+def _is_nightly(entrypoint: object) -> bool:
+    """Whether a deployment runs nights (no entrypoint: assume it does, as before)."""
+    return entrypoint is None or str(entrypoint).endswith(":nightly")
 
 
 def _gap(schedule: dict[str, Any]) -> float | None:

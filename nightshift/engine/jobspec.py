@@ -20,6 +20,7 @@ def job_spec(catalogue: Catalogue, label: str, submission_key: str | None = None
         options["sla"] = job.sla if job.sla is not None else catalogue.defaults.sla
         options["input"] = str(home / job.input)
         options["output"] = str(home / job.output)
+        options["prices"] = {m: p.model_dump() for m, p in catalogue.gemini.prices.items()}
     if isinstance(job, CommandJob):
         options["cwd"] = str(home / job.cwd) if job.cwd else str(home)
     if submission_key is not None:

@@ -21,7 +21,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from nightshift.store.db import UTCDateTime
 
-__all__ = ["DWELL", "STALE", "STOPPED", "STREAK", "AlertLog", "AlertRecord"]
+__all__ = ["ALERTS_TABLE", "DWELL", "STALE", "STOPPED", "STREAK", "AlertLog", "AlertRecord"]
 
 DWELL, STOPPED, STALE, STREAK = "dwell", "stopped", "stale", "streak"
 
@@ -47,6 +47,8 @@ _alerts = sa.Table(
     ),
     sa.Index("ix_alerts_at", "at"),
 )
+
+ALERTS_TABLE = _alerts  # for readers that aggregate in SQL (metrics)
 
 _INSERTS: dict[str, Any] = {"sqlite": sqlite.insert, "postgresql": postgresql.insert}
 

@@ -30,10 +30,12 @@ __all__ = [
     "CATALOGUE",
     "DWELL_S",
     "HISTORY_COLUMNS",
+    "JOBS_TABLE",
     "LABEL",
     "NIGHT",
     "RUN_ID",
     "STATE",
+    "TRANSITIONS_TABLE",
     "JobRecord",
     "Ledger",
     "Transition",
@@ -98,6 +100,10 @@ _jobs = sa.Table(
     sa.PrimaryKeyConstraint("catalogue", "night", "label", name="pk_jobs"),
     sa.Index("ix_jobs_catalogue_label_state", "catalogue", "label", "state"),
 )
+
+# the tables, for readers aggregating across catalogues in SQL (metrics); writes go via Ledger
+TRANSITIONS_TABLE = _transitions
+JOBS_TABLE = _jobs
 
 # every column but the catalogue, which a Ledger already knows
 _TRANSITION_FIELDS = [c for c in _transitions.c if c.name != "catalogue"]

@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from nightshift.cli.main import main
 from nightshift.config.catalogue import load_catalogue
@@ -85,19 +84,6 @@ def test_unknown_only_label_exits_4(catalogue: Path, capsys) -> None:
 def test_the_example_catalogue_is_valid() -> None:
     catalogue = load_catalogue(REPO / "nightshift.example.yaml")
     assert {j.backend for j in catalogue.jobs} == {"cli", "command", "gemini_batch"}
-
-
-def test_prefect_yaml_deploys_the_nightly_flow_on_a_schedule() -> None:
-    from prefect.flows import load_flow_from_entrypoint
-
-    config = yaml.safe_load((REPO / "prefect.yaml").read_text())
-    (deployment,) = config["deployments"]
-    assert deployment["name"] == "nightly-batch-daily"
-    assert deployment["schedules"][0]["cron"] == "0 2 * * *"
-    assert deployment["concurrency_limit"] == {"limit": 1, "collision_strategy": "CANCEL_NEW"}
-    flow = load_flow_from_entrypoint(str(REPO / deployment["entrypoint"]))
-    assert flow.name == "nightly"
-    assert set(deployment["parameters"]) <= set(flow.parameters.properties)
 
 
 def test_night_must_be_a_date(catalogue: Path, capsys) -> None:

@@ -33,11 +33,11 @@ def prefect(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def read(name: str) -> Any:
+def read(name: str, flow: str = "nightly") -> Any:
     from prefect.client.orchestration import get_client
 
     with get_client(sync_client=True) as client:
-        return client.read_deployment_by_name(f"nightly/{name}")
+        return client.read_deployment_by_name(f"{flow}/{name}")
 
 
 def test_deploy_all_as_the_readme_says_runs_nights_in_the_checkout(tmp_path: Path) -> None:
@@ -58,15 +58,28 @@ def test_deploy_all_as_the_readme_says_runs_nights_in_the_checkout(tmp_path: Pat
     assert "NIGHTSHIFT_STATE_DIR" not in env, env  # was "/.nightshift" when deployed without it
     assert deployment.concurrency_options.collision_strategy.value == "CANCEL_NEW"
 
-    # serving registers a deployment of its own and leaves the worker's one as it was
-    from deployments.serve import DEPLOYMENT, served_deployment
+    others = {
+        "budgets-weekly": "budgets",
+        "watchdog": "watchdog",
+        "ledger-retention-daily": "ledger-retention",
+    }
+    for name, flow in others.items():
+        assert read(name, flow).work_pool_name == "nightshift"
+    assert read("watchdog", "watchdog").schedules[0].schedule.interval.total_seconds() == 600
 
-    served_deployment().apply()
-    assert DEPLOYMENT != "nightly-batch-daily"
-    served = read(DEPLOYMENT)
+    # serving registers deployments of its own and leaves the worker's ones as they were
+    from deployments.serve import SUFFIX, served_deployments
+
+    for served_one in served_deployments():
+        served_one.apply()
+    served = read("nightly-batch-daily" + SUFFIX)
     assert served.tags == ["nightshift"]
     assert served.global_concurrency_limit is not None
     assert served.global_concurrency_limit.limit == 1
+    assert served.schedules[0].schedule.cron == "0 2 * * *"
+    assert served.schedules[0].schedule.timezone == "UTC"
+    for name, flow in others.items():
+        assert read(name + SUFFIX, flow).schedules
     still = read("nightly-batch-daily")
     assert (still.work_pool_name, still.pull_steps, still.paused) == (
         "nightshift",

@@ -48,3 +48,31 @@ def test_uncapped_backends_take_no_slot() -> None:
     hold = prefect_slots({})
     with hold("gemini_batch", 0.0):
         pass
+
+
+def test_a_catalogue_may_have_limits_of_its_own(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from prefect.client.orchestration import get_client
+
+    from nightshift.config.catalogue import load_catalogue
+    from nightshift.orchestration.limits import limit_scope
+
+    jobs = "jobs:\n  - {label: a, backend: cli, task: t}\n"
+    (tmp_path / "team").mkdir()
+    named = tmp_path / "team" / "nightshift.yaml"
+    named.write_text("name: Team Nightly\nlimit_scope: catalogue\nlimits: {cli: 2}\n" + jobs)
+    unnamed = tmp_path / "nightshift.yaml"
+    unnamed.write_text("limit_scope: catalogue\nlimits: {cli: 3}\n" + jobs)
+    shared = tmp_path / "shared.yaml"
+    shared.write_text("limits: {cli: 4}\n" + jobs)
+
+    scopes = [limit_scope(load_catalogue(p)) for p in (named, unnamed, shared)]
+
+    assert scopes[0] == "team-nightly"
+    assert scopes[1] is not None and scopes[1].startswith("nightshift-") and len(scopes[1]) == 17
+    assert scopes[2] is None
+    prefect_slots({"cli": 2}, scope=scopes[0])
+    prefect_slots({"cli": 3}, scope=scopes[1])
+    with get_client(sync_client=True) as client:
+        own = client.read_global_concurrency_limit_by_name("nightshift-team-nightly-cli")
+        other = client.read_global_concurrency_limit_by_name(limit_name("cli", scopes[1]))
+    assert (own.limit, other.limit) == (2, 3)

@@ -116,7 +116,7 @@ def test_a_refused_night_leaves_a_summary_saying_why(sandbox: Path) -> None:
 def test_a_failed_prefect_limit_call_leaves_a_summary_and_no_threads(
     sandbox: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def unreachable(limits: dict[str, int]) -> Any:
+    def unreachable(limits: dict[str, int], **_: Any) -> Any:
         raise ConnectionError("Prefect API unreachable (injected)")
 
     monkeypatch.setattr(nightly_module, "prefect_slots", unreachable)

@@ -171,7 +171,8 @@ def test_a_new_database_gets_exactly_the_schema_the_code_declares(db_url: str) -
         outbox_module._metadata,
     ]
     with ledger.engine.connect() as conn:
-        diff = compare_metadata(MigrationContext.configure(conn), both)  # type: ignore[arg-type]
+        context = MigrationContext.configure(conn, opts={"version_table": migrations.VERSION_TABLE})
+        diff = compare_metadata(context, both)  # type: ignore[arg-type]
         keys = sa.inspect(conn).get_pk_constraint("jobs")["constrained_columns"]
     assert diff == []
     assert keys == ["catalogue", "night", "label"]
@@ -238,14 +239,14 @@ def test_at_head_a_ledger_costs_one_small_query(db_url: str) -> None:
     finally:
         sa.event.remove(sa.Engine, "before_cursor_execute", record)
 
-    assert statements == ["SELECT version_num FROM alembic_version"]
+    assert statements == ["SELECT version_num FROM nightshift_alembic_version"]
 
 
 def test_a_schema_newer_than_the_code_is_refused_in_one_line(db_url: str) -> None:
     Ledger(db_url).close()
     engine = make_engine(db_url)
     with engine.begin() as conn:
-        conn.execute(sa.text("UPDATE alembic_version SET version_num = '0099'"))
+        conn.execute(sa.text("UPDATE nightshift_alembic_version SET version_num = '0099'"))
     engine.dispose()
 
     with pytest.raises(migrations.SchemaTooNewError) as caught:
@@ -306,9 +307,9 @@ def test_processes_starting_together_upgrade_once(db_url: str, tmp_path: Path, s
     assert upgrades == [None, [None, migrations.HEAD]]  # one upgraded, the other found it done
     ledger = Ledger(db_url, "nightly.yaml")
     with ledger.engine.connect() as conn:
-        assert conn.execute(sa.text("SELECT version_num FROM alembic_version")).all() == [
-            (migrations.HEAD,)
-        ]
+        assert conn.execute(
+            sa.text("SELECT version_num FROM nightshift_alembic_version")
+        ).all() == [(migrations.HEAD,)]
     ledger.record_submit(NIGHT, "etl", "cli", "job-new", 1, at=T0)
     assert Ledger(db_url, BEFORE_CATALOGUES).get_job(NIGHT, "etl") == (
         _OLD_JOB if start == "before-migrations" else None
@@ -410,3 +411,59 @@ def _fill_0002(engine: sa.Engine) -> None:
                     "dwell_s": dwell,
                 },
             )
+
+
+PREFECTS = "91e2b8f3d6a4"  # a revision of another Alembic user of the same database
+
+
+def _shared_versions(db_url: str) -> list[str] | None:
+    engine = make_engine(db_url)
+    try:
+        with engine.connect() as conn:
+            if not sa.inspect(conn).has_table("alembic_version"):
+                return None
+            return sorted(
+                conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalars()
+            )
+    finally:
+        engine.dispose()
+
+
+def _put_shared(db_url: str, *revisions: str) -> None:
+    engine = make_engine(db_url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)"))
+        for revision in revisions:
+            conn.execute(sa.text("INSERT INTO alembic_version VALUES (:r)"), {"r": revision})
+    engine.dispose()
+
+
+def test_a_database_shared_with_a_prefect_server_keeps_both_revisions(db_url: str) -> None:
+    # the Prefect server's own migrations keep their revision in alembic_version
+    _put_shared(db_url, PREFECTS)
+
+    ledger = Ledger(db_url, "nightly.yaml")
+    ledger.transition(NIGHT, "run", "etl", "cli", "x", "queued")
+
+    assert _shared_versions(db_url) == [PREFECTS]  # untouched: the server still starts
+    assert _revision(db_url) == migrations.HEAD
+    assert Ledger(db_url, "nightly.yaml").schema_upgrade is None
+
+
+@pytest.mark.parametrize("others", [(), (PREFECTS,)], ids=["alone", "beside-prefect"])
+def test_a_ledger_that_kept_its_revision_in_alembic_version_is_adopted(
+    db_url: str, others: tuple[str, ...]
+) -> None:
+    Ledger(db_url, "nightly.yaml").transition(NIGHT, "run", "etl", "cli", "x", "queued")
+    engine = make_engine(db_url)
+    with engine.begin() as conn:  # as Nightshift up to revision 0004 left it
+        conn.execute(sa.text(f"DROP TABLE {migrations.VERSION_TABLE}"))
+    engine.dispose()
+    _put_shared(db_url, "0004", *others)
+
+    ledger = Ledger(db_url, "nightly.yaml")
+
+    assert ledger.schema_upgrade is None  # nothing to run: only where the revision is kept moved
+    assert _revision(db_url) == migrations.HEAD
+    assert _shared_versions(db_url) == (sorted(others) if others else None)
+    assert [r.to_state for r in ledger.dwells(NIGHT)] == ["queued"]

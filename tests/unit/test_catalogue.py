@@ -181,3 +181,31 @@ def test_a_slow_first_poll_alone_raises_the_cap_with_it() -> None:
         "defaults: {poll: {initial: 60s}}\njobs: [{label: a, backend: command, argv: [x]}]"
     )
     assert (catalogue.defaults.poll.initial, catalogue.defaults.poll.max) == (60, 60)
+
+
+def test_gemini_prices_per_model_reach_the_jobs_options(tmp_path: Path) -> None:
+    from nightshift.backends.gemini.options import GeminiJobOptions
+    from nightshift.backends.gemini.pricing import Price
+    from nightshift.engine.jobspec import job_spec
+
+    path = tmp_path / "night.yaml"
+    path.write_text(
+        "gemini:\n  prices:\n    gemini-3.5-flash: {input: 0.5, output: 3}\n"
+        "jobs:\n  - {label: r, backend: gemini_batch, model: gemini-3.5-flash,"
+        " input: in.jsonl, output: out.jsonl}\n"
+    )
+
+    options = GeminiJobOptions.from_spec(job_spec(load_catalogue(path), "r"))
+
+    assert options.prices == {"gemini-3.5-flash": Price(0.5, 3.0)}
+
+
+def test_a_bad_price_names_its_line_and_field() -> None:
+    text = (
+        "gemini:\n  prices:\n    gemini-x: {input: -1, output: 3}\n"
+        "jobs:\n  - {label: a, backend: cli, task: t}\n"
+    )
+
+    [line] = problems(text)
+
+    assert line.startswith("night.yaml:3") and "gemini.prices.gemini-x.input" in line

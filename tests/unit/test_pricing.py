@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from nightshift.backends.gemini.pricing import (
-    DEFAULT_PRICE,
     PRICES,
+    PRICES_SOURCE,
+    Price,
     TokenUsage,
     estimate_cost,
     job_cost,
@@ -16,11 +17,32 @@ from nightshift.backends.gemini.pricing import (
 )
 
 
-def test_known_models_and_default() -> None:
-    assert set(PRICES) >= {"gemini-2.5-flash", "gemini-2.5-pro", "gemini-3.5-flash"}
+def test_known_models_pinned_versions_and_no_guess_for_the_rest() -> None:
+    assert set(PRICES) == {"gemini-2.5-flash", "gemini-2.5-flash-lite", "gemini-2.5-pro"}
+    assert "ai.google.dev/gemini-api/docs/pricing" in PRICES_SOURCE
     assert price_for("models/gemini-2.5-pro") == PRICES["gemini-2.5-pro"]
     assert price_for("gemini-2.5-flash-001") == PRICES["gemini-2.5-flash"]
-    assert price_for("some-new-model") == DEFAULT_PRICE
+    assert price_for("gemini-2.5-flash-lite-latest") == PRICES["gemini-2.5-flash-lite"]
+    # another model that shares a prefix is not priced like it; an unknown one has no price
+    assert price_for("gemini-2.5-flash-image") is None
+    assert price_for("gemini-3.5-flash") is None
+    assert estimate_cost("gemini-3.5-flash", TokenUsage(prompt=10)) is None
+
+
+def test_the_catalogues_prices_come_first() -> None:
+    mine = {"gemini-3.5-flash": Price(0.5, 3.0), "gemini-2.5-pro": Price(1.0, 8.0)}
+
+    assert price_for("gemini-3.5-flash-001", mine) == Price(0.5, 3.0)
+    assert price_for("gemini-2.5-pro", mine) == Price(1.0, 8.0)
+    assert price_for("gemini-2.5-flash", mine) == PRICES["gemini-2.5-flash"]
+    usage = TokenUsage(prompt=1_000_000, output=1_000_000)
+    assert estimate_cost("gemini-3.5-flash", usage, prices=mine) == pytest.approx(3.5 / 2)
+
+
+def test_a_job_on_an_unpriced_model_has_tokens_but_no_cost() -> None:
+    meta = {"promptTokenCount": 7, "candidatesTokenCount": 3, "totalTokenCount": 10}
+    usage, cost = job_cost("gemini-9-ultra", {"a": {"response": {"usageMetadata": meta}}})
+    assert (usage.total, cost) == (10, None)
 
 
 def test_usage_from_camel_and_snake_case() -> None:

@@ -46,6 +46,9 @@ def test_summary_line() -> None:
     assert summary_line(rec) == "rows 12/15 ok, 0 failed, 3 missing"
     assert summary_line(rec, 0.0123) == "rows 12/15 ok, 0 failed, 3 missing ~$0.01"
     assert summary_line(rec, 0.0001).endswith(" <$0.01")
+    assert summary_line(rec, unpriced="gemini-9").endswith(
+        ", cost unknown (no price for gemini-9: set gemini.prices)"
+    )
     fb = reconcile(["a"], {"a": OK}, ["a"])
     assert summary_line(fb) == "rows 1/1 ok, 0 failed, 0 missing, 1 via fallback"
 

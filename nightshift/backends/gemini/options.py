@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from nightshift.backends.base import JobSpec
+from nightshift.backends.gemini.pricing import Price
 from nightshift.config.durations import parse_duration
 from nightshift.errors import PermanentBackendError
 
@@ -23,6 +24,7 @@ class GeminiJobOptions:
     fallback: str = "on_demand"
     inline_threshold_rows: int = 1000
     inline_threshold_bytes: int = 10 * 1024 * 1024
+    prices: dict[str, Price] = field(default_factory=dict)  # the catalogue's, over built-ins
 
     @classmethod
     def from_spec(cls, spec: JobSpec) -> GeminiJobOptions:
@@ -44,6 +46,10 @@ class GeminiJobOptions:
             fallback=opts.get("fallback", "on_demand"),
             inline_threshold_rows=int(opts.get("inline_threshold_rows", 1000)),
             inline_threshold_bytes=int(opts.get("inline_threshold_bytes", 10 * 1024 * 1024)),
+            prices={
+                str(model): Price(float(p["input"]), float(p["output"]))
+                for model, p in (opts.get("prices") or {}).items()
+            },
         )
 
     @property

@@ -1,15 +1,20 @@
-"""Estimated Gemini cost from usage metadata: USD per 1M tokens, batch at 50 %."""
+"""Estimated Gemini cost from usage metadata: USD per 1M tokens, batch at 50 %.
+
+A model with no known price (none built in, none in the catalogue's ``gemini.prices``) has no
+estimate: its cost is shown as unknown, never guessed.
+"""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
     "BATCH_DISCOUNT",
-    "DEFAULT_PRICE",
     "PRICES",
+    "PRICES_SOURCE",
     "Price",
     "TokenUsage",
     "estimate_cost",
@@ -30,14 +35,19 @@ class Price:
     output_per_m: float
 
 
-# Published list prices (prompts <= 200k tokens); gemini-3.5-flash is our planning figure.
+PRICES_SOURCE = (
+    "Google's list prices for the Gemini API paid tier, USD per 1M tokens for prompts up to "
+    "200k tokens (ai.google.dev/gemini-api/docs/pricing, as published in March 2026); output "
+    "includes thinking tokens. Longer prompts, cached tokens and newer models: set the "
+    "catalogue's gemini.prices"
+)
 PRICES: dict[str, Price] = {
     "gemini-2.5-flash": Price(0.30, 2.50),
+    "gemini-2.5-flash-lite": Price(0.10, 0.40),
     "gemini-2.5-pro": Price(1.25, 10.00),
-    "gemini-3.5-flash": Price(0.50, 3.00),
 }
-# unknown models are priced like the dearest one so an estimate never flatters
-DEFAULT_PRICE = Price(1.25, 10.00)
+# "-001", "-latest": the same model, pinned; anything else ("-image", "-tts") is another model
+_VERSION = re.compile(r"-(\d+|latest)$")
 
 
 @dataclass(frozen=True)
@@ -62,14 +72,17 @@ class TokenUsage:
         return {"prompt": self.prompt, "output": self.output, "total": self.total}
 
 
-def price_for(model: str) -> Price:
-    """Price of a model; ``models/`` prefixes and version suffixes are ignored."""
+def price_for(model: str, prices: Mapping[str, Price] | None = None) -> Price | None:
+    """Price of a model (the catalogue's ``prices`` first), or None when none is known.
+
+    A ``models/`` prefix and a version suffix (``-001``, ``-latest``) are ignored.
+    """
     name = model.removeprefix("models/")
-    if name in PRICES:
-        return PRICES[name]
-    # "gemini-2.5-flash-001" -> gemini-2.5-flash; the longest matching name wins
-    matches = [m for m in PRICES if name.startswith(m + "-")]
-    return PRICES[max(matches, key=len)] if matches else DEFAULT_PRICE
+    for table in (prices or {}, PRICES):
+        for candidate in (name, _VERSION.sub("", name)):
+            if candidate in table:
+                return table[candidate]
+    return None
 
 
 def _count(meta: Mapping[str, Any], camel: str, snake: str) -> int:
@@ -100,19 +113,36 @@ def sum_usage(responses: Iterable[Mapping[str, Any] | None]) -> TokenUsage:
     return usage
 
 
-def estimate_cost(model: str, usage: TokenUsage, *, batch: bool = True) -> float:
-    """Estimated USD for ``usage`` on ``model``; batch usage at the batch discount."""
-    price = price_for(model)
+def estimate_cost(
+    model: str,
+    usage: TokenUsage,
+    *,
+    batch: bool = True,
+    prices: Mapping[str, Price] | None = None,
+) -> float | None:
+    """Estimated USD for ``usage`` on ``model`` (batch usage at the discount); None: no price."""
+    price = price_for(model, prices)
+    if price is None:
+        return None
     usd = (usage.prompt * price.input_per_m + usage.output * price.output_per_m) / 1_000_000
     return usd * BATCH_DISCOUNT if batch else usd
 
 
 def job_cost(
-    model: str, results: Mapping[str, Mapping[str, Any]], fallback_keys: Iterable[str] = ()
-) -> tuple[TokenUsage, float]:
-    """Tokens and USD of one job's row results: batch rows at batch price, fallback on demand."""
+    model: str,
+    results: Mapping[str, Mapping[str, Any]],
+    fallback_keys: Iterable[str] = (),
+    prices: Mapping[str, Price] | None = None,
+) -> tuple[TokenUsage, float | None]:
+    """Tokens and USD of one job's row results: batch rows at batch price, fallback on demand.
+
+    The USD is None when the model has no known price.
+    """
     on_demand = set(fallback_keys)
     batch = sum_usage(r.get("response") for k, r in results.items() if k not in on_demand)
     direct = sum_usage(r.get("response") for k, r in results.items() if k in on_demand)
-    cost = estimate_cost(model, batch) + estimate_cost(model, direct, batch=False)
-    return batch + direct, cost
+    batch_usd = estimate_cost(model, batch, prices=prices)
+    direct_usd = estimate_cost(model, direct, batch=False, prices=prices)
+    if batch_usd is None or direct_usd is None:
+        return batch + direct, None
+    return batch + direct, batch_usd + direct_usd

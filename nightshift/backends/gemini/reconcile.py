@@ -86,13 +86,20 @@ def reconcile(
     )
 
 
-def summary_line(rec: Reconciliation, cost_usd: float | None = None) -> str:
-    """``rows 12/15 ok, 0 failed, 3 missing`` (+ fallback count and cost when known)."""
+def summary_line(
+    rec: Reconciliation, cost_usd: float | None = None, *, unpriced: str | None = None
+) -> str:
+    """``rows 12/15 ok, 0 failed, 3 missing`` (+ fallback count and cost when known).
+
+    ``unpriced``: the model whose price is unknown, said instead of a cost.
+    """
     text = f"rows {rec.succeeded}/{rec.submitted} ok, {rec.failed} failed, {rec.missing} missing"
     if rec.fallback:
         text += f", {rec.fallback} via fallback"
     if cost_usd is not None:
         text += f" ~${cost_usd:.2f}" if cost_usd == 0 or cost_usd >= 0.005 else " <$0.01"
+    elif unpriced is not None:
+        text += f", cost unknown (no price for {unpriced}: set gemini.prices)"
     return text
 
 

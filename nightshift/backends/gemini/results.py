@@ -207,13 +207,14 @@ def finish_job(
     else:
         opts.retry_file.unlink(missing_ok=True)  # a stale retry file would mislead tomorrow
         retry_file = None
-    usage, cost = job_cost(opts.model, results, fallback_keys)
-    summary = "; ".join([summary_line(rec, cost), *notes])
+    usage, cost = job_cost(opts.model, results, fallback_keys, opts.prices)
+    unpriced = opts.model if cost is None else None
+    summary = "; ".join([summary_line(rec, cost, unpriced=unpriced), *notes])
     return {
         "ok": batch_ok and rec.failed == 0 and rec.missing == 0,
         "reconciliation": rec.as_dict(),
         "tokens": usage.as_dict(),
-        "cost_usd": round(cost, 6),
+        "cost_usd": None if cost is None else round(cost, 6),  # None: no known price
         "summary": summary,
         "notes": list(notes),
         "output": str(opts.output),

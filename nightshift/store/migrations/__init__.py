@@ -6,6 +6,11 @@ it takes the database's upgrade lock (PostgreSQL: a transaction-level advisory l
 reads the revision again and runs what is missing in that one transaction, so two processes starting
 together upgrade once and the loser just waits. No alembic.ini: the scripts are found next to
 this file.
+
+The revision is kept in ``nightshift_alembic_version``, not Alembic's default ``alembic_version``:
+a ledger may share its database with another Alembic user (a Prefect server on the same
+PostgreSQL database keeps its own revision there). A ledger from before this rule, whose revision
+is in ``alembic_version``, is adopted: the revision moves to the ledger's table on first use.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import sqlalchemy as sa
 
 from nightshift.errors import NightshiftError
 
-__all__ = ["HEAD", "SchemaTooNewError", "current_revision", "upgrade"]
+__all__ = ["HEAD", "VERSION_TABLE", "SchemaTooNewError", "current_revision", "upgrade"]
 
 HEAD = "0005"  # the newest revision under versions/; a test checks they agree
 KNOWN = (
@@ -27,7 +32,9 @@ KNOWN = (
     "0003",
     "0004",
     HEAD,
-)  # oldest first; None: no alembic_version (new, or before migrations)
+)  # oldest first; None: no revision kept (new, or before migrations)
+VERSION_TABLE = "nightshift_alembic_version"  # where the ledger keeps its revision
+_SHARED_TABLE = "alembic_version"  # where it kept it up to 0004, and where others keep theirs
 
 _SCRIPTS = Path(__file__).resolve().parent
 # pg_advisory_xact_lock key: any constant bigint every Nightshift agrees on ("nightshf" in ASCII)
@@ -48,22 +55,57 @@ class SchemaTooNewError(NightshiftError):
 
 
 def current_revision(engine: sa.Engine) -> str | None:
-    """The database's revision, or None when it has no alembic_version table."""
+    """The ledger's revision, or None when none is kept (a new ledger, or one from before)."""
+    ours = _select_revisions(engine, VERSION_TABLE)
+    if ours:
+        return ours[0]
+    return _adoptable(_select_revisions(engine, _SHARED_TABLE))
+
+
+def _select_revisions(engine: sa.Engine, table: str) -> list[str]:
+    """The revisions in ``table`` (each query on a connection of its own), [] without it."""
     try:
         with engine.connect() as conn:
-            return conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar()
+            return list(conn.execute(sa.text(f"SELECT version_num FROM {table}")).scalars())
     except sa.exc.ProgrammingError:  # PostgreSQL: undefined table
-        return None
+        return []
     except sa.exc.OperationalError as exc:  # SQLite: no such table; anything else is real
         if "no such table" in str(exc.orig):
-            return None
+            return []
         raise
+
+
+def _adoptable(shared: list[str]) -> str | None:
+    """Our revision among ``alembic_version``'s (another app's there is not ours)."""
+    ours = [revision for revision in shared if revision in KNOWN]
+    return ours[0] if ours else None
+
+
+def _adopt(conn: sa.Connection) -> str | None:
+    """Move a revision of ours from ``alembic_version`` to the ledger's table; the revision."""
+    if not sa.inspect(conn).has_table(_SHARED_TABLE):
+        return None
+    shared = sa.table(_SHARED_TABLE, sa.column("version_num"))
+    found = _adoptable(list(conn.execute(sa.select(shared.c.version_num)).scalars()))
+    if found is None:
+        return None
+    version = sa.Table(
+        VERSION_TABLE,
+        sa.MetaData(),
+        sa.Column("version_num", sa.String(32), primary_key=True),
+    )
+    version.create(conn)
+    conn.execute(sa.insert(version).values(version_num=found))
+    conn.execute(sa.delete(shared).where(shared.c.version_num == found))
+    if conn.execute(sa.select(sa.func.count()).select_from(shared)).scalar() == 0:
+        conn.execute(sa.text(f"DROP TABLE {_SHARED_TABLE}"))
+    return found
 
 
 def upgrade(engine: sa.Engine) -> tuple[str | None, str] | None:
     """Bring the schema to HEAD; (from, to) if this call upgraded it, None if it already was."""
-    if current_revision(engine) == HEAD:
-        return None
+    if _select_revisions(engine, VERSION_TABLE) == [HEAD]:
+        return None  # the one query of every Ledger made on an up-to-date database
     # imported here: Alembic takes most of a second to import, and most Ledgers never need it
     from alembic import command
     from alembic.config import Config
@@ -73,7 +115,10 @@ def upgrade(engine: sa.Engine) -> tuple[str | None, str] | None:
         if conn.dialect.name == "postgresql":
             # held until this transaction ends, i.e. until the upgrade is committed
             conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCK})
-        before = MigrationContext.configure(conn).get_current_revision()
+        opts = {"version_table": VERSION_TABLE}
+        before = MigrationContext.configure(conn, opts=opts).get_current_revision()
+        if before is None:
+            before = _adopt(conn)
         if before == HEAD:
             return None  # someone else upgraded it while we waited for the lock
         if before not in KNOWN:

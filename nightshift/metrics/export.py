@@ -1,0 +1,85 @@
+"""Write the metrics textfile (atomically) and push to a Pushgateway; never fail the caller."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import sqlalchemy as sa
+from prometheus_client import push_to_gateway, write_to_textfile
+
+from nightshift.metrics.families import MetricsData, registry
+
+if TYPE_CHECKING:
+    from nightshift.config.settings import Settings
+
+__all__ = ["PUSH_TIMEOUT_S", "export_ledger_metrics", "export_metrics", "write_metrics"]
+
+Logger = logging.Logger | logging.LoggerAdapter  # type: ignore[type-arg]
+
+PUSH_TIMEOUT_S = 5.0  # a Pushgateway that hangs costs this much of a night's end, not more
+JOB = "nightshift"  # the Pushgateway's job label
+
+
+def write_metrics(data: MetricsData, path: Path) -> None:
+    """The node-exporter textfile at ``path``: written beside it, then renamed over it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_to_textfile(str(path), registry(data))
+
+
+def export_metrics(
+    data: MetricsData,
+    path: Path | None,
+    pushgateway: str | None = None,
+    *,
+    logger: Logger | None = None,
+    timeout: float = PUSH_TIMEOUT_S,
+) -> bool:
+    """Write the textfile (when a path is given) and push (when a gateway is); True if all went.
+
+    Each failure is one warning line (the Pushgateway's address, never more of it than the
+    caller configured); nothing raises.
+    """
+    log: Logger = logger or logging.getLogger("nightshift.metrics")
+    ok = True
+    if path is not None:
+        try:
+            write_metrics(data, path)
+        except OSError as exc:
+            log.warning("metrics: could not write %s: %s", path, exc.strerror or exc)
+            ok = False
+    if pushgateway:
+        try:
+            push_to_gateway(pushgateway, job=JOB, registry=registry(data), timeout=timeout)
+        except Exception as exc:  # urllib's URLError, a timeout, an HTTP error answer
+            log.warning("metrics: push to %s failed: %s", _public(pushgateway), _reason(exc))
+            ok = False
+    return ok
+
+
+def _public(url: str) -> str:
+    """The gateway's address without any user:password part."""
+    scheme, sep, rest = url.rpartition("://")
+    host = rest.rsplit("@", 1)[-1]
+    return f"{scheme}{sep}{host}" if sep else host
+
+
+def _reason(exc: Exception) -> str:
+    reason = getattr(exc, "reason", None)
+    return f"{type(exc).__name__}: {reason if reason is not None else exc}"
+
+
+def export_ledger_metrics(
+    engine: sa.Engine, settings: Settings, *, logger: Logger | None = None
+) -> bool:
+    """Read the ledger's metrics and export them as ``settings`` say; True if all went."""
+    from nightshift.metrics.ledger_rows import read_metrics
+
+    log: Logger = logger or logging.getLogger("nightshift.metrics")
+    try:
+        data = read_metrics(engine)
+    except sa.exc.SQLAlchemyError as exc:
+        log.warning("metrics: could not read the ledger: %s", type(exc).__name__)
+        return False
+    return export_metrics(data, settings.metrics_path(), settings.pushgateway_url, logger=log)

@@ -1,0 +1,184 @@
+"""The metric families, from plain rows (pure: no database, no network).
+
+Counters are counted over the ledger's kept history (retention may lower them: Prometheus reads
+that as a counter reset). The dwell histogram is aggregated by the database into fixed buckets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector, CollectorRegistry
+
+__all__ = [
+    "DWELL_BUCKETS",
+    "SEVERITY_VALUES",
+    "AlertCount",
+    "DwellBuckets",
+    "JobLatest",
+    "MetricsData",
+    "NightMetrics",
+    "RunCount",
+    "night_severity",
+    "registry",
+]
+
+# seconds: from "instant" to a day, the spread of the dwells a night sees
+DWELL_BUCKETS: tuple[float, ...] = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 86400)
+SEVERITY_VALUES = {"ok": 0, "partial": 1, "failed": 2}
+
+_JOB = ["catalogue", "job"]
+
+
+@dataclass(frozen=True)
+class RunCount:
+    """How many runs of a job the ledger keeps in one state."""
+
+    catalogue: str
+    job: str
+    state: str
+    count: int
+
+
+@dataclass(frozen=True)
+class JobLatest:
+    """A job's latest finished run: how long it took, when it ended, when it last succeeded."""
+
+    catalogue: str
+    job: str
+    last_run: datetime
+    duration_s: float | None  # None: never submitted (failed before submit)
+    last_success: datetime | None
+
+
+@dataclass(frozen=True)
+class DwellBuckets:
+    """The dwells of one (catalogue, job, state): cumulative counts per DWELL_BUCKETS bound."""
+
+    catalogue: str
+    job: str
+    state: str
+    buckets: tuple[int, ...]  # one per DWELL_BUCKETS bound, cumulative
+    count: int
+    total_s: float
+
+
+@dataclass(frozen=True)
+class AlertCount:
+    """How many levels of one kind were raised for a job."""
+
+    catalogue: str
+    job: str
+    level: str
+    count: int
+
+
+@dataclass(frozen=True)
+class MetricsData:
+    """Everything the families are made from."""
+
+    runs: Sequence[RunCount] = ()
+    latest: Sequence[JobLatest] = ()
+    dwells: Sequence[DwellBuckets] = ()
+    alerts: Sequence[AlertCount] = ()
+    # catalogue -> the severity of its latest night ("ok" | "partial" | "failed")
+    severities: dict[str, str] = field(default_factory=dict)
+
+
+def night_severity(states: Iterable[str]) -> str:
+    """A night's verdict from its job states, as the join gives it (a job in flight is not ok)."""
+    states = list(states)
+    if all(state == "succeeded" for state in states):
+        return "ok"
+    if not any(state in ("succeeded", "partial") for state in states):
+        return "failed"
+    return "partial"
+
+
+class NightMetrics(Collector):
+    """A collector over a fixed ``MetricsData``: what the textfile and the push hold."""
+
+    def __init__(self, data: MetricsData) -> None:
+        self._data = data
+
+    def collect(self) -> Iterator[Metric]:
+        """Every family, with a sample per label set the data has."""
+        data = self._data
+        runs = CounterMetricFamily(
+            "nightshift_job_runs",
+            "Job runs kept in the ledger, by final state",
+            labels=[*_JOB, "state"],
+        )
+        for r in sorted(data.runs, key=lambda r: (r.catalogue, r.job, r.state)):
+            runs.add_metric([r.catalogue, r.job, r.state], r.count)
+        yield runs
+        yield from _latest(data.latest)
+        dwell = HistogramMetricFamily(
+            "nightshift_state_dwell_seconds",
+            "Seconds each job spent in each state",
+            labels=[*_JOB, "state"],
+        )
+        for d in sorted(data.dwells, key=lambda d: (d.catalogue, d.job, d.state)):
+            bounds = [(_bound(b), float(n)) for b, n in zip(DWELL_BUCKETS, d.buckets, strict=True)]
+            dwell.add_metric(
+                [d.catalogue, d.job, d.state], [*bounds, ("+Inf", float(d.count))], d.total_s
+            )
+        yield dwell
+        severity = GaugeMetricFamily(
+            "nightshift_night_severity",
+            "The latest night's verdict: 0 ok, 1 partial, 2 failed",
+            labels=["catalogue"],
+        )
+        for catalogue, verdict in sorted(data.severities.items()):
+            severity.add_metric([catalogue], SEVERITY_VALUES[verdict])
+        yield severity
+        alerts = CounterMetricFamily(
+            "nightshift_alerts", "Levels raised (watch, alert), by job", labels=[*_JOB, "level"]
+        )
+        for a in sorted(data.alerts, key=lambda a: (a.catalogue, a.job, a.level)):
+            alerts.add_metric([a.catalogue, a.job, a.level], a.count)
+        yield alerts
+
+
+def _latest(latest: Sequence[JobLatest]) -> Iterator[Metric]:
+    """Duration of each job's latest finished run, and when it last ran and last succeeded."""
+    duration = GaugeMetricFamily(
+        "nightshift_job_duration_seconds", "Submit to finish of the job's latest run", labels=_JOB
+    )
+    last_run = GaugeMetricFamily(
+        "nightshift_job_last_run_timestamp_seconds",
+        "When the job's latest run finished",
+        labels=_JOB,
+    )
+    last_ok = GaugeMetricFamily(
+        "nightshift_job_last_success_timestamp_seconds",
+        "When the job last finished successfully",
+        labels=_JOB,
+    )
+    for job in sorted(latest, key=lambda j: (j.catalogue, j.job)):
+        key = [job.catalogue, job.job]
+        if job.duration_s is not None:
+            duration.add_metric(key, max(0.0, job.duration_s))
+        last_run.add_metric(key, job.last_run.timestamp())
+        if job.last_success is not None:
+            last_ok.add_metric(key, job.last_success.timestamp())
+    yield from (duration, last_run, last_ok)
+
+
+def _bound(seconds: float) -> str:
+    return f"{float(seconds)}"
+
+
+def registry(data: MetricsData) -> CollectorRegistry:
+    """A registry holding only the night metrics (no process or platform collectors)."""
+    out = CollectorRegistry(auto_describe=False)
+    out.register(NightMetrics(data))
+    return out

@@ -1,0 +1,136 @@
+"""The metrics' rows, read from the ledger database with SQL aggregates (SQLite and PostgreSQL).
+
+Every catalogue's rows (not those from before catalogues); one query per family, so a ledger
+with a million transitions costs a few grouped scans, not a million rows in Python.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import sqlalchemy as sa
+
+from nightshift.metrics.families import (
+    DWELL_BUCKETS,
+    AlertCount,
+    DwellBuckets,
+    JobLatest,
+    MetricsData,
+    RunCount,
+    night_severity,
+)
+from nightshift.store.alert_log import ALERTS_TABLE
+from nightshift.store.ledger import BEFORE_CATALOGUES, JOBS_TABLE, TRANSITIONS_TABLE
+
+__all__ = ["read_metrics"]
+
+
+def read_metrics(engine: sa.Engine) -> MetricsData:
+    """Every family's rows, as the ledger holds them now."""
+    with engine.begin() as conn:
+        return MetricsData(
+            runs=_runs(conn),
+            latest=_latest(conn),
+            dwells=_dwells(conn),
+            alerts=_alerts(conn),
+            severities=_severities(conn),
+        )
+
+
+def _runs(conn: sa.Connection) -> list[RunCount]:
+    j = JOBS_TABLE.c
+    query = (
+        sa.select(j.catalogue, j.label, j.state, sa.func.count())
+        .where(j.catalogue != BEFORE_CATALOGUES)
+        .group_by(j.catalogue, j.label, j.state)
+    )
+    return [RunCount(*row) for row in conn.execute(query)]
+
+
+def _latest(conn: sa.Connection) -> list[JobLatest]:
+    j = JOBS_TABLE.c
+    finished = j.finished_at.is_not(None) & (j.catalogue != BEFORE_CATALOGUES)
+    last = (
+        sa.select(
+            j.catalogue,
+            j.label,
+            sa.func.max(j.finished_at).label("last_run"),
+            sa.func.max(sa.case((j.state == "succeeded", j.finished_at))).label("last_ok"),
+        )
+        .where(finished)
+        .group_by(j.catalogue, j.label)
+        .subquery()
+    )
+    # the latest run's own row, for its duration (a tie on finished_at: any of them)
+    query = (
+        sa.select(last, j.submitted_at)
+        .join(
+            JOBS_TABLE,
+            (j.catalogue == last.c.catalogue)
+            & (j.label == last.c.label)
+            & (j.finished_at == last.c.last_run),
+        )
+        .order_by(last.c.catalogue, last.c.label)
+    )
+    out: dict[tuple[str, str], JobLatest] = {}
+    for row in conn.execute(query):
+        last_run = _aware(row.last_run)
+        submitted = _aware(row.submitted_at)
+        assert last_run is not None  # the join matched on it
+        duration = None if submitted is None else (last_run - submitted).total_seconds()
+        out[(row.catalogue, row.label)] = JobLatest(
+            row.catalogue, row.label, last_run, duration, _aware(row.last_ok)
+        )
+    return list(out.values())
+
+
+def _dwells(conn: sa.Connection) -> list[DwellBuckets]:
+    t = TRANSITIONS_TABLE.c
+    buckets = [
+        sa.func.sum(sa.case((t.dwell_s <= bound, 1), else_=0)).label(f"b{i}")
+        for i, bound in enumerate(DWELL_BUCKETS)
+    ]
+    query = (
+        sa.select(
+            t.catalogue, t.label, t.from_state, sa.func.count(), sa.func.sum(t.dwell_s), *buckets
+        )
+        .where(t.catalogue != BEFORE_CATALOGUES)
+        .where(t.from_state.is_not(None), t.dwell_s.is_not(None))
+        .group_by(t.catalogue, t.label, t.from_state)
+    )
+    return [
+        DwellBuckets(row[0], row[1], row[2], tuple(int(n) for n in row[5:]), row[3], float(row[4]))
+        for row in conn.execute(query)
+    ]
+
+
+def _alerts(conn: sa.Connection) -> list[AlertCount]:
+    a = ALERTS_TABLE.c
+    query = sa.select(a.catalogue, a.label, a.level, sa.func.count()).group_by(
+        a.catalogue, a.label, a.level
+    )
+    return [AlertCount(*row) for row in conn.execute(query)]
+
+
+def _severities(conn: sa.Connection) -> dict[str, str]:
+    j = JOBS_TABLE.c
+    latest = (
+        sa.select(j.catalogue, sa.func.max(j.night).label("night"))
+        .where(j.catalogue != BEFORE_CATALOGUES)
+        .group_by(j.catalogue)
+        .subquery()
+    )
+    query = sa.select(j.catalogue, j.state).join(
+        latest, (j.catalogue == latest.c.catalogue) & (j.night == latest.c.night)
+    )
+    states: dict[str, list[str]] = {}
+    for catalogue, state in conn.execute(query):
+        states.setdefault(catalogue, []).append(state)
+    return {catalogue: night_severity(s) for catalogue, s in states.items()}
+
+
+def _aware(value: datetime | None) -> datetime | None:
+    """An aggregate's datetime as aware UTC (the column type usually does it already)."""
+    if value is None or value.tzinfo is not None:
+        return value
+    return value.replace(tzinfo=UTC)

@@ -1,0 +1,158 @@
+"""Metrics read from a real ledger (SQLite, PostgreSQL), written as a textfile and pushed."""
+
+from __future__ import annotations
+
+import http.server
+import logging
+import socket
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from nightshift.config.settings import load_settings
+from nightshift.metrics.export import export_ledger_metrics, export_metrics
+from nightshift.metrics.families import MetricsData
+from nightshift.metrics.ledger_rows import read_metrics
+from nightshift.store.alert_log import DWELL, AlertLog, AlertRecord
+from nightshift.store.ledger import Ledger
+
+T0 = datetime(2026, 11, 27, 2, 0, tzinfo=UTC)
+JOB = (("catalogue", "n.yaml"), ("job", "etl"))
+
+
+def _night(ledger: Ledger, night: str, start: datetime, state: str, run_s: float) -> None:
+    ledger.record_submit(night, "etl", "cli", f"x-{night}", 1, at=start)
+    ledger.transition(night, "r", "etl", "cli", f"x-{night}", "queued", at=start, attempt=1)
+    running = start + timedelta(seconds=10)
+    ledger.transition(night, "r", "etl", "cli", f"x-{night}", "running", at=running, attempt=1)
+    end = running + timedelta(seconds=run_s)
+    ledger.transition(night, "r", "etl", "cli", f"x-{night}", state, at=end, attempt=1)
+    ledger.record_state(night, "etl", state, finished_at=end)
+
+
+def _fill(db_url: str) -> Ledger:
+    ledger = Ledger(db_url, "n.yaml")
+    _night(ledger, "2026-11-27", T0, "succeeded", 100)
+    _night(ledger, "2026-11-28", T0 + timedelta(days=1), "succeeded", 200)
+    _night(ledger, "2026-11-29", T0 + timedelta(days=2), "failed", 30)
+    other = Ledger(db_url, "other.yaml")
+    _night(other, "2026-11-29", T0 + timedelta(days=2), "succeeded", 5)
+    AlertLog(ledger.engine).record(
+        AlertRecord("n.yaml", "2026-11-29", "etl", DWELL, "alert", "night", T0, state="running")
+    )
+    return ledger
+
+
+def _parse(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def test_the_textfile_holds_what_the_ledger_does(db_url: str, tmp_path: Path) -> None:
+    ledger = _fill(db_url)
+    path = tmp_path / "metrics" / "nightshift.prom"
+
+    assert export_metrics(read_metrics(ledger.engine), path) is True
+
+    got = _parse(path.read_text())
+    assert got[("nightshift_job_runs_total", (*JOB, ("state", "succeeded")))] == 2
+    assert got[("nightshift_job_runs_total", (*JOB, ("state", "failed")))] == 1
+    assert got[("nightshift_job_duration_seconds", JOB)] == 40.0  # the failed night: 10 + 30
+    last = T0 + timedelta(days=2, seconds=40)
+    assert got[("nightshift_job_last_run_timestamp_seconds", JOB)] == last.timestamp()
+    ok = T0 + timedelta(days=1, seconds=210)
+    assert got[("nightshift_job_last_success_timestamp_seconds", JOB)] == ok.timestamp()
+    running = (*JOB, ("state", "running"))
+    assert got[("nightshift_state_dwell_seconds_count", running)] == 3
+    assert got[("nightshift_state_dwell_seconds_sum", running)] == 330.0
+    bucket = "nightshift_state_dwell_seconds_bucket"
+    assert got[(bucket, (*JOB, ("le", "30.0"), ("state", "running")))] == 1
+    assert got[(bucket, (*JOB, ("le", "120.0"), ("state", "running")))] == 2
+    assert got[(bucket, (*JOB, ("le", "300.0"), ("state", "running")))] == 3
+    assert got[("nightshift_night_severity", (("catalogue", "n.yaml"),))] == 2
+    assert got[("nightshift_night_severity", (("catalogue", "other.yaml"),))] == 0
+    assert got[("nightshift_alerts_total", (*JOB, ("level", "alert")))] == 1
+    assert not list(path.parent.glob("*.tmp*"))  # written beside, then renamed over
+
+
+class _Gateway(http.server.BaseHTTPRequestHandler):
+    bodies: ClassVar[list[tuple[str, bytes]]] = []
+
+    def do_PUT(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        type(self).bodies.append((self.path, body))
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *_args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def gateway() -> Iterator[str]:
+    _Gateway.bodies = []
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Gateway)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_the_push_carries_the_same_metrics(gateway: str, tmp_path: Path) -> None:
+    ledger = _fill(f"sqlite:///{tmp_path / 'l.sqlite3'}")
+    settings = load_settings(state_dir=tmp_path, pushgateway_url=gateway)
+
+    assert export_ledger_metrics(ledger.engine, settings) is True
+
+    [(path, body)] = _Gateway.bodies
+    assert path == "/metrics/job/nightshift"
+    pushed = _parse(body.decode())
+    assert pushed == _parse((tmp_path / "metrics" / "nightshift.prom").read_text())
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_a_gateway_that_is_down_costs_one_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    url = f"http://user:hunter2@127.0.0.1:{_closed_port()}"
+    path = tmp_path / "m.prom"
+
+    with caplog.at_level(logging.WARNING):
+        assert export_metrics(MetricsData(), path, url, timeout=2) is False
+
+    assert path.exists()  # the textfile went anyway
+    [line] = [r.getMessage() for r in caplog.records]
+    assert line.startswith("metrics: push to http://127.0.0.1:") and "failed" in line
+    assert "hunter2" not in line
+
+
+def test_an_unwritable_path_costs_one_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+
+    with caplog.at_level(logging.WARNING):
+        assert export_metrics(MetricsData(), blocker / "m.prom") is False
+
+    assert [r.getMessage().split(":")[0] for r in caplog.records] == ["metrics"]
+
+
+def test_an_empty_setting_turns_the_textfile_off(tmp_path: Path) -> None:
+    assert load_settings(state_dir=tmp_path, metrics_file="").metrics_path() is None
+    default = load_settings(state_dir=tmp_path).metrics_path()
+    assert default == tmp_path.resolve() / "metrics" / "nightshift.prom"
