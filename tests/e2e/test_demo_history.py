@@ -131,9 +131,6 @@ def test_the_rough_demo_seeds_its_history_and_ends_with_tonights_alerts(tmp_path
     ledger = Ledger(f"sqlite:///{workdir / 'state' / 'ledger.sqlite3'}", key)
     rows = AlertLog(ledger.engine).alerts(catalogue=key, night=tonight())
     ledger.close()
-    if not rows:
-        assert "alerts tonight: none" in done.stderr
-        pytest.xfail("this night raises no dwell alerts yet: it needs the in-night detector")
     raised = {(row.label, row.state, row.level) for row in rows}
     assert {(STALLED, "queued", "watch"), (STALLED, "queued", "alert")} <= raised
     assert f"alert  {STALLED}  queued" in done.stderr
