@@ -459,7 +459,7 @@ def test_a_ledger_that_kept_its_revision_in_alembic_version_is_adopted(
     with engine.begin() as conn:  # as Nightshift up to revision 0004 left it
         conn.execute(sa.text(f"DROP TABLE {migrations.VERSION_TABLE}"))
     engine.dispose()
-    _put_shared(db_url, "0004", *others)
+    _put_shared(db_url, migrations.HEAD, *others)
 
     ledger = Ledger(db_url, "nightly.yaml")
 
