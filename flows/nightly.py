@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from prefect import flow, get_run_logger, tags
 from prefect.runtime import flow_run
@@ -26,12 +27,17 @@ from nightshift.engine.outcomes import JobOutcome, NightSummary, join
 from nightshift.engine.plan import parse_night, plan_night, tonight
 from nightshift.engine.watcher import Watcher
 from nightshift.errors import LockHeldError
+from nightshift.metrics.export import export_ledger_metrics
+from nightshift.notify.notifier import Notifier, SlackAlertSink
+from nightshift.notify.sinks import NoticeSink
 from nightshift.orchestration.limits import limit_scope, prefect_slots
 from nightshift.orchestration.progress import ProgressSink
 from nightshift.orchestration.report import not_run, report, why
 from nightshift.store.lease import Lease
 from nightshift.store.ledger import Ledger
+from nightshift.store.outbox import Outbox
 from tasks.jobs import NIGHTS, Night, outcome_of, run_chain, with_retries
+from tasks.notify import notify
 
 __all__ = ["LIVE_SINKS", "nightly", "run_dir_for"]
 
@@ -62,13 +68,14 @@ def nightly(
     results: dict[str, JobOutcome] = {}
     logger.info("state folder %s, run folder %s", settings.state_dir, run_path)
     ledger = Ledger(settings.ledger_url(), catalogue.key)
+    notifier = _notifier(catalogue, ledger, logger)
     try:
         # a deployment's tags are on the flow run only: jobs and chains carry them too
         with tags(*(flow_run.tags or [])):
             lease = Lease(ledger.engine, catalogue.key, ttl_s=settings.lease_ttl)
             with lease:
                 summary = _run_night(
-                    catalogue, only, night, run_path, ledger, settings, lease, results
+                    catalogue, only, night, run_path, ledger, settings, lease, results, notifier
                 )
     except Exception as exc:
         # a night that ends early still says why, where a finished night says how it went
@@ -82,14 +89,41 @@ def nightly(
         code = EXIT_LOCKED if isinstance(exc, LockHeldError) else summary.exit_code
         report(run_path, summary, reason=reason, exit_code=code)
         logger.warning("the night ended early: %s", reason)
+        if not isinstance(exc, LockHeldError):  # a refused second night is not a bad night
+            _night_end(notifier, summary, night, ledger, settings)
+        ledger.close()
         raise  # the CLI reads a LockHeldError from the flow run's result (exit 3)
+    report(run_path, summary)  # the headline and bad jobs were logged by the night's LogSink
+    try:
+        _night_end(notifier, summary, night, ledger, settings)
     finally:
         ledger.close()
-    report(run_path, summary)  # the headline and bad jobs were logged by the night's LogSink
     if summary.severity.value == "ok":
         return Completed(message=summary.headline())
     # a list of states makes the run Failed without the engine raising FailedRun on the way out
     return [Completed(message=o.line()) if o.ok else Failed(message=o.line()) for o in summary.jobs]
+
+
+def _notifier(catalogue: Catalogue, ledger: Ledger, logger: Any) -> Notifier | None:
+    """The catalogue's Slack notifier, its outbox in the ledger; None without ``notify:``."""
+    if catalogue.notify is None:
+        return None
+    outbox = Outbox(ledger.engine)
+    return Notifier(catalogue.notify, catalogue=catalogue.key, outbox=outbox, logger=logger)
+
+
+def _night_end(
+    notifier: Notifier | None,
+    summary: NightSummary,
+    night: str,
+    ledger: Ledger,
+    settings: Settings,
+) -> None:
+    """Slack (the ``notify`` task) and metrics; neither can change the night's verdict."""
+    if notifier is not None:
+        run_id = str(flow_run.id) if flow_run.id else None
+        notify(notifier, summary, night, run_id, return_state=True)
+    export_ledger_metrics(ledger.engine, settings, logger=get_run_logger())
 
 
 def run_dir_for(settings: Settings, night: str) -> Path:
@@ -107,11 +141,14 @@ def _run_night(
     settings: Settings,
     lease: Lease,
     results: dict[str, JobOutcome],
+    notifier: Notifier | None = None,
 ) -> NightSummary:
     logger = get_run_logger()
     started_at = _stamp()
     plan = plan_night(catalogue, only, expected_durations(catalogue, ledger))
     sinks: list[Sink] = [*LIVE_SINKS, ProgressSink(plan.labels), LogSink(logger)]
+    if notifier is not None:
+        sinks.append(NoticeSink(notifier))  # fallbacks, stuck queues, timeouts, as they happen
     parts = build_parts(
         catalogue,
         settings,
@@ -123,6 +160,8 @@ def _run_night(
         slots=lambda caps: prefect_slots(caps, scope=limit_scope(catalogue)),
         admission=Admission,
     )
+    if notifier is not None:
+        parts.alerts = SlackAlertSink(notifier)  # dwell alerts into the night's Slack thread
     key = f"{night}:{uuid.uuid4().hex[:8]}"
     run_id = str(flow_run.id or key)
     with open_night(

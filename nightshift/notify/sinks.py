@@ -1,0 +1,55 @@
+"""The notifier as a listener: the night's events and the watchdog's findings, into Slack.
+
+``NoticeSink`` is a night-event sink: a Gemini batch handed to its SLA fallback, a job stuck in
+its queue or timed out go to the ``alert`` route, in the night's thread, as they happen (dwell
+alerts come through ``SlackAlertSink``). ``SlackFindingSink`` is the watchdog's ``FindingSink``.
+Neither raises: the notifier logs what it could not send and keeps it in the outbox.
+"""
+
+from __future__ import annotations
+
+from nightshift.engine.events import JobChanged, JobFinished, NightEvent
+from nightshift.engine.outcomes import Outcome
+from nightshift.notify.notifier import Notifier
+from nightshift.store.alert_log import AlertRecord
+
+__all__ = ["FALLBACK_LINE", "NoticeSink", "SlackFindingSink"]
+
+FALLBACK_LINE = "reached 80 % of its SLA: the batch was cancelled, missing rows answered on demand"
+_FINAL_NOTICES = {Outcome.TIMEOUT: "timeout", Outcome.STUCK_QUEUED: "stuck in queue"}
+
+
+class NoticeSink:
+    """Tells the alert route about a fallback firing, a stuck queue and a timeout."""
+
+    def __init__(self, notifier: Notifier) -> None:
+        self.notifier = notifier
+
+    def __call__(self, event: NightEvent) -> None:
+        if isinstance(event, JobChanged) and event.state == "fallback":
+            self.notifier.notice(
+                event.night, event.label, FALLBACK_LINE, backend=event.backend, kind="fallback"
+            )
+        elif isinstance(event, JobFinished) and event.outcome.state in _FINAL_NOTICES:
+            outcome = event.outcome
+            self.notifier.notice(
+                event.night,
+                outcome.label,
+                outcome.line(),
+                backend=outcome.backend,
+                kind=_FINAL_NOTICES[outcome.state],
+            )
+
+
+class SlackFindingSink:
+    """The watchdog's new alerts (overstaying job, stopped night, stale label, streak)."""
+
+    def __init__(self, notifier: Notifier) -> None:
+        self.notifier = notifier
+
+    def send(self, alert: AlertRecord) -> None:
+        """One notice in the alert route, in that night's thread."""
+        line = alert.detail or f"{alert.kind} {alert.level}"
+        self.notifier.notice(
+            alert.night, alert.label or "(night)", line, kind=f"watchdog {alert.kind}"
+        )
