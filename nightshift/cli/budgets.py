@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import json
-import math
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
+
+from nightshift.budgets.report import WHOLE_JOB
 
 if TYPE_CHECKING:
     from nightshift.store.snapshots import SnapshotInfo
 
 __all__ = ["BUDGET_EXIT_CODES", "WHOLE_JOB", "show_budgets"]
 
-WHOLE_JOB = "(whole job)"  # the state column of a label's whole-job row
 
 BUDGET_EXIT_CODES = """\
 exit codes:
@@ -21,9 +21,6 @@ exit codes:
   6   the ledger database could not be opened (NIGHTSHIFT_DATABASE_URL)
   64  bad command line (usage)
 """
-
-_FIELDS = ["catalogue", "label", "state", "backend", "n", "p50", "p95", "watch_at", "alert_at"]
-_FIELDS += ["source", "source_n", "basis"]
 
 
 def show_budgets(
@@ -41,10 +38,8 @@ def show_budgets(
     stored first. Returns 0. The ledger's errors (SQLAlchemy's, a missing driver) propagate for
     the caller to name.
     """
-    import pandas as pd
-
-    from nightshift.budgets.columns import CATALOGUE, STATE
     from nightshift.budgets.current import build_snapshot, latest_snapshot
+    from nightshift.budgets.report import budget_rows, records
     from nightshift.store.ledger import Ledger
 
     now = now or datetime.now(UTC)
@@ -56,22 +51,15 @@ def show_budgets(
             snapshot = build_snapshot(ledger, now)
     finally:
         ledger.close()
-    states, _backends, jobs = snapshot.tables
-    rows = pd.concat([states, jobs.assign(**{STATE: WHOLE_JOB})], ignore_index=True)
-    if catalogue is not None:
-        rows = rows[rows[CATALOGUE] == catalogue]
-    if label is not None:
-        rows = rows[rows["label"] == label]
-    rows = rows.sort_values(["catalogue", "label"], kind="stable")[_FIELDS]
-    records = [_record(row) for row in rows.to_dict("records")]
+    rows = records(budget_rows(snapshot.tables, catalogue=catalogue, label=label))
     info = snapshot.info
     days = round((info.built_at - info.since).total_seconds() / 86_400)
     if as_json:
         head: dict[str, Any] = {"built_at": info.built_at.isoformat(), "window_days": days}
         head.update(since=info.since.isoformat(), snapshot=info.id, dwells=info.dwells)
-        print(json.dumps({**head, "built_now": built, "rows": records}))
+        print(json.dumps({**head, "built_now": built, "rows": rows}))
     else:
-        _print(records, days, _built_line(info, now, built))
+        _print(rows, days, _built_line(info, now, built))
     return 0
 
 
@@ -89,18 +77,6 @@ def _built_line(info: SnapshotInfo, now: datetime, built: bool) -> str:
         age = f"{format_duration(seconds)} ago"
     line = f"budgets snapshot {info.id}, {when} ({age}), from {info.dwells:,} dwells"
     return line if built else f"{line}; --rebuild learns them again"
-
-
-def _record(row: dict[str, Any]) -> dict[str, Any]:
-    """One JSON-ready row: NaN (learning) is null, numpy numbers are plain ones."""
-    out: dict[str, Any] = {}
-    for key, value in row.items():
-        if isinstance(value, float) and math.isnan(value):
-            value = None
-        elif hasattr(value, "item"):
-            value = value.item()
-        out[key] = value
-    return out
 
 
 def _print(records: list[dict[str, Any]], days: int, built: str) -> None:
