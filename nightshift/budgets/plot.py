@@ -49,7 +49,7 @@ _TICKS = {0.1: "100ms", 1: "1s", 10: "10s", 60: "1m", 600: "10m", 3600: "1h", 21
 _TICKS |= {86_400: "1d", 604_800: "1w"}
 # inches: the page's width, one state's line, a job's title line, the margins around the plot
 _WIDTH, _LINE, _HEAD = 10.5, 0.28, 0.36
-_LEFT, _RIGHT, _TOP, _BOTTOM = 1.0, 2.8, 0.8, 0.55
+_LEFT, _RIGHT, _TOP, _BOTTOM = 1.0, 3.0, 0.8, 0.55
 _HALF = 0.36  # half a tick's height, in lines
 
 
