@@ -10,6 +10,7 @@ learned is stored; the watch and alert thresholds and the basis are derived agai
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -133,28 +134,19 @@ class BudgetSnapshots:
 
     def latest_info(self) -> SnapshotInfo | None:
         """The newest snapshot's info (the latest built, the last stored of equals), or None."""
-        s = _snapshots.c
-        query = sa.select(_snapshots).order_by(s.built_at.desc(), s.id.desc()).limit(1)
         with self.engine.begin() as conn:
-            row = conn.execute(query).first()
-        return None if row is None else SnapshotInfo(**row._asdict())
+            return _latest(conn)
 
     def latest(self, catalogue: str | None = None) -> Snapshot | None:
         """The newest snapshot (only ``catalogue``'s rows if given), or None when there is none."""
-        info = self.latest_info()
-        return None if info is None else Snapshot(info, self.tables(info.id, catalogue))
+        with self.engine.begin() as conn:  # one transaction: a prune cannot come in between
+            info = _latest(conn)
+            return None if info is None else Snapshot(info, _tables(conn, info.id, catalogue))
 
     def tables(self, snapshot_id: int, catalogue: str | None = None) -> BudgetTables:
         """The budget tables of one snapshot, as ``budget_tables`` made them."""
-        from nightshift.budgets.table import BudgetTables
-
-        r = _rows.c
-        query = sa.select(_rows).where(r.snapshot_id == snapshot_id)
-        if catalogue is not None:
-            query = query.where(r.catalogue == catalogue)
         with self.engine.begin() as conn:
-            rows = [row._asdict() for row in conn.execute(query)]
-        return BudgetTables(*(_frame([x for x in rows if x["kind"] == k], k) for k in _STORED))
+            return _tables(conn, snapshot_id, catalogue)
 
     def prune(self, *, keep: int = KEEP, before: datetime | None = None) -> int:
         """Delete all but the ``keep`` newest snapshots, and those built before ``before``.
@@ -186,14 +178,34 @@ def _records(frame: pd.DataFrame, kind: str, snapshot_id: int) -> list[dict[str,
     return [{"snapshot_id": snapshot_id, "kind": kind, **row} for row in plain.to_dict("records")]
 
 
-def _frame(rows: list[dict[str, Any]], kind: str) -> pd.DataFrame:
+def _latest(conn: sa.Connection) -> SnapshotInfo | None:
+    s = _snapshots.c
+    query = sa.select(_snapshots).order_by(s.built_at.desc(), s.id.desc()).limit(1)
+    row = conn.execute(query).first()
+    return None if row is None else SnapshotInfo(**row._asdict())
+
+
+def _tables(conn: sa.Connection, snapshot_id: int, catalogue: str | None) -> BudgetTables:
+    from nightshift.budgets.table import BudgetTables
+
+    frames = []
+    for kind, columns in _STORED.items():
+        query = sa.select(*(_rows.c[c] for c in columns))
+        query = query.where(_rows.c.snapshot_id == snapshot_id, _rows.c.kind == kind)
+        if catalogue is not None:
+            query = query.where(_rows.c.catalogue == catalogue)
+        frames.append(_frame(conn.execute(query).all(), kind))
+    return BudgetTables(*frames)
+
+
+def _frame(rows: Sequence[Any], kind: str) -> pd.DataFrame:
     """One budget table from its rows: the dtypes, order and derived columns it was saved with."""
     import pandas as pd
 
     from nightshift.budgets.table import thresholds
 
     columns = _STORED[kind]
-    frame = pd.DataFrame([[row[c] for c in columns] for row in rows], columns=columns)
+    frame = pd.DataFrame([tuple(row) for row in rows], columns=columns)
     dtypes = {c: str if c in _TEXT else "float64" for c in columns}
     dtypes.update({N: "int64", SOURCE_N: "int64"} if kind != _BACKEND else {N: "int64"})
     frame = frame.astype(dtypes)
