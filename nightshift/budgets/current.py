@@ -1,24 +1,67 @@
 """The budgets a night (or the watchdog) watches with: the latest snapshot's, built if none.
 
-For now they are computed from the ledger's last 30 days on each call and not stored; the
-budgets flow replaces this with the stored snapshot (``budget_snapshots``), building one first
-when there is none.
+A snapshot is built from the ledger's last 30 days (every catalogue's) and stored in the ledger
+database (``nightshift.store.snapshots``); the ``budgets`` flow and ``nightshift budgets
+--rebuild`` build a fresh one. Until then every night reads the same stored budgets, however much
+history has been written since.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from nightshift.budgets.lookup import Budgets
 from nightshift.store.ledger import Ledger
+from nightshift.store.snapshots import KEEP, BudgetSnapshots, Snapshot, SnapshotInfo
 
-__all__ = ["current_budgets"]
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["build_snapshot", "current_budgets", "latest_snapshot", "window_history"]
 
 
 def current_budgets(ledger: Ledger, now: datetime) -> Budgets:
-    """The budgets of every catalogue in ``ledger``'s database, as of ``now``."""
+    """The budgets of every catalogue in ``ledger``'s database: the latest snapshot's.
+
+    With no snapshot yet, one is built from the window ending at ``now`` and stored first.
+    """
+    snapshot = latest_snapshot(ledger) or build_snapshot(ledger, now)
+    return Budgets.from_frames(*snapshot.tables)
+
+
+def latest_snapshot(ledger: Ledger, catalogue: str | None = None) -> Snapshot | None:
+    """The newest stored snapshot (only ``catalogue``'s rows if given), None if there is none."""
+    return BudgetSnapshots(ledger.engine).latest(catalogue)
+
+
+def window_history(ledger: Ledger, now: datetime) -> pd.DataFrame:
+    """Every catalogue's dwells of the window ending at ``now``: what a snapshot is built from."""
+    from nightshift.budgets.columns import WINDOW
+
+    return ledger.history(now - WINDOW, all_catalogues=True)
+
+
+def build_snapshot(
+    ledger: Ledger,
+    now: datetime,
+    *,
+    history: pd.DataFrame | None = None,
+    keep: int = KEEP,
+) -> Snapshot:
+    """Learn the budgets of every catalogue as of ``now``, store them, and return the snapshot.
+
+    ``history``: the window's dwells if the caller read them already (``window_history``).
+    Afterwards only the ``keep`` newest snapshots stay.
+    """
     from nightshift.budgets.columns import WINDOW
     from nightshift.budgets.table import budget_tables
 
-    tables = budget_tables(ledger.history(now - WINDOW, all_catalogues=True), now)
-    return Budgets.from_frames(tables.states, tables.backends, tables.jobs)
+    if history is None:
+        history = window_history(ledger, now)
+    tables = budget_tables(history, now)
+    store = BudgetSnapshots(ledger.engine)
+    since = (now - WINDOW).astimezone(UTC)
+    snapshot_id = store.save(tables, built_at=now, since=since, dwells=len(history))
+    store.prune(keep=keep)
+    return Snapshot(SnapshotInfo(snapshot_id, now.astimezone(UTC), since, len(history)), tables)

@@ -49,6 +49,7 @@ __all__ = [
     "job_budgets",
     "recent_dwells",
     "state_budgets",
+    "thresholds",
 ]
 
 # every name a job's last state can have: the night's outcomes and the backends' final states
@@ -202,7 +203,7 @@ def _states(coded: _Coded, backends: pd.DataFrame, min_samples: int) -> pd.DataF
     both[SOURCE_N] = both[N].where(~theirs, both["_n"]).astype("int64")
     both[P50] = both[P50].where(mine, both["_p50"].where(theirs))
     both[P95] = both[P95].where(mine, both["_p95"].where(theirs))
-    return _finish(both)
+    return thresholds(both)
 
 
 def _jobs(coded: _Coded, min_samples: int) -> pd.DataFrame:
@@ -222,11 +223,11 @@ def _jobs(coded: _Coded, min_samples: int) -> pd.DataFrame:
     out[SOURCE_N] = out[N]
     out[P50] = out[P50].where(mine)
     out[P95] = out[P95].where(mine)
-    return _finish(out)
+    return thresholds(out)
 
 
-def _finish(out: pd.DataFrame) -> pd.DataFrame:
-    """Watch and alert thresholds and the basis for people."""
+def thresholds(out: pd.DataFrame) -> pd.DataFrame:
+    """Watch and alert thresholds and the basis for people, from p95, source and source_n."""
     out[WATCH_AT] = out[P95]
     out[ALERT_AT] = 2 * out[P95]
     out[BASIS] = out[SOURCE] + " (n=" + out[SOURCE_N].astype(str) + ")"

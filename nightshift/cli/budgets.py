@@ -1,15 +1,18 @@
-"""``nightshift budgets``: the dwell budgets learned from the ledger's last 30 days, as a table."""
+"""``nightshift budgets``: the latest budget snapshot (30 days of dwells learned), as a table."""
 
 from __future__ import annotations
 
 import json
-import math
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from nightshift.budgets.report import WHOLE_JOB
+
+if TYPE_CHECKING:
+    from nightshift.store.snapshots import SnapshotInfo
 
 __all__ = ["BUDGET_EXIT_CODES", "WHOLE_JOB", "show_budgets"]
 
-WHOLE_JOB = "(whole job)"  # the state column of a label's whole-job row
 
 BUDGET_EXIT_CODES = """\
 exit codes:
@@ -19,9 +22,6 @@ exit codes:
   64  bad command line (usage)
 """
 
-_FIELDS = ["catalogue", "label", "state", "backend", "n", "p50", "p95", "watch_at", "alert_at"]
-_FIELDS += ["source", "source_n", "basis"]
-
 
 def show_budgets(
     url: str,
@@ -29,56 +29,57 @@ def show_budgets(
     catalogue: str | None = None,
     label: str | None = None,
     as_json: bool = False,
+    rebuild: bool = False,
     now: datetime | None = None,
 ) -> int:
-    """Print the budgets of ``catalogue`` (a key; None: every catalogue) and return 0.
+    """Print the latest snapshot's budgets of ``catalogue`` (a key; None: every catalogue).
 
-    The ledger's errors (SQLAlchemy's, a missing driver) propagate for the caller to name.
+    With no snapshot yet (or ``rebuild``), one is learned from the ledger's last 30 days and
+    stored first. Returns 0. The ledger's errors (SQLAlchemy's, a missing driver) propagate for
+    the caller to name.
     """
-    import pandas as pd
-
-    from nightshift.budgets.columns import CATALOGUE, STATE, WINDOW
-    from nightshift.budgets.table import budget_tables
+    from nightshift.budgets.current import build_snapshot, latest_snapshot
+    from nightshift.budgets.report import budget_rows, records
     from nightshift.store.ledger import Ledger
 
     now = now or datetime.now(UTC)
-    ledger = Ledger(url, catalogue) if catalogue is not None else Ledger(url)
+    ledger = Ledger(url)
     try:
-        if catalogue is None:
-            history = ledger.history(now - WINDOW, all_catalogues=True)
-        else:  # one catalogue's rows only, read as such: the budgets never mix catalogues
-            history = ledger.history(now - WINDOW)
-            history.insert(0, CATALOGUE, pd.Series(catalogue, index=history.index, dtype=str))
+        snapshot = None if rebuild else latest_snapshot(ledger, catalogue)
+        built = snapshot is None
+        if snapshot is None:  # learns every catalogue's; this command shows only what it asked
+            snapshot = build_snapshot(ledger, now)
     finally:
         ledger.close()
-    tables = budget_tables(history, now)
-    rows = pd.concat([tables.states, tables.jobs.assign(**{STATE: WHOLE_JOB})], ignore_index=True)
-    if label is not None:
-        rows = rows[rows["label"] == label]
-    rows = rows.sort_values(["catalogue", "label"], kind="stable")[_FIELDS]
-    records = [_record(row) for row in rows.to_dict("records")]
+    rows = records(budget_rows(snapshot.tables, catalogue=catalogue, label=label))
+    info = snapshot.info
+    days = round((info.built_at - info.since).total_seconds() / 86_400)
     if as_json:
-        print(
-            json.dumps({"built_at": now.isoformat(), "window_days": WINDOW.days, "rows": records})
-        )
+        head: dict[str, Any] = {"built_at": info.built_at.isoformat(), "window_days": days}
+        head.update(since=info.since.isoformat(), snapshot=info.id, dwells=info.dwells)
+        print(json.dumps({**head, "built_now": built, "rows": rows}))
     else:
-        _print(records, WINDOW.days)
+        _print(rows, days, _built_line(info, now, built))
     return 0
 
 
-def _record(row: dict[str, Any]) -> dict[str, Any]:
-    """One JSON-ready row: NaN (learning) is null, numpy numbers are plain ones."""
-    out: dict[str, Any] = {}
-    for key, value in row.items():
-        if isinstance(value, float) and math.isnan(value):
-            value = None
-        elif hasattr(value, "item"):
-            value = value.item()
-        out[key] = value
-    return out
+def _built_line(info: SnapshotInfo, now: datetime, built: bool) -> str:
+    """When the budgets shown were learned, and from how much."""
+    from nightshift.config.durations import format_duration
+
+    when = info.built_at.strftime("%Y-%m-%d %H:%M UTC")
+    seconds = (now - info.built_at).total_seconds()
+    if built:
+        age = "built now"
+    elif seconds < 60:
+        age = "under a minute ago"
+    else:
+        age = f"{format_duration(seconds)} ago"
+    line = f"budgets snapshot {info.id}, {when} ({age}), from {info.dwells:,} dwells"
+    return line if built else f"{line}; --rebuild learns them again"
 
 
-def _print(records: list[dict[str, Any]], days: int) -> None:
+def _print(records: list[dict[str, Any]], days: int, built: str) -> None:
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
@@ -86,6 +87,7 @@ def _print(records: list[dict[str, Any]], days: int) -> None:
     from nightshift.config.durations import format_duration
 
     console = Console()
+    console.print(built, markup=False, highlight=False, soft_wrap=True)
     if not records:
         console.print(f"no dwell history in the last {days} days", markup=False)
         return

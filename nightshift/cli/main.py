@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "validate":
         return _validate(args.catalogue)
     if args.command == "budgets":
-        return _budgets(args.catalogue, args.label, args.json)
+        return _budgets(args.catalogue, args.label, args.json, args.rebuild)
     if args.command == "prune":
         return _prune(args.catalogue, args.keep, args.dry_run)
     if args.command == "watchdog":
@@ -111,7 +111,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--json", action="store_true")
     budgets = sub.add_parser(
         "budgets",
-        help="the dwell budgets learned from the ledger's last 30 days",
+        help="the dwell budgets: the latest snapshot, learned from the ledger's last 30 days",
         epilog=BUDGET_EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -121,6 +121,9 @@ def _parser() -> argparse.ArgumentParser:
         )
     budgets.add_argument("--label", metavar="LABEL", help="only this job's budgets")
     budgets.add_argument("--json", action="store_true", help="print one object")
+    budgets.add_argument(
+        "--rebuild", action="store_true", help="learn the budgets again first (a new snapshot)"
+    )
     prune = sub.add_parser(
         "prune",
         help="delete history older than --keep (ledger rows, manifests, command-job folders)",
@@ -190,7 +193,7 @@ def _catalogue_flag(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _budgets(path: str | None, label: str | None, as_json: bool) -> int:
+def _budgets(path: str | None, label: str | None, as_json: bool, rebuild: bool) -> int:
     from nightshift.cli.budgets import show_budgets
     from nightshift.config.catalogue import load_catalogue
     from nightshift.config.settings import load_settings
@@ -203,7 +206,7 @@ def _budgets(path: str | None, label: str | None, as_json: bool) -> int:
         return EXIT_BAD_CATALOGUE
     url = load_settings().ledger_url()
     try:
-        return show_budgets(url, catalogue=key, label=label, as_json=as_json)
+        return show_budgets(url, catalogue=key, label=label, as_json=as_json, rebuild=rebuild)
     except _DATABASE_ERRORS as exc:
         _say(_ledger_problem(url, exc))
         return EXIT_NO_LEDGER

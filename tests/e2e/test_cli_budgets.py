@@ -44,6 +44,7 @@ def test_budgets_json_has_one_row_per_label_and_state(catalogue: Path, capsys) -
 
     out = json.loads(capsys.readouterr().out)  # stdout is nothing but the object
     assert out["window_days"] == 30
+    assert (out["snapshot"], out["built_now"], out["dwells"]) == (1, True, 2 * (8 + 2 + 8))
     rows = {(r["catalogue"], r["label"], r["state"]): r for r in out["rows"]}
     assert set(rows) == {
         ("team-a", "etl", "queued"),
@@ -73,6 +74,8 @@ def test_budgets_table_names_each_catalogue_and_formats_durations(sandbox: Path,
     assert main(["budgets", "--label", "etl"]) == 0
 
     out = capsys.readouterr().out
+    assert out.splitlines()[0].startswith("budgets snapshot 1, ")
+    assert out.splitlines()[0].endswith("(built now), from 32 dwells")
     assert "budgets of team-a (last 30 days)" in out
     assert "team-b" not in out  # --label etl: team-b has no etl
     queued = next(line for line in out.splitlines() if "queued" in line)
@@ -95,3 +98,24 @@ def test_budgets_refuse_a_bad_catalogue_and_an_unusable_ledger(
     monkeypatch.setenv("NIGHTSHIFT_DATABASE_URL", "nosuchdb://nowhere")
     assert main(["budgets"]) == EXIT_NO_LEDGER
     assert "cannot open the ledger database" in capsys.readouterr().err
+
+
+def test_budgets_read_the_stored_snapshot_until_rebuilt(catalogue: Path, capsys) -> None:
+    assert main(["budgets", "--json"]) == 0
+    first = json.loads(capsys.readouterr().out)
+    _fill("team-a", "late", QUEUED)  # new history: not seen until a rebuild
+
+    assert main(["budgets", "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert (again["snapshot"], again["built_now"]) == (first["snapshot"], False)
+    assert again["rows"] == first["rows"]
+    assert main(["budgets"]) == 0
+    line = capsys.readouterr().out.splitlines()[0]
+    assert line.startswith(f"budgets snapshot {first['snapshot']}, ")
+    assert line.endswith("ago), from 36 dwells; --rebuild learns them again")
+
+    assert main(["budgets", "--rebuild", "--label", "late", "--json"]) == 0
+    rebuilt = json.loads(capsys.readouterr().out)
+    assert (rebuilt["built_now"], rebuilt["dwells"]) == (True, 36 + 16)
+    assert rebuilt["snapshot"] > first["snapshot"]
+    assert {r["state"] for r in rebuilt["rows"]} == {"queued", "running", "(whole job)"}

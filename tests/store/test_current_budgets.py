@@ -1,0 +1,77 @@
+"""current_budgets: builds a snapshot when there is none, then reads that one until a rebuild."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from nightshift.budgets import Budget
+from nightshift.budgets.current import build_snapshot, current_budgets, latest_snapshot
+from nightshift.store.ledger import Ledger
+from nightshift.store.snapshots import BudgetSnapshots
+
+NOW = datetime(2026, 11, 29, 6, 0, tzinfo=UTC)
+
+
+def _nights(ledger: Ledger, queued: float, *, first: int = 0, count: int = 7) -> None:
+    """``count`` nights of ``etl`` queued for ``queued`` s then running 60 s, through the Ledger."""
+    for i in range(first, first + count):
+        start = NOW - timedelta(days=30) + timedelta(days=i)
+        night = f"night-{i:02d}"
+        for state, offset in [("queued", 0.0), ("running", queued), ("succeeded", queued + 60)]:
+            at = start + timedelta(seconds=offset)
+            ledger.transition(night, "run", "etl", "cli", "x", state, at=at, attempt=1)
+
+
+def test_the_first_call_builds_and_stores_then_later_calls_reuse_it(db_url: str) -> None:
+    ledger = Ledger(db_url, "team-a")
+    _nights(ledger, 100.0)
+    assert latest_snapshot(ledger) is None
+
+    first = current_budgets(ledger, NOW)
+
+    assert first.budget("team-a", "etl", "queued") == Budget(100.0, 100.0, 7, "job")
+    stored = latest_snapshot(ledger)
+    assert stored is not None
+    assert (stored.info.built_at, stored.info.since) == (NOW, NOW - timedelta(days=30))
+    assert stored.info.dwells == 14  # queued and running of seven nights
+
+    # a week of much slower nights later, the stored snapshot still stands
+    _nights(ledger, 1000.0, first=7, count=20)
+    later = NOW + timedelta(days=7)
+    assert current_budgets(ledger, later) == first
+    assert BudgetSnapshots(ledger.engine).latest_info() == stored.info
+
+    # until a rebuild: the budgets flow's, or `nightshift budgets --rebuild`
+    rebuilt = build_snapshot(ledger, later)
+    assert rebuilt.info.id != stored.info.id
+    after = current_budgets(ledger, later)
+    assert after.budget("team-a", "etl", "queued") == Budget(1000.0, 1000.0, 20, "job")
+    ledger.close()
+
+
+def test_a_snapshot_holds_every_catalogue(db_url: str) -> None:
+    team_a, team_b = Ledger(db_url, "team-a"), Ledger(db_url, "team-b")
+    _nights(team_a, 100.0)
+    _nights(team_b, 5.0)
+
+    budgets = current_budgets(team_a, NOW)  # whichever catalogue's night asks first
+
+    assert budgets.budget("team-b", "etl", "queued") == Budget(5.0, 5.0, 7, "job")
+    assert current_budgets(team_b, NOW) == budgets
+    snapshot = latest_snapshot(team_b, "team-b")
+    assert snapshot is not None and set(snapshot.tables.states["catalogue"]) == {"team-b"}
+    team_a.close()
+    team_b.close()
+
+
+def test_a_build_keeps_only_the_newest_snapshots(db_url: str) -> None:
+    ledger = Ledger(db_url, "team-a")
+    _nights(ledger, 100.0)
+
+    ids = [build_snapshot(ledger, NOW + timedelta(days=d), keep=2).info.id for d in range(4)]
+
+    store = BudgetSnapshots(ledger.engine)
+    assert store.prune(keep=2) == 0  # the builds already pruned down to two
+    info = store.latest_info()
+    assert info is not None and info.id == ids[-1]
+    ledger.close()
