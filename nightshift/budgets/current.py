@@ -1,14 +1,15 @@
 """The budgets a night (or the watchdog) watches with: the latest snapshot's, built if none.
 
 A snapshot is built from the ledger's last 30 days (every catalogue's) and stored in the ledger
-database (``nightshift.store.snapshots``); the ``budgets`` flow and ``nightshift budgets
---rebuild`` build a fresh one. Until then every night reads the same stored budgets, however much
-history has been written since.
+database (``nightshift.store.snapshots``); the ``budgets`` flow (weekly, deployed) and
+``nightshift budgets --rebuild`` build a fresh one. Until then every night reads the same stored
+budgets; one older than ``MAX_AGE`` (a week: the budgets flow's cadence) is rebuilt by the next
+night that asks, so a team that runs nights without the budgets deployment still learns.
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from nightshift.budgets.lookup import Budgets
@@ -18,15 +19,20 @@ from nightshift.store.snapshots import KEEP, BudgetSnapshots, Snapshot, Snapshot
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["build_snapshot", "current_budgets", "latest_snapshot", "window_history"]
+__all__ = ["MAX_AGE", "build_snapshot", "current_budgets", "latest_snapshot", "window_history"]
+
+MAX_AGE = timedelta(days=7)  # an older snapshot is rebuilt before a night watches with it
 
 
 def current_budgets(ledger: Ledger, now: datetime) -> Budgets:
     """The budgets of every catalogue in ``ledger``'s database: the latest snapshot's.
 
-    With no snapshot yet, one is built from the window ending at ``now`` and stored first.
+    With no snapshot yet, or one built more than ``MAX_AGE`` before ``now``, one is built from
+    the window ending at ``now`` and stored first.
     """
-    snapshot = latest_snapshot(ledger) or build_snapshot(ledger, now)
+    snapshot = latest_snapshot(ledger)
+    if snapshot is None or now - snapshot.info.built_at > MAX_AGE:
+        snapshot = build_snapshot(ledger, now)
     return Budgets.from_frames(*snapshot.tables)
 
 

@@ -5,7 +5,12 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from nightshift.budgets import Budget
-from nightshift.budgets.current import build_snapshot, current_budgets, latest_snapshot
+from nightshift.budgets.current import (
+    MAX_AGE,
+    build_snapshot,
+    current_budgets,
+    latest_snapshot,
+)
 from nightshift.store.ledger import Ledger
 from nightshift.store.snapshots import BudgetSnapshots
 
@@ -37,7 +42,7 @@ def test_the_first_call_builds_and_stores_then_later_calls_reuse_it(db_url: str)
 
     # a week of much slower nights later, the stored snapshot still stands
     _nights(ledger, 1000.0, first=7, count=20)
-    later = NOW + timedelta(days=7)
+    later = NOW + MAX_AGE
     assert current_budgets(ledger, later) == first
     assert BudgetSnapshots(ledger.engine).latest_info() == stored.info
 
@@ -74,4 +79,19 @@ def test_a_build_keeps_only_the_newest_snapshots(db_url: str) -> None:
     assert store.prune(keep=2) == 0  # the builds already pruned down to two
     info = store.latest_info()
     assert info is not None and info.id == ids[-1]
+    ledger.close()
+
+
+def test_a_snapshot_older_than_a_week_is_rebuilt_by_the_night_that_asks(db_url: str) -> None:
+    ledger = Ledger(db_url, "team-a")
+    _nights(ledger, 100.0)
+    current_budgets(ledger, NOW)
+    _nights(ledger, 1000.0, first=7, count=20)
+    stale = NOW + MAX_AGE + timedelta(seconds=1)
+
+    budgets = current_budgets(ledger, stale)
+
+    info = BudgetSnapshots(ledger.engine).latest_info()
+    assert info is not None and info.built_at == stale
+    assert budgets.budget("team-a", "etl", "queued") == Budget(1000.0, 1000.0, 20, "job")
     ledger.close()
