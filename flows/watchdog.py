@@ -9,14 +9,9 @@ from prefect import flow, get_run_logger
 from nightshift.config.catalogue import load_catalogue
 from nightshift.config.durations import parse_duration
 from nightshift.config.settings import load_settings
-from nightshift.metrics.export import export_ledger_metrics
-from nightshift.notify.notifier import Notifier, flush_outbox
-from nightshift.notify.sinks import SlackFindingSink
-from nightshift.store.ledger import Ledger
-from nightshift.store.outbox import Outbox
 from nightshift.watchdog.checks import Rules
-from nightshift.watchdog.run import FindingSink, LogFindingSink, watch_once
-from nightshift.watchdog.scope import catalogue_labels
+from nightshift.watchdog.full_pass import watchdog_pass
+from nightshift.watchdog.run import FindingSink, LogFindingSink
 
 __all__ = ["watchdog"]
 
@@ -35,45 +30,16 @@ def watchdog(
     ``FindingSink`` handed in by code (Slack, a test), not a deployment parameter; None logs.
     """
     logger = get_run_logger()
-    key, labels = catalogue_labels(catalog)
+    catalogue = load_catalogue(catalog) if catalog is not None else None
+    labels = [job.label for job in catalogue.jobs] if catalogue is not None else None
     rules = Rules(stale_after_s=parse_duration(stale_after), streak_nights=streak_nights)
-    settings = load_settings()
-    ledger = Ledger(settings.ledger_url(), key or "")  # upgrades the schema the outbox needs
-    try:
-        outbox = Outbox(ledger.engine)
-        # what Slack did not take earlier (any catalogue's), oldest first, each once
-        flushed = flush_outbox(outbox)
-        if flushed.sent or flushed.kept:
-            logger.info(
-                "outbox: %d delivered, %d still waiting", len(flushed.sent), len(flushed.kept)
-            )
-        notifier = _notifier(catalog, outbox, logger)
-        if sink is None and notifier is not None:
-            sink = SlackFindingSink(notifier)
-        report = watch_once(
-            settings.ledger_url(),
-            catalogue=key,
-            labels=labels,
-            rules=rules,
-            sink=_sink(sink, logger),
-        )
-        for error in report.sink_errors:
-            logger.warning("announcing an alert failed (it is kept in the ledger): %s", error)
-        logger.info("%s", report.headline())
-        export_ledger_metrics(ledger.engine, settings, logger=logger)
-    finally:
-        ledger.close()
-    return report.as_dict()
-
-
-def _notifier(path: str | None, outbox: Outbox, logger: Any) -> Notifier | None:
-    """The catalogue's Slack notifier, when it has a ``notify:`` section."""
-    if path is None:
-        return None
-    catalogue = load_catalogue(path)
-    if catalogue.notify is None:
-        return None
-    return Notifier(catalogue.notify, catalogue=catalogue.key, outbox=outbox, logger=logger)
+    done = watchdog_pass(
+        load_settings(), catalogue, labels, rules, _sink(sink, logger), logger=logger
+    )
+    for error in done.report.sink_errors:
+        logger.warning("announcing an alert failed (it is kept in the ledger): %s", error)
+    logger.info("%s", done.report.headline())
+    return done.report.as_dict()
 
 
 def _sink(sink: Any, logger: Any) -> FindingSink:

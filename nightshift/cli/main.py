@@ -239,11 +239,11 @@ def _prune(path: str | None, keep: str, dry_run: bool) -> int:
 
 def _watchdog(path: str | None, as_json: bool, stale_after: str, streak: int) -> int:
     from nightshift.cli.watchdog import run_watchdog
+    from nightshift.config.catalogue import load_catalogue
     from nightshift.config.durations import parse_duration
     from nightshift.config.settings import load_settings
     from nightshift.errors import CatalogueError
     from nightshift.watchdog.checks import Rules
-    from nightshift.watchdog.scope import catalogue_labels
 
     try:
         rules = Rules(stale_after_s=parse_duration(stale_after), streak_nights=streak)
@@ -251,13 +251,14 @@ def _watchdog(path: str | None, as_json: bool, stale_after: str, streak: int) ->
         _say(f"nightshift watchdog: --stale-after/--streak: {exc}")
         return EXIT_USAGE
     try:
-        key, labels = catalogue_labels(path)
+        catalogue = load_catalogue(path) if path is not None else None
     except CatalogueError as exc:
         _say(str(exc))
         return EXIT_BAD_CATALOGUE
-    url = load_settings().ledger_url()
+    settings = load_settings()
+    url = settings.ledger_url()
     try:
-        return run_watchdog(url, key, labels, rules, as_json=as_json)
+        return run_watchdog(settings, catalogue, rules, as_json=as_json)
     except _DATABASE_ERRORS as exc:
         _say(_ledger_problem(url, exc))
         return EXIT_NO_LEDGER

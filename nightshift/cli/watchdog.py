@@ -7,6 +7,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the parser imports this module: keep it light
+    from nightshift.config.catalogue import Catalogue
+    from nightshift.config.settings import Settings
     from nightshift.store.alert_log import AlertRecord
     from nightshift.watchdog.checks import Rules
 
@@ -36,22 +38,23 @@ class _Quiet:
 
 
 def run_watchdog(
-    url: str,
-    catalogue: str | None,
-    labels: list[str] | None,
+    settings: Settings,
+    catalogue: Catalogue | None,
     rules: Rules,
     *,
     as_json: bool = False,
     now: datetime | None = None,
 ) -> int:
-    """One pass; print its new alerts and a headline (or one JSON object); return 0.
+    """One pass, as the deployed flow makes it (outbox, Slack, metrics); print its new alerts
+    and a headline (or one JSON object); return 0.
 
     The ledger's errors propagate for the caller to name.
     """
-    from nightshift.watchdog.run import watch_once
+    from nightshift.watchdog.full_pass import watchdog_pass
 
     sink = _Quiet() if as_json else _PrintSink()
-    report = watch_once(url, catalogue=catalogue, labels=labels, rules=rules, sink=sink, now=now)
+    labels = [job.label for job in catalogue.jobs] if catalogue is not None else None
+    report = watchdog_pass(settings, catalogue, labels, rules, sink, now=now).report
     if as_json:
         print(json.dumps(report.as_dict()))
         return 0

@@ -83,3 +83,50 @@ def test_watchdog_spells_it_catalogue_and_still_takes_catalog(
         _parser().parse_args(["watchdog", "--help"])
     out = capsys.readouterr().out
     assert out.count("--catalogue FILE") == 2 and "--catalog " not in out
+
+
+def test_watchdog_tells_slack_delivers_the_outbox_and_writes_metrics(
+    sandbox: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from nightshift.engine.outcomes import JobOutcome, NightSummary, Outcome, Severity
+    from nightshift.notify.config import NotifyConfig
+    from nightshift.notify.notifier import Notifier
+    from nightshift.notify.send import SlackSender
+    from nightshift.store.outbox import Outbox
+    from sandbox.slack_emulator import SlackEmulator
+
+    token = "xoxb-watchdog-7a6b5c"
+    monkeypatch.setenv("SLACK_BOT_TOKEN", token)
+    catalogue = _failing_three_nights(sandbox)
+    with SlackEmulator(token) as slack:
+        notify = (
+            f"notify:\n  env: test\n  slack: {{base_url: '{slack.base_url}'}}\n  routes:\n"
+            "    partial: {channel: '#digest'}\n    alert: {channel: '#alerts'}\n"
+        )
+        catalogue.write_text(catalogue.read_text() + notify)
+        # last night's digest could not be sent: Slack was down
+        config = NotifyConfig.model_validate(
+            {"slack": {"base_url": slack.base_url}, "routes": {"partial": {"channel": "#digest"}}}
+        )
+        ledger = Ledger(load_settings().ledger_url(), "team-a")
+        slack.down()
+        summary = NightSummary(
+            Severity.PARTIAL,
+            [JobOutcome("etl", Outcome.FAILED, 5), JobOutcome("other", Outcome.SUCCEEDED, 5)],
+        )
+        sender = SlackSender(config.slack, backoff_s=0.0)
+        Notifier(config, catalogue="team-a", outbox=Outbox(ledger.engine), sender=sender).night_end(
+            summary, night="2026-11-28"
+        )
+        ledger.close()
+        slack.up()
+
+        assert main(["watchdog", "--catalogue", str(catalogue)]) == 0
+
+    channels = [m.channel for m in slack.messages]
+    assert channels == ["#digest", "#alerts", "#alerts"]  # the kept digest, then streak and stale
+    alerts = slack.in_channel("#alerts")
+    assert alerts[1].thread_ts == alerts[0].ts  # one night's alerts share a thread
+    metrics = (sandbox / "state" / "metrics" / "nightshift.prom").read_text()
+    assert 'nightshift_job_runs_total{catalogue="team-a",job="etl",state="failed"} 3.0' in metrics
+    assert token not in capsys.readouterr().out
