@@ -59,12 +59,14 @@ def slack(sandbox: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SlackEmula
         yield emulator
 
 
-def night(sandbox: Path, slack: SlackEmulator, body: str, heartbeat: bool = False) -> Any:
+def night(
+    sandbox: Path, slack: SlackEmulator, body: str, heartbeat: bool = False, head: str = ""
+) -> Any:
     """Run the night of a catalogue with ``body`` as its jobs; its final Prefect state."""
     values = {"url": slack.base_url, "failed": FAILED, "digest": DIGEST, "alerts": ALERTS}
     values["ok"] = json.dumps({"channel": HEARTBEAT}) if heartbeat else "null"
     path = sandbox / "nightshift.yaml"
-    path.write_text(CATALOGUE % values + body, encoding="utf-8")
+    path.write_text(head + CATALOGUE % values + body, encoding="utf-8")
     return nightly(catalog=str(path), run_dir=str(sandbox / "run"), return_state=True)
 
 
@@ -179,3 +181,20 @@ def test_timed_out_jobs_are_told_in_the_nights_alert_thread(
     ]
     (digest,) = slack.in_channel(DIGEST)
     assert "• `slow-a` (" in (digest.text or "") and "timeout" in (digest.text or "")
+
+
+def test_a_night_that_ends_early_still_sends_its_digest(
+    sandbox: Path, slack: SlackEmulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import flows.nightly as nightly_module
+
+    def unreachable(limits: dict[str, int], **_: Any) -> Any:
+        raise ConnectionError("Prefect API unreachable (injected)")
+
+    monkeypatch.setattr(nightly_module, "prefect_slots", unreachable)
+    state = night(sandbox, slack, OK, head="limits: {command: 1}\n")
+
+    assert state.is_failed()
+    (message,) = slack.messages
+    assert message.channel == FAILED and (message.text or "").startswith("<!here> failed: 0/1")
+    assert "Prefect API unreachable (injected)" in (message.text or "")
