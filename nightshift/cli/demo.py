@@ -22,7 +22,7 @@ ROWS = 12
 HISTORY_NIGHTS = 30
 
 CALM = """\
-# A sandboxed night: the job CLI is sandbox/agy.py, Gemini is sandbox/gemini_emulator.py.
+# A sandboxed night: the job CLI is sandbox/agy.py; Gemini and Slack are emulators (sandbox/).
 defaults:
   poll: {initial: 0.5s, factor: 2, max: 2s}
   stagger: 0.2s

@@ -26,7 +26,7 @@ ALERTS, DIGEST = "#batch-alerts", "#batch-digest"
 _DIGEST_LINES = 12  # a digest's text lines shown (the rest is in slack.json)
 
 NOTIFY = """\
-notify:                     # Slack: here the sandbox emulator stands in for it
+notify:                     # Slack is sandbox/slack_emulator.py, its token set for the demo only
   env: sandbox
   slack: {token: %(token)s, base_url: %(url)s}
   routes:
