@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from nightshift.cli.demo_slack import SLACK_TOKEN, SLACK_TOKEN_ENV, notify_section, slack_report
 from nightshift.config.catalogue import Catalogue, CliJob, CommandJob, load_catalogue
 
 if TYPE_CHECKING:
@@ -21,14 +22,14 @@ ROWS = 12
 HISTORY_NIGHTS = 30
 
 CALM = """\
-# A sandboxed night: the job CLI is sandbox/agy.py, Gemini is sandbox/gemini_emulator.py.
+# A sandboxed night: the job CLI is sandbox/agy.py; Gemini and Slack are emulators (sandbox/).
 defaults:
   poll: {initial: 0.5s, factor: 2, max: 2s}
   stagger: 0.2s
   deadline: %(deadline)s
   queued_timeout: 10s
 limits: {cli: 3}
-jobs:
+%(notify)sjobs:
   - label: generate:article-a
     backend: cli
     task: "generate article: antigravity cli async jobs [queue=0.5 run=3]"
@@ -71,10 +72,16 @@ TIME_SCALE = 600
 BATCH_QUEUED_S, BATCH_RUNNING_S = 600, 1200
 
 
-def demo_catalogue(scenario: str, python: str = sys.executable) -> str:
-    """The demo catalogue's text; ``rough`` adds a failing audit, a stuck job, dropped rows."""
+def demo_catalogue(
+    scenario: str, python: str = sys.executable, slack_url: str | None = None
+) -> str:
+    """The demo catalogue's text; ``rough`` adds a failing audit, a stuck job, dropped rows.
+
+    ``slack_url``: the Slack emulator's, for a ``notify:`` section (none without it).
+    """
     rough = scenario == "rough"
     return CALM % {
+        "notify": notify_section(slack_url) if slack_url else "",
         "python": json.dumps(python),
         "broken": ", --broken" if rough else "",
         "extra": ROUGH_EXTRA if rough else "",
@@ -181,6 +188,20 @@ def run_demo(scenario: str = "calm", *, as_json: bool = False, workdir: str | No
     os.environ.pop("PREFECT_PROFILE", None)
     # the sandbox's own ledger: its made-up history must never reach a real one
     os.environ.pop("NIGHTSHIFT_DATABASE_URL", None)
+    from sandbox.slack_emulator import SlackEmulator
+
+    with SlackEmulator(SLACK_TOKEN) as slack:  # first: the catalogue names its URL
+        code, root = _run_sandboxed(scenario, as_json, workdir, slack.base_url)
+        report = slack_report(slack.messages, root / "slack.json")
+    if not as_json:
+        print("\n".join(report), file=sys.stderr)
+    return code
+
+
+def _run_sandboxed(
+    scenario: str, as_json: bool, workdir: str | None, slack_url: str
+) -> tuple[int, Path]:
+    """The sandbox folder, its history, the Gemini emulator and the night: its exit code."""
     from nightshift.cli.main import run_catalogue
     from nightshift.engine.plan import tonight
     from sandbox.gemini_emulator import BatchScript, GeminiEmulator
@@ -193,7 +214,7 @@ def run_demo(scenario: str = "calm", *, as_json: bool = False, workdir: str | No
         shutil.copy(asset, root / asset.name)
     _write_input(root / "admob.jsonl")
     catalogue = root / "nightshift.yaml"
-    catalogue.write_text(demo_catalogue(scenario), encoding="utf-8")
+    catalogue.write_text(demo_catalogue(scenario, slack_url=slack_url), encoding="utf-8")
     night, url = tonight(), f"sqlite:///{(root / 'state' / 'ledger.sqlite3').resolve()}"
     (root / "state").mkdir(exist_ok=True)
     loaded = load_catalogue(catalogue)
@@ -208,16 +229,21 @@ def run_demo(scenario: str = "calm", *, as_json: bool = False, workdir: str | No
         "NIGHTSHIFT_AGY": f"{sys.executable} -m sandbox.agy",
         "AGY_STATE_DIR": str(root / "agy"),
         "GEMINI_API_KEY": "sandbox-key",
+        SLACK_TOKEN_ENV: SLACK_TOKEN,  # jobs never see it: a TOKEN is dropped from their env
         "NO_PROXY": "127.0.0.1,localhost",
     }
     with emulator:
         env["NIGHTSHIFT_GEMINI_BASE_URL"] = emulator.base_url
         os.environ.update(env)
         if not as_json:
-            print(f"sandbox: {root}  (gemini emulator at {emulator.base_url})", file=sys.stderr)
+            print(
+                f"sandbox: {root}  (gemini emulator at {emulator.base_url}, "
+                f"slack emulator at {slack_url})",
+                file=sys.stderr,
+            )
             print(history, file=sys.stderr)
         code = run_catalogue(str(catalogue), as_json=as_json, night=night)
     if not as_json:
         print(f"batch output: {root / 'out' / 'admob.jsonl'}", file=sys.stderr)
         print("\n".join(_alert_lines(url, loaded.key, night)), file=sys.stderr)
-    return code
+    return code, root

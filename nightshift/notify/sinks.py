@@ -8,6 +8,7 @@ Neither raises: the notifier logs what it could not send and keeps it in the out
 
 from __future__ import annotations
 
+from nightshift.config.durations import format_duration
 from nightshift.engine.events import JobChanged, JobFinished, NightEvent
 from nightshift.engine.outcomes import Outcome
 from nightshift.notify.notifier import Notifier
@@ -31,13 +32,12 @@ class NoticeSink:
                 event.night, event.label, FALLBACK_LINE, backend=event.backend, kind="fallback"
             )
         elif isinstance(event, JobFinished) and event.outcome.state in _FINAL_NOTICES:
-            outcome = event.outcome
+            outcome, kind = event.outcome, _FINAL_NOTICES[event.outcome.state]
+            # the notice names the job: the line says only what happened to it
+            line = f"{kind} after {format_duration(outcome.duration_s)}"
+            line += f": {outcome.detail}" if outcome.detail else ""
             self.notifier.notice(
-                event.night,
-                outcome.label,
-                outcome.line(),
-                backend=outcome.backend,
-                kind=_FINAL_NOTICES[outcome.state],
+                event.night, outcome.label, line, backend=outcome.backend, kind=kind
             )
 
 

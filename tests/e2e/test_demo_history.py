@@ -6,6 +6,7 @@ The rough night's stuck job must pass 2 x its learned queued p95 well before its
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -13,14 +14,17 @@ import time
 from datetime import UTC, date, datetime
 from itertools import accumulate
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from nightshift.budgets.current import current_budgets
 from nightshift.budgets.lookup import Budgets
 from nightshift.cli.demo import demo_catalogue, usual_nights
+from nightshift.cli.demo_slack import ALERTS, DIGEST, SLACK_TOKEN
 from nightshift.config.catalogue import Catalogue, CliJob, load_catalogue
 from nightshift.engine.plan import tonight
+from nightshift.store.alert_log import AlertLog, AlertRecord
 from nightshift.store.ledger import Ledger
 from sandbox.agy import parse_plan
 from sandbox.history import Usual, generate, seed
@@ -109,14 +113,11 @@ def test_a_month_of_ten_jobs_is_written_in_well_under_a_second(tmp_path: Path) -
     ledger.close()
 
 
-def test_the_rough_demo_seeds_its_history_and_ends_with_tonights_alerts(tmp_path: Path) -> None:
-    """`nightshift demo --scenario rough` as a user runs it: its own Prefect server and ledger."""
-    from nightshift.store.alert_log import AlertLog
-
-    workdir = tmp_path / "demo"
+def _demo(scenario: str, workdir: Path) -> subprocess.CompletedProcess[str]:
+    """`nightshift demo --scenario ...` as a user runs it: its own Prefect server and ledger."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NIGHTSHIFT_", "PREFECT_"))}
-    argv = [sys.executable, "-m", "nightshift", "demo", "--scenario", "rough"]
-    done = subprocess.run(
+    argv = [sys.executable, "-m", "nightshift", "demo", "--scenario", scenario]
+    return subprocess.run(
         [*argv, "--workdir", str(workdir)],
         capture_output=True,
         text=True,
@@ -124,13 +125,80 @@ def test_the_rough_demo_seeds_its_history_and_ends_with_tonights_alerts(tmp_path
         cwd=REPO,
         timeout=300,
     )
+
+
+def _alert_rows(workdir: Path) -> list[AlertRecord]:
+    key = str((workdir / "nightshift.yaml").resolve())
+    ledger = Ledger(f"sqlite:///{workdir / 'state' / 'ledger.sqlite3'}", key)
+    try:
+        return AlertLog(ledger.engine).alerts(catalogue=key, night=tonight())
+    finally:
+        ledger.close()
+
+
+def _slack(workdir: Path) -> list[dict[str, Any]]:
+    """What the demo's Slack emulator received, as the demo keeps it."""
+    return list(json.loads((workdir / "slack.json").read_text(encoding="utf-8")))
+
+
+@pytest.fixture(scope="module")
+def rough_demo(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """The rough demo, run once for the tests that read what it left."""
+    workdir = tmp_path_factory.mktemp("rough") / "demo"
+    return _demo("rough", workdir), workdir
+
+
+def test_the_rough_demo_seeds_its_history_and_ends_with_tonights_alerts(
+    rough_demo: tuple[subprocess.CompletedProcess[str], Path],
+) -> None:
+    done, workdir = rough_demo
+
     assert done.returncode == 2, done.stderr
     assert "history: 30 past nights of 8 jobs seeded into the sandbox ledger" in done.stderr
     assert "alerts tonight:" in done.stderr
-    key = str((workdir / "nightshift.yaml").resolve())
-    ledger = Ledger(f"sqlite:///{workdir / 'state' / 'ledger.sqlite3'}", key)
-    rows = AlertLog(ledger.engine).alerts(catalogue=key, night=tonight())
-    ledger.close()
-    raised = {(row.label, row.state, row.level) for row in rows}
+    raised = {(row.label, row.state, row.level) for row in _alert_rows(workdir)}
     assert {(STALLED, "queued", "watch"), (STALLED, "queued", "alert")} <= raised
     assert f"alert  {STALLED}  queued" in done.stderr
+
+
+def test_the_rough_demo_shows_a_digest_and_the_nights_alerts_in_one_thread(
+    rough_demo: tuple[subprocess.CompletedProcess[str], Path],
+) -> None:
+    done, workdir = rough_demo
+
+    assert done.returncode == 2, done.stderr
+    messages = _slack(workdir)
+    # the partial night's digest, alone in the digest channel, naming what was not ok
+    (digest,) = [m for m in messages if m["channel"] == DIGEST]
+    assert digest["thread_ts"] is None and digest["text"].startswith("partial: 5/8 succeeded")
+    for line in ("`audit:internal-links` (", "`report:admob-mediation` (", f"`{STALLED}` ("):
+        assert line in digest["text"]
+    # in-night alerts: the first starts the night's thread, every other one replies to it
+    alerts = [m for m in messages if m["channel"] == ALERTS]
+    (root,) = [m for m in alerts if m["thread_ts"] is None]
+    assert [m["thread_ts"] for m in alerts if m is not root] == [root["ts"]] * (len(alerts) - 1)
+    texts = [m["text"] for m in alerts]
+    dwell = next(i for i, t in enumerate(texts) if t.startswith(f"dwell alert: {STALLED} queued"))
+    stuck = next(i for i, t in enumerate(texts) if t.startswith(f"stuck in queue: {STALLED}"))
+    assert dwell < stuck  # alerted as it overstayed, told it was stuck when its timer ended it
+    # and the demo says so, channel by channel, the replies under their thread
+    assert f"slack: {len(messages)} message(s) received" in done.stderr
+    shown = done.stderr[done.stderr.index("slack: ") :]
+    assert shown.index(f"  {ALERTS}\n") < shown.index(f"      > stuck in queue: {STALLED}")
+    assert f"  {DIGEST}\n    partial: 5/8 succeeded" in shown
+    assert SLACK_TOKEN not in done.stdout + done.stderr
+
+
+def test_the_calm_demo_sends_nothing_to_slack(tmp_path: Path) -> None:
+    workdir = tmp_path / "demo"
+    done = _demo("calm", workdir)
+
+    assert done.returncode == 0, done.stderr
+    # an ok night is silent; only a job past twice its p95 on a busy machine may say so
+    alerted = [row for row in _alert_rows(workdir) if row.level == "alert"]
+    messages = _slack(workdir)
+    assert [m["channel"] for m in messages] == [ALERTS] * len(alerted)
+    if not alerted:
+        assert "slack: nothing sent (an ok night is silent" in done.stderr

@@ -1,0 +1,200 @@
+"""The night tells Slack: the ``notify`` task at its end, in-night notices in one thread.
+
+The real flow under a real Prefect server, the real slack-sdk client over loopback against the
+sandbox Slack emulator; what Slack does never changes the night's state.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flows.nightly import nightly
+from nightshift.cli.main import main
+from nightshift.config.settings import load_settings
+from nightshift.store.ledger import Ledger
+from nightshift.store.outbox import Outbox
+from sandbox.slack_emulator import SlackEmulator
+from tests.support import read_until
+
+pytestmark = pytest.mark.usefixtures("prefect_server")
+
+TOKEN = "xoxb-night-5c1e9a77"  # distinctive, so a leak is easy to spot
+PY = json.dumps(sys.executable)
+FAILED, DIGEST, ALERTS, HEARTBEAT = "#night-failed", "#night-digest", "#night-alerts", "#night-ok"
+CATALOGUE = """\
+name: notify
+defaults: {poll: {initial: 0.2s, max: 0.5s}, stagger: 0s, deadline: 60s, retries: 0}
+notify:
+  env: test
+  slack: {base_url: "%(url)s", timeout: 2}
+  routes:
+    failed: {channel: "%(failed)s", mention: "<!here>"}
+    partial: {channel: "%(digest)s"}
+    ok: %(ok)s
+    alert: {channel: "%(alerts)s"}
+jobs:
+"""
+
+
+def job(label: str, code: str = "print(1)", extra: str = "") -> str:
+    argv = f"[{PY}, -c, {json.dumps(code)}]"
+    return f"  - {{label: '{label}', backend: command, argv: {argv}{extra}}}\n"
+
+
+OK = job("hello")
+BROKEN = job("broken", "import sys; sys.exit(3)")
+SLOW = "import time; time.sleep(30)"
+
+
+@pytest.fixture
+def slack(sandbox: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SlackEmulator]:
+    monkeypatch.setenv("SLACK_BOT_TOKEN", TOKEN)
+    with SlackEmulator(TOKEN) as emulator:
+        yield emulator
+
+
+def night(
+    sandbox: Path, slack: SlackEmulator, body: str, heartbeat: bool = False, head: str = ""
+) -> Any:
+    """Run the night of a catalogue with ``body`` as its jobs; its final Prefect state."""
+    values = {"url": slack.base_url, "failed": FAILED, "digest": DIGEST, "alerts": ALERTS}
+    values["ok"] = json.dumps({"channel": HEARTBEAT}) if heartbeat else "null"
+    path = sandbox / "nightshift.yaml"
+    path.write_text(head + CATALOGUE % values + body, encoding="utf-8")
+    return nightly(catalog=str(path), run_dir=str(sandbox / "run"), return_state=True)
+
+
+def outbox_items() -> list[Any]:
+    ledger = Ledger(load_settings().ledger_url())
+    try:
+        return Outbox(ledger.engine).items()
+    finally:
+        ledger.close()
+
+
+def test_an_ok_night_sends_nothing_and_its_notify_task_is_on_the_flow_run(
+    sandbox: Path, slack: SlackEmulator
+) -> None:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    state = night(sandbox, slack, OK + job("world"))
+
+    assert state.is_completed()
+    assert slack.messages == [] and slack.calls == []  # silent: not even a call
+    this_run = FlowRunFilter(id=FlowRunFilterId(any_=[state.state_details.flow_run_id]))
+
+    def task_runs() -> dict[str, str]:
+        with get_client(sync_client=True) as client:
+            runs = client.read_task_runs(flow_run_filter=this_run)
+        return {t.name: t.state.type.value for t in runs if t.state is not None}
+
+    runs = read_until(task_runs, lambda r: any(n.startswith("notify") for n in r), 20, "notify")
+    (name,) = [n for n in runs if n.startswith("notify")]
+    assert runs[name] == "COMPLETED"
+
+
+def test_a_partial_night_sends_one_digest_to_the_partial_channel(
+    sandbox: Path, slack: SlackEmulator
+) -> None:
+    state = night(sandbox, slack, OK + BROKEN)
+
+    assert state.is_failed()
+    (digest,) = slack.messages
+    assert digest.channel == DIGEST and digest.thread_ts is None
+    assert digest.text is not None and digest.text.startswith("partial: 1/2 succeeded")
+    assert "• `broken` (" in digest.text and "failed): exit code 3" in digest.text
+    assert "<!here>" not in digest.text  # the mention is the failed route's only
+    assert [item.sent_at is not None for item in outbox_items()] == [True]
+
+
+def test_an_all_failed_night_sends_one_message_with_the_mention(
+    sandbox: Path, slack: SlackEmulator
+) -> None:
+    state = night(sandbox, slack, BROKEN + job("also-broken", "raise SystemExit(4)"))
+
+    assert state.is_failed()
+    (message,) = slack.messages
+    assert message.channel == FAILED
+    assert message.text is not None and message.text.startswith("<!here> failed: 0/2 succeeded")
+    assert message.blocks is not None
+    assert message.blocks[0]["type"] == "header" and "FAILED" in message.blocks[0]["text"]["text"]
+
+
+@pytest.mark.parametrize(
+    ("body", "heartbeat", "completed", "channel"),
+    [(OK, True, True, HEARTBEAT), (BROKEN, False, False, FAILED)],
+    ids=["ok-stays-completed", "failed-stays-failed"],
+)
+def test_slack_down_all_night_changes_nothing_and_the_next_flush_delivers_once(
+    sandbox: Path,
+    slack: SlackEmulator,
+    capsys: pytest.CaptureFixture[str],
+    body: str,
+    heartbeat: bool,
+    completed: bool,
+    channel: str,
+) -> None:
+    slack.down()
+    state = night(sandbox, slack, body, heartbeat=heartbeat)
+
+    assert state.is_completed() is completed and state.is_failed() is not completed
+    (kept,) = outbox_items()
+    assert kept.sent_at is None and "cannot reach Slack" in (kept.last_error or "")
+    capsys.readouterr()
+
+    slack.up()
+    assert main(["notify", "--flush"]) == 0
+    assert main(["notify", "--flush"]) == 0  # nothing left: not sent twice
+    out = capsys.readouterr().out
+    assert [m.channel for m in slack.messages] == [channel]
+    assert [item.sent_at is not None for item in outbox_items()] == [True]
+    assert "flushed: 1 sent, 0 waiting" in out and "flushed: 0 sent, 0 waiting" in out
+    assert TOKEN not in out + (kept.last_error or "")
+
+
+def test_timed_out_jobs_are_told_in_the_nights_alert_thread(
+    sandbox: Path, slack: SlackEmulator
+) -> None:
+    slow = ", timeout: 1s"
+    state = night(sandbox, slack, OK + job("slow-a", SLOW, slow) + job("slow-b", SLOW, slow))
+
+    assert state.is_failed()
+    alerts = slack.in_channel(ALERTS)
+    assert len(alerts) == 2
+    root, reply = alerts  # the first notice starts the night's thread, the next replies
+    assert root.thread_ts is None and reply.thread_ts == root.ts
+    # each names its job once, then what happened to it
+    said = sorted(m.blocks[0]["text"]["text"] for m in alerts if m.blocks)
+    assert said == [
+        f":warning: `slow-{x}` (command) timeout after 1s: job timeout 1s" for x in ("a", "b")
+    ]
+    assert sorted((m.text or "").split(" (")[0] for m in alerts) == [
+        "timeout: slow-a timeout after 1s: job timeout 1s",
+        "timeout: slow-b timeout after 1s: job timeout 1s",
+    ]
+    (digest,) = slack.in_channel(DIGEST)
+    assert "• `slow-a` (" in (digest.text or "") and "timeout" in (digest.text or "")
+
+
+def test_a_night_that_ends_early_still_sends_its_digest(
+    sandbox: Path, slack: SlackEmulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import flows.nightly as nightly_module
+
+    def unreachable(limits: dict[str, int], **_: Any) -> Any:
+        raise ConnectionError("Prefect API unreachable (injected)")
+
+    monkeypatch.setattr(nightly_module, "prefect_slots", unreachable)
+    state = night(sandbox, slack, OK, head="limits: {command: 1}\n")
+
+    assert state.is_failed()
+    (message,) = slack.messages
+    assert message.channel == FAILED and (message.text or "").startswith("<!here> failed: 0/1")
+    assert "Prefect API unreachable (injected)" in (message.text or "")
