@@ -17,11 +17,14 @@ from nightshift.errors import PermanentBackendError, TransientBackendError
 from tests.support import ScriptedBackend, night_context
 
 R, S = ExternalState.RUNNING, ExternalState.SUCCEEDED
+# a job's timeout far beyond what any test here waits: a loaded machine never trips it
 CATALOGUE = """\
 defaults: {poll: {initial: 0.01s, max: 0.02s}, stagger: 0s}
 jobs:
-  - {label: a, backend: command, argv: [x], timeout: 0.1s}
+  - {label: a, backend: command, argv: [x], timeout: 60s}
 """
+# the one test that needs the timeout: it fires long before the script's last poll
+TIMING_OUT = CATALOGUE.replace("timeout: 60s", "timeout: 0.1s")
 
 
 @pytest.fixture
@@ -31,9 +34,16 @@ def night(tmp_path: Path) -> Iterator[tuple[NightContext, ScriptedBackend]]:
         yield ctx, backend
 
 
-def test_a_job_whose_cancel_failed_stays_live_and_a_rerun_reattaches(night) -> None:
-    ctx, backend = night
-    backend.scripts["a"] = [R, R, R, R, R, R, R, R, R, R, R, R, R, R, R, R, R, R, R, S]
+@pytest.fixture
+def timing_out(tmp_path: Path) -> Iterator[tuple[NightContext, ScriptedBackend]]:
+    backend = ScriptedBackend(name="command")
+    with night_context(tmp_path, TIMING_OUT, {"command": backend}) as ctx:
+        yield ctx, backend
+
+
+def test_a_job_whose_cancel_failed_stays_live_and_a_rerun_reattaches(timing_out) -> None:
+    ctx, backend = timing_out
+    backend.scripts["a"] = [R] * 2000 + [S]  # at least 20 s of polls: the 0.1 s timeout wins
     backend.cancel_error = PermanentBackendError("agy: permission denied")
     first = run_one_job(ctx, "a")
     assert first.state is Outcome.TIMEOUT
