@@ -184,11 +184,13 @@ def _reconciliation(job: JobOutcome) -> str | None:
 
 
 def _first_error(job: JobOutcome) -> str | None:
-    """The detail's first non-empty line, unless it only repeats the reconciliation."""
+    """The detail's first non-empty line, without the parts that repeat the reconciliation."""
     first = next((ln.strip() for ln in (job.detail or "").splitlines() if ln.strip()), None)
-    if first is None or (_reconciliation(job) and first.startswith("rows ")):
+    if first is None:
         return None
-    return escape(cut(first, _ERROR_CHARS))
+    if _reconciliation(job):  # "batch succeeded; rows 9/12 ok, ..." -> "batch succeeded"
+        first = "; ".join(p for p in first.split("; ") if not p.startswith("rows "))
+    return escape(cut(first, _ERROR_CHARS)) if first else None
 
 
 def _parse(stamp: str | None) -> datetime | None:

@@ -220,3 +220,25 @@ def test_bad_notify_config_is_a_catalogue_error_with_line_and_field(
 
     assert expected in str(caught.value)
     assert "xoxb-1234-secret" not in str(caught.value)
+
+
+def test_a_batch_line_says_its_rows_once() -> None:
+    from nightshift.notify.render import job_line
+
+    rec = {"submitted": 12, "succeeded": 9, "failed": 0, "missing": 3}
+    batch = JobOutcome(
+        "report:admob",
+        Outcome.PARTIAL,
+        600,
+        detail="batch succeeded; rows 9/12 ok, 0 failed, 3 missing ~$0.01; 3 rows via fallback",
+        data={"reconciliation": rec},
+    )
+    only_rows = JobOutcome(
+        "report:b", Outcome.PARTIAL, 60, detail="rows 9/12 ok", data={"reconciliation": rec}
+    )
+
+    assert job_line(batch) == (
+        "• `report:admob` (10m, partial): rows 9/12 ok, 0 failed, 3 missing"
+        " - batch succeeded; 3 rows via fallback"
+    )
+    assert job_line(only_rows).endswith("rows 9/12 ok, 0 failed, 3 missing")
