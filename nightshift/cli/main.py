@@ -373,7 +373,30 @@ def run_catalogue(
         print(json.dumps(summary))
     else:
         _print_summary(summary, run_dir)
+    if catalogue.notify is not None:
+        _say_outbox(settings.ledger_url(), catalogue.key)
     return int(summary["exit_code"])
+
+
+def _say_outbox(url: str, key: str) -> None:
+    """One line when Slack did not take the night's messages (they wait in the outbox)."""
+    from nightshift.store.ledger import Ledger
+    from nightshift.store.outbox import Outbox
+
+    try:
+        ledger = Ledger(url, key)
+        try:
+            waiting = Outbox(ledger.engine).pending(key)
+        finally:
+            ledger.close()
+    except Exception:  # the night is over: this line is a courtesy, never a new failure
+        return
+    if waiting:
+        reason = waiting[-1].last_error or "not delivered"
+        _say(
+            f"slack: {len(waiting)} message(s) wait in the outbox ({reason}); "
+            "`nightshift notify --flush` delivers them"
+        )
 
 
 def _check_ledger(url: str, key: str) -> tuple[int, str] | None:

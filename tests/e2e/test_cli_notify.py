@@ -64,3 +64,29 @@ def test_an_invalid_catalogue_is_exit_4(sandbox: Path, capsys: pytest.CaptureFix
 
     assert main(["notify", "--flush", "--catalogue", str(bad)]) == EXIT_BAD_CATALOGUE
     assert "field 'notify.envv': unknown key" in capsys.readouterr().err
+
+
+@pytest.mark.usefixtures("prefect_server")
+def test_a_night_whose_digest_slack_refused_says_so_in_one_line(
+    sandbox: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sys
+
+    monkeypatch.setenv("SLACK_BOT_TOKEN", TOKEN)
+    with SlackEmulator(TOKEN) as slack:
+        catalogue = sandbox / "nightshift.yaml"
+        catalogue.write_text(
+            f"notify:\n  slack: {{base_url: '{slack.base_url}'}}\n"
+            "  routes: {failed: {channel: '#alerts'}}\n"
+            f"jobs:\n  - {{label: bad, backend: command, argv: [{sys.executable}, -c, "
+            "'import sys; sys.exit(3)']}\n"
+        )
+        slack.down()
+        code = main(["run", "--catalogue", str(catalogue)])
+
+    err = capsys.readouterr().err
+    assert code == 1  # all failed, whatever Slack did
+    [line] = [x for x in err.splitlines() if x.startswith("slack:")]
+    assert line.startswith("slack: 1 message(s) wait in the outbox (cannot reach Slack")
+    assert line.endswith("`nightshift notify --flush` delivers them")
+    assert TOKEN not in err
