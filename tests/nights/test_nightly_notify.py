@@ -95,7 +95,12 @@ def test_an_ok_night_sends_nothing_and_its_notify_task_is_on_the_flow_run(
             runs = client.read_task_runs(flow_run_filter=this_run)
         return {t.name: t.state.type.value for t in runs if t.state is not None}
 
-    runs = read_until(task_runs, lambda r: any(n.startswith("notify") for n in r), 20, "notify")
+    def notify_final(runs: dict[str, str]) -> bool:
+        # task run states reach the server a moment after the flow returns: wait for the last
+        final = ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
+        return any(n.startswith("notify") and s in final for n, s in runs.items())
+
+    runs = read_until(task_runs, notify_final, 30, "the notify task run to end")
     (name,) = [n for n in runs if n.startswith("notify")]
     assert runs[name] == "COMPLETED"
 
