@@ -21,9 +21,8 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-import httpx
-
 from nightshift.backends.base import JobSpec, JobStatus
+from nightshift.backends.deployment_client import open_client, translate
 from nightshift.backends.deployment_states import flow_run_status
 from nightshift.backends.submission import submission_key
 from nightshift.errors import BackendError, PermanentBackendError, TransientBackendError
@@ -31,33 +30,6 @@ from nightshift.errors import BackendError, PermanentBackendError, TransientBack
 __all__ = ["DeploymentBackend"]
 
 _BATCH = 200  # ids per filtered read: the server's default page size
-
-
-def _detail(response: httpx.Response) -> str:
-    """The server's own words for a refused request (FastAPI's ``detail``), one line."""
-    try:
-        body = response.json()
-    except ValueError:
-        body = response.text
-    found = body.get("detail", body) if isinstance(body, dict) else body
-    return " ".join(str(found).split())[:300]
-
-
-def _translate(exc: Exception, what: str) -> BackendError:
-    """A Prefect client error as ours: 408/429/5xx and network trouble are transient."""
-    from prefect.exceptions import ObjectNotFound
-
-    if isinstance(exc, ObjectNotFound):
-        return PermanentBackendError(f"{what}: not found")
-    if isinstance(exc, httpx.HTTPStatusError):
-        code = exc.response.status_code
-        text = f"{what}: HTTP {code}: {_detail(exc.response)}"
-        if code in (408, 429) or code >= 500:
-            return TransientBackendError(text)
-        return PermanentBackendError(text)
-    if isinstance(exc, httpx.TransportError):
-        return TransientBackendError(f"{what}: {type(exc).__name__}: {exc}")
-    return PermanentBackendError(f"{what}: {type(exc).__name__}: {exc}")
 
 
 def _run_id(external_id: str) -> uuid.UUID:
@@ -89,21 +61,7 @@ class DeploymentBackend:
             if self._closed:
                 raise PermanentBackendError("the deployment backend is closed")
             if self._client is None:
-                from prefect.client.orchestration import SyncPrefectClient, get_client
-                from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_KEY
-
-                if self.api_url:
-                    client = SyncPrefectClient(
-                        self.api_url,
-                        auth_string=PREFECT_API_AUTH_STRING.value(),
-                        api_key=PREFECT_API_KEY.value(),
-                        httpx_settings=self._httpx,
-                    )
-                else:
-                    # always a dict, so never a flow context's client (closed with its run)
-                    client = get_client(httpx_settings=dict(self._httpx), sync_client=True)
-                client.__enter__()
-                self._client = client
+                self._client = open_client(self.api_url, self._httpx)
             return self._client
 
     @property
@@ -128,7 +86,7 @@ class DeploymentBackend:
                 'check `prefect deployment ls` (the name is "flow-name/deployment-name")'
             ) from None
         except Exception as exc:  # the client's HTTP and network errors
-            raise _translate(exc, f"reading deployment {name!r}") from exc
+            raise translate(exc, f"reading deployment {name!r}") from exc
         self._deployments[name] = deployment.id
         return deployment.id
 
@@ -149,10 +107,11 @@ class DeploymentBackend:
                 idempotency_key=key,
                 work_queue_name=spec.options.get("work_queue") or None,
                 job_variables=dict(spec.options.get("job_variables") or {}) or None,
+                name=spec.label,  # the job's label in the UI, not a random slug
                 tags=["nightshift"],
             )
         except Exception as exc:  # the client's HTTP and network errors
-            lost = _translate(exc, f"creating a run of {name!r}")
+            lost = translate(exc, f"creating a run of {name!r}")
             if isinstance(lost, TransientBackendError) and key:
                 raise TransientBackendError(
                     f"{lost}; the retry asks again with the same idempotency key, so at most "
@@ -171,7 +130,7 @@ class DeploymentBackend:
         except ObjectNotFound:
             raise self._missing(external_id) from None
         except Exception as exc:
-            raise _translate(exc, f"reading flow run {external_id}") from exc
+            raise translate(exc, f"reading flow run {external_id}") from exc
         return self._status(run)
 
     def status_many(self, external_ids: Iterable[str]) -> dict[str, JobStatus | BackendError]:
@@ -194,7 +153,7 @@ class DeploymentBackend:
                     limit=len(chunk),
                 )
             except Exception as exc:
-                raise _translate(exc, f"reading {len(chunk)} flow run(s)") from exc
+                raise translate(exc, f"reading {len(chunk)} flow run(s)") from exc
             for run in runs:
                 if run.id in ids:
                     out[ids[run.id]] = self._status_or_error(run)
@@ -236,7 +195,7 @@ class DeploymentBackend:
             new: Any = Cancelled(message=why) if waiting else Cancelling(message=why)
             result = self.client.set_flow_run_state(run_id, new)
         except Exception as exc:
-            raise _translate(exc, f"cancelling flow run {external_id}") from exc
+            raise translate(exc, f"cancelling flow run {external_id}") from exc
         if str(getattr(result.status, "value", result.status)).upper() != "ACCEPT":
             # refused: the run moved on meanwhile (it may have ended); the next read tells
             reason = getattr(result.details, "reason", None) or result.status
@@ -257,12 +216,11 @@ class DeploymentBackend:
                 sort=LogSort.TIMESTAMP_DESC,
             )
         except Exception as exc:
-            raise _translate(exc, f"reading the logs of flow run {external_id}") from exc
-        lines = [
-            f"{log.timestamp:%H:%M:%S} {logging.getLevelName(log.level)} {line}"
-            for log in reversed(found)
-            for line in (log.message.splitlines() or [""])
-        ]
+            raise translate(exc, f"reading the logs of flow run {external_id}") from exc
+        lines: list[str] = []
+        for log in reversed(found):  # a traceback's lines follow its first, unprefixed
+            first, *rest = log.message.splitlines() or [""]
+            lines += [f"{log.timestamp:%H:%M:%S} {logging.getLevelName(log.level)} {first}", *rest]
         return "\n".join(lines[-max(1, int(tail)) :])
 
     def close(self) -> None:
