@@ -215,3 +215,40 @@ def test_a_run_still_going_at_the_nights_deadline_is_cancelled(
     finally:
         backend.close()
     assert status.state is ExternalState.CANCELLED
+
+
+def test_a_night_on_the_temporary_server_runs_jobs_on_another_servers_pool(
+    site: PrefectSite, tmp_path: Path
+) -> None:
+    catalogue = tmp_path / "nightshift.yaml"
+    catalogue.write_text(
+        f"name: e2e-elsewhere\ndeployment: {{api_url: {site.api}}}\n"
+        "defaults: {deadline: 4m, poll: {initial: 0.5s, max: 2s}}\n"
+        "jobs:\n"
+        "  - {label: remote, backend: deployment, deployment: sandbox-job/ok,"
+        " parameters: {lines: 1}}\n"
+    )
+    env = {k: v for k, v in site.env.items() if k != "PREFECT_API_URL"} | {
+        "PREFECT_HOME": str(tmp_path / "night-prefect"),  # the night's own temporary server
+        "NIGHTSHIFT_STATE_DIR": str(tmp_path / "state"),
+        "PYTHONPATH": str(REPO),
+    }
+    night = subprocess.run(
+        [*NIGHTSHIFT, "run", "--catalogue", str(catalogue), "--night", "2026-01-03", "--json"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    assert night.returncode == 0, night.stdout + night.stderr
+    (job,) = json.loads(night.stdout.strip().splitlines()[-1])["jobs"]
+    assert job["state"] == "succeeded", job
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterIdempotencyKey
+
+    key = FlowRunFilterIdempotencyKey(any_=["e2e-elsewhere/2026-01-03/remote/1"])
+    with get_client(sync_client=True) as client:  # the site's server, not the night's
+        (run,) = client.read_flow_runs(flow_run_filter=FlowRunFilter(idempotency_key=key))
+    assert (run.name, run.state_type.value) == ("remote", "COMPLETED")
