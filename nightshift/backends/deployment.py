@@ -21,6 +21,8 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
+import httpx
+
 from nightshift.backends.base import JobSpec, JobStatus
 from nightshift.backends.deployment_client import open_client, translate
 from nightshift.backends.deployment_states import flow_run_status
@@ -112,6 +114,10 @@ class DeploymentBackend:
             )
         except Exception as exc:  # the client's HTTP and network errors
             lost = translate(exc, f"creating a run of {name!r}")
+            gone = isinstance(exc, httpx.HTTPStatusError) and exc.response.status_code == 404
+            if gone:  # deleted (or redeployed) since it was looked up
+                self._deployments.pop(name, None)
+                lost = TransientBackendError(f"{lost}; the retry looks the deployment up again")
             if isinstance(lost, TransientBackendError) and key:
                 raise TransientBackendError(
                     f"{lost}; the retry asks again with the same idempotency key, so at most "

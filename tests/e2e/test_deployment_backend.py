@@ -168,6 +168,27 @@ def test_an_unknown_deployment_is_a_permanent_error_naming_it(site: PrefectSite)
         backend.close()
 
 
+def test_a_deployment_deleted_mid_night_is_looked_up_again_then_named(site: PrefectSite) -> None:
+    from prefect.client.orchestration import get_client
+
+    from sandbox.deploy_flow import deploy
+
+    deployment_id = deploy(POOL, "gone")
+    backend = DeploymentBackend()
+    try:
+        job = spec("gone", deployment="sandbox-job/gone", parameters={"lines": 0})
+        first = backend.submit(job)
+        with get_client(sync_client=True) as client:
+            client.delete_flow_run(first)
+            client.delete_deployment(deployment_id)
+        with pytest.raises(TransientBackendError, match="looks the deployment up again"):
+            backend.submit(job)
+        with pytest.raises(PermanentBackendError, match="'sandbox-job/gone' not found"):
+            backend.submit(job)
+    finally:
+        backend.close()
+
+
 def test_a_run_still_going_at_the_nights_deadline_is_cancelled(
     site: PrefectSite, tmp_path: Path
 ) -> None:
