@@ -45,6 +45,7 @@ def build_backends(
         "command": lambda: _command(settings),
         "cli": lambda: _cli(catalogue, settings),
         "gemini_batch": lambda: _gemini(catalogue, settings),
+        "deployment": lambda: _deployment(catalogue),
     }
     used = {job.backend for job in catalogue.jobs}
     out: dict[str, Backend] = {}
@@ -107,3 +108,10 @@ def _gemini(catalogue: Catalogue, settings: Settings) -> Backend:
         overrides["gemini_api_version"] = catalogue.gemini.api_version
     client = build_gemini_client(settings.model_copy(update=overrides))
     return GeminiBatchBackend(client)
+
+
+def _deployment(catalogue: Catalogue) -> Backend:
+    from nightshift.backends.deployment import DeploymentBackend
+
+    # None: the Prefect API the night itself runs against
+    return DeploymentBackend(catalogue.deployment.api_url)

@@ -24,18 +24,21 @@ from nightshift.notify.config import NotifyConfig
 
 __all__ = [
     "BACKENDS",
+    "AnyJob",
     "Catalogue",
     "CliJob",
     "CommandJob",
     "Defaults",
+    "DeploymentJob",
     "GeminiBatchJob",
     "Job",
     "load_catalogue",
     "parse_catalogue",
 ]
 
-BACKENDS = ("command", "cli", "gemini_batch")
+BACKENDS = ("command", "cli", "gemini_batch", "deployment")
 LABEL_PATTERN = r"^[a-z0-9:_.-]+$"
+DEPLOYMENT_PATTERN = r"^[^/\s][^/]*/[^/]*[^/\s]$"  # "flow-name/deployment-name"
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 # a timer of 0 would fire at once: never what the catalogue means
@@ -127,7 +130,18 @@ class GeminiBatchJob(_JobBase):
     inline_threshold_bytes: int = Field(10 * 1024 * 1024, ge=0)
 
 
-Job = Annotated[CommandJob | CliJob | GeminiBatchJob, Field(discriminator="backend")]
+class DeploymentJob(_JobBase):
+    """A flow run of an existing Prefect deployment, on whatever work pool it names."""
+
+    backend: Literal["deployment"]
+    deployment: str = Field(pattern=DEPLOYMENT_PATTERN)
+    parameters: dict[str, Any] = {}
+    work_queue: str | None = Field(None, min_length=1)
+    job_variables: dict[str, Any] = {}
+
+
+AnyJob = CommandJob | CliJob | GeminiBatchJob | DeploymentJob
+Job = Annotated[AnyJob, Field(discriminator="backend")]
 
 
 class CliSettings(_Strict):
@@ -152,23 +166,31 @@ class GeminiSettings(_Strict):
     api_key_block: str | None = None  # name of a Prefect Secret block holding the key
 
 
+class DeploymentSettings(_Strict):
+    # the Prefect API whose deployments `deployment` jobs run; None: the night's own
+    api_url: str | None = Field(None, pattern=r"^https?://")
+
+
 class Catalogue(_Strict):
     """A validated catalogue."""
 
     name: str | None = None
     defaults: Defaults = Defaults()
-    limits: dict[Literal["command", "cli", "gemini_batch"], Annotated[int, Field(ge=1)]] = {}
+    limits: dict[
+        Literal["command", "cli", "gemini_batch", "deployment"], Annotated[int, Field(ge=1)]
+    ] = {}
     # shared: one Prefect limit per backend for every catalogue (nightshift-cli); catalogue:
     # this catalogue's own (nightshift-<catalogue>-cli), when two must not share a cap
     limit_scope: Literal["shared", "catalogue"] = "shared"
     cli: CliSettings = CliSettings()
     gemini: GeminiSettings = GeminiSettings()
+    deployment: DeploymentSettings = DeploymentSettings()
     notify: NotifyConfig | None = None  # no section: the night tells only its exit code
     jobs: list[Job] = Field(min_length=1)
     path: Path | None = Field(default=None, exclude=True)
 
     # label -> job, built once: the runner looks a job up on every state change
-    _by_label: dict[str, CommandJob | CliJob | GeminiBatchJob] = PrivateAttr(default_factory=dict)
+    _by_label: dict[str, AnyJob] = PrivateAttr(default_factory=dict)
 
     # (key, index, ...) path -> line in the file, for problems found after validation
     _lines: dict[tuple[Any, ...], int] = PrivateAttr(default_factory=dict)
@@ -180,7 +202,7 @@ class Catalogue(_Strict):
         """The line of ``at`` (e.g. ``"jobs", 0, "timeout"``) in the file, when known."""
         return self._lines.get(at)
 
-    def job(self, label: str) -> CommandJob | CliJob | GeminiBatchJob:
+    def job(self, label: str) -> AnyJob:
         """The job called ``label`` (KeyError naming it when there is none)."""
         return self._by_label[label]
 
@@ -289,7 +311,9 @@ def _to_python(node: yaml.Node, at: tuple[Any, ...], lines: dict[tuple[Any, ...]
 
 def _locate(err: Any, data: dict[str, Any], lines: dict[tuple[Any, ...], int]) -> CatalogueProblem:
     """Turn one pydantic error into a problem with line, job label and field."""
-    loc = [part for part in err["loc"] if part not in BACKENDS]
+    loc = list(err["loc"])
+    if len(loc) >= 3 and loc[0] == "jobs" and loc[2] in BACKENDS:
+        del loc[2]  # the union's tag, not a key of the file (a job may have a `deployment:`)
     job = None
     if len(loc) >= 2 and loc[0] == "jobs" and isinstance(loc[1], int):
         raw = data.get("jobs") or []
@@ -317,6 +341,10 @@ def _locate(err: Any, data: dict[str, Any], lines: dict[tuple[Any, ...], int]) -
         field_parts = ["backend"]
     elif err["type"] == "string_pattern_mismatch" and field_parts[-1:] == ["label"]:
         message = "labels use only a-z, 0-9 and : _ . -"
+    elif err["type"] == "string_pattern_mismatch" and field_parts[-1:] == ["deployment"]:
+        message = 'name the deployment as "flow-name/deployment-name"'
+    elif err["type"] == "string_pattern_mismatch" and field_parts[-1:] == ["api_url"]:
+        message = "must be an http(s):// URL of a Prefect API"
     elif err["type"] == "greater_than":
         message = f"must be more than {err['ctx']['gt']}"
     elif message.startswith("Value error, "):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from nightshift.config.catalogue import CliJob, CommandJob, Defaults, GeminiBatchJob
+from nightshift.config.catalogue import AnyJob, Defaults, GeminiBatchJob
 from nightshift.config.durations import format_duration
 
 __all__ = ["JobTimers", "job_timers"]
@@ -23,7 +23,7 @@ class JobTimers:
 
 
 def job_timers(
-    job: CommandJob | CliJob | GeminiBatchJob,
+    job: AnyJob,
     defaults: Defaults,
     *,
     origin: float,

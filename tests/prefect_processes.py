@@ -1,0 +1,122 @@
+"""A real ``prefect server start``, a process work pool and ``prefect worker start`` for tests.
+
+Each runs in its own process group, its output in a log file under the given folder, and is
+stopped (SIGTERM, then SIGKILL) when its ``with`` block ends, whatever happened inside.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.support import wait_until
+
+__all__ = ["PrefectSite", "free_port", "healthy", "prefect_site", "stop"]
+
+PY = sys.executable
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    """The process and everything it started (its own process group)."""
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(20)
+
+
+def healthy(api: str) -> bool:
+    import httpx
+
+    try:
+        return httpx.get(f"{api}/health", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@dataclass
+class PrefectSite:
+    """A running server (``api``), the environment that points at it, and its log folder."""
+
+    root: Path
+    api: str
+    env: dict[str, str]
+
+    def prefect(self, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+        """The prefect CLI as a user runs it, against this server."""
+        return subprocess.run(
+            [PY, "-m", "prefect", "--no-prompt", *args],
+            cwd=cwd or self.root,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    def log_tail(self, name: str = "worker", lines: int = 60) -> str:
+        """The last lines of ``<name>.log`` (the worker's holds its flow runs' output)."""
+        path = self.root / f"{name}.log"
+        text = path.read_text(errors="replace") if path.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+
+def _spawn(stack: ExitStack, argv: list[str], log: Path, **popen: object) -> None:
+    out = stack.enter_context(log.open("wb"))
+    process = subprocess.Popen(
+        argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, **popen
+    )
+    stack.callback(stop, process)
+
+
+@contextmanager
+def prefect_site(
+    root: Path,
+    *,
+    pool: str | None = None,
+    database_url: str | None = None,
+    worker_cwd: Path | None = None,
+    extra_env: dict[str, str] | None = None,
+) -> Iterator[PrefectSite]:
+    """A server on a free port (SQLite under ``root`` unless ``database_url``, an async
+    SQLAlchemy URL); with ``pool``, a process work pool of that name and a worker polling it
+    every second. The environment drops the caller's NIGHTSHIFT_ and PREFECT_ variables."""
+    root.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    api = f"http://127.0.0.1:{port}/api"
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("NIGHTSHIFT_", "PREFECT_"))}
+    env = base | {
+        "PREFECT_HOME": str(root / "prefect-home"),
+        "PREFECT_API_URL": api,
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_WORKER_QUERY_SECONDS": "1",
+        **(extra_env or {}),
+    }
+    server_env = env | {"PREFECT_UI_API_URL": api}
+    if database_url:
+        server_env["PREFECT_API_DATABASE_CONNECTION_URL"] = database_url
+    site = PrefectSite(root, api, env)
+    with ExitStack() as stack:
+        server = [PY, "-m", "prefect", "server", "start", "--host", "127.0.0.1"]
+        _spawn(stack, [*server, "--port", str(port)], root / "server.log", env=server_env)
+        wait_until(lambda: healthy(api), 180, "the Prefect server to answer", interval=0.5)
+        if pool is not None:
+            created = site.prefect("work-pool", "create", pool, "--type", "process")
+            assert created.returncode == 0, created.stdout + created.stderr
+            worker = [PY, "-m", "prefect", "worker", "start", "--pool", pool]
+            _spawn(stack, worker, root / "worker.log", env=env, cwd=worker_cwd or root)
+        yield site
