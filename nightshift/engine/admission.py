@@ -101,6 +101,11 @@ class Admission:
                 expected.remove(priority)
                 self._cond.notify_all()
 
+    def holds(self, backend: str, priority: float) -> bool:
+        """Whether the job of ``priority`` holds a slot of ``backend`` (not freed yet)."""
+        with self._cond:
+            return any(h.backend == backend and h.priority == priority for h in self._held)
+
     def free(self, backend: str, priority: float) -> bool:
         """The job of ``priority`` is over out there: its slot goes to the next job now.
 

@@ -12,7 +12,7 @@ from contextlib import AbstractContextManager, ExitStack, contextmanager, nullco
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from nightshift.backends import build_backends, close_backends
 from nightshift.backends.base import Backend
@@ -51,6 +51,19 @@ __all__ = [
 HISTORY_DAYS = 30  # the past nights whose durations order tonight's jobs
 # holds a server-side slot of a capped backend while its job is in flight: (backend, timeout)
 Hold = Callable[[str, float], AbstractContextManager[object]]
+
+
+@runtime_checkable
+class HandsOn(Protocol):
+    """A ``Hold`` whose slots the night hands on itself (``orchestration/leases.py``)."""
+
+    def hand_on(self, backend: str) -> None:
+        """A job of ``backend`` was seen to end: its slot goes to the next job."""
+
+    def close(self) -> None:
+        """The night is over: release every slot still held."""
+
+
 # label -> usual seconds from submit to end, for the watcher to look then (poll_hints.py)
 PollHints = Callable[[Catalogue, Ledger, datetime, Logger | None], dict[str, float]]
 
@@ -162,9 +175,16 @@ def open_night(
             assert ctx is not None
             ctx.poll_failed(label, error)
 
-        def ended(label: str) -> None:  # seen final: its slot goes to the next job now
+        def ended(label: str) -> None:  # seen final: its slots go to the next job now
             assert ctx is not None
-            ctx.admission.free(catalogue.job(label).backend, ctx.priorities.get(label, 0))
+            backend = catalogue.job(label).backend
+            priority = ctx.priorities.get(label, 0)
+            if ctx.admission.holds(backend, priority) and isinstance(parts.hold, HandsOn):
+                parts.hold.hand_on(backend)  # first, so the lease waits for the next job
+            ctx.admission.free(backend, priority)
+
+        if isinstance(parts.hold, HandsOn):
+            cleanup.callback(parts.hold.close)
 
         hints = (
             {}

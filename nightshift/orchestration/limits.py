@@ -7,9 +7,8 @@ share its cap too, and the last night to start sets its size. A catalogue with
 A cap is a limit of that many slots, one held per job in flight. A rate is a second limit,
 ``...-<backend>-rate``, whose slots decay at that rate (Prefect's ``rate_limit``): one is taken per
 submission. The night's own gate (``engine/admission.py``) enforces both first; the Prefect
-limits hold them across nights and make them visible. A slot held by another job is asked for
-again on a short poll of our own, not on Prefect's retry timer (``Retry-After``), so a freed
-slot is taken within a fraction of a second.
+limits hold them across nights and make them visible. A cap's slots are leases the night hands
+from a job that ended to the next one itself (``leases.py``): no wait on Prefect's retry timer.
 """
 
 from __future__ import annotations
@@ -18,29 +17,24 @@ import hashlib
 import math
 import re
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 
 from prefect.client.orchestration import get_client
-from prefect.concurrency.sync import concurrency, rate_limit
-from prefect.exceptions import ObjectNotFound
+from prefect.concurrency.sync import rate_limit
 
 from nightshift.config.catalogue import Catalogue
 from nightshift.config.limits import BackendLimit
-from nightshift.engine.backoff import Backoff
+from nightshift.orchestration.leases import Leases, PrefectLeaseApi
 
 __all__ = [
-    "SLOT_POLL",
+    "PrefectHold",
     "catalogue_scope",
     "limit_name",
     "limit_scope",
     "prefect_slots",
     "rate_limit_name",
-    "wait_for_room",
 ]
-
-# how often a job waiting for a Prefect slot asks again: soon at first, then every half second
-SLOT_POLL = Backoff(initial=0.05, factor=2.0, max=0.5)
 
 
 def limit_name(backend: str, scope: str | None = None) -> str:
@@ -79,13 +73,54 @@ def _split(limits: Mapping[str, int | BackendLimit]) -> tuple[dict[str, int], di
     return caps, rates
 
 
+class PrefectHold:
+    """``hold(backend, timeout)``: a job's slot and submission turn on the Prefect limits.
+
+    ``hand_on(backend)``: a job of ``backend`` was seen to end, its slot goes to the next job;
+    ``close()``: the night is over, every slot it holds is released.
+    """
+
+    def __init__(
+        self, caps: dict[str, int], rates: dict[str, float], scope: str | None, leases: Leases
+    ) -> None:
+        self._caps, self._rates, self._scope, self._leases = caps, rates, scope, leases
+
+    def __call__(self, backend: str, timeout_s: float) -> AbstractContextManager[object]:
+        if backend not in self._caps and backend not in self._rates:
+            return nullcontext()
+        return self._hold(backend, max(timeout_s, 0.1))
+
+    @contextmanager
+    def _hold(self, backend: str, timeout_s: float) -> Iterator[None]:
+        end = time.monotonic() + timeout_s
+        with ExitStack() as held:
+            if backend in self._caps:
+                held.enter_context(self._leases.hold(limit_name(backend, self._scope), timeout_s))
+            if backend in self._rates:
+                left = max(end - time.monotonic(), 0.1)
+                name = rate_limit_name(backend, self._scope)
+                rate_limit(name, occupy=1, timeout_seconds=left, strict=False)
+            yield
+
+    def hand_on(self, backend: str) -> None:
+        if backend in self._caps:
+            self._leases.hand_on(limit_name(backend, self._scope))
+
+    def close(self) -> None:
+        self._leases.close()
+
+
 def prefect_slots(
-    limits: Mapping[str, int | BackendLimit], scope: str | None = None
-) -> Callable[[str, float], AbstractContextManager[object]]:
-    """Create or resize the limits; return ``hold(backend, timeout)`` for one job in flight.
+    limits: Mapping[str, int | BackendLimit],
+    scope: str | None = None,
+    leases: Leases | None = None,
+) -> PrefectHold:
+    """Create or resize the limits; return the night's ``PrefectHold`` on them.
 
     ``limits``: backend -> its cap, or its ``BackendLimit`` (cap and/or rate). ``scope`` None:
-    the limits every catalogue shares; else that catalogue's own.
+    the limits every catalogue shares; else that catalogue's own. A cap's slots are leases the
+    night hands on itself (``leases.py``), not strict: a limit deleted under a night only
+    warns, and the night's own gate still caps the backend.
     """
     caps, rates = _split(limits)
     if caps or rates:
@@ -98,70 +133,7 @@ def prefect_slots(
                 client.upsert_global_concurrency_limit_by_name(
                     rate_limit_name(backend, scope), burst, slot_decay_per_second=rate
                 )
-
-    def hold(backend: str, timeout_s: float) -> AbstractContextManager[object]:
-        if backend not in caps and backend not in rates:
-            return nullcontext()
-        return _hold(
-            limit_name(backend, scope) if backend in caps else None,
-            rate_limit_name(backend, scope) if backend in rates else None,
-            max(timeout_s, 0.1),
-        )
-
-    return hold
-
-
-@contextmanager
-def _hold(cap: str | None, rate: str | None, timeout_s: float) -> Iterator[None]:
-    """Take a submission turn of ``rate`` and hold a slot of ``cap`` inside."""
-    end = time.monotonic() + timeout_s
-    with ExitStack() as held:
-        if cap is not None:
-            held.enter_context(_slot(cap, end))
-        if rate is not None:
-            left = max(end - time.monotonic(), 0.1)
-            rate_limit(rate, occupy=1, timeout_seconds=left, strict=False)
-        yield
-
-
-def _slot(name: str, end: float) -> AbstractContextManager[object]:
-    """A slot of ``name``, waited for on our short poll (``wait_for_room``), then taken.
-
-    Not strict: a strict slot whose lease renewal fails (a Prefect API blip) cancels the job's
-    thread at a random instruction. A limit deleted under us only warns; the night's own gate
-    still caps the backend. No slot by ``end`` (the night's deadline): TimeoutError.
-    """
-    with get_client(sync_client=True) as client:
-
-        def room() -> bool | None:
-            try:
-                found = client.read_global_concurrency_limit_by_name(name)
-            except ObjectNotFound:
-                return None  # deleted under us: concurrency() warns and takes nothing
-            return not found.active or found.active_slots < found.limit
-
-        wait_for_room(room, end)
-    # all but always free by now; a slot taken in between is waited for on Prefect's timer
-    left = max(end - time.monotonic(), 0.1)
-    return concurrency(name, occupy=1, strict=False, timeout_seconds=left)
-
-
-def wait_for_room(
-    room: Callable[[], bool | None],
-    end: float,
-    poll: Backoff = SLOT_POLL,
-    *,
-    sleep: Callable[[float], None] = time.sleep,
-    clock: Callable[[], float] = time.monotonic,
-) -> None:
-    """Ask ``room()`` on ``poll`` until it is not False; TimeoutError once ``end`` has passed."""
-    waits = 0
-    while room() is False:
-        left = end - clock()
-        if left <= 0:
-            raise TimeoutError("no slot of a Prefect concurrency limit before the deadline")
-        sleep(min(poll.delay(waits), left))
-        waits += 1
+    return PrefectHold(caps, rates, scope, leases or Leases(PrefectLeaseApi()))
 
 
 def limit_scope(catalogue: Catalogue) -> str | None:
