@@ -15,7 +15,10 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from prefect.client.orchestration import SyncPrefectClient
 
 from nightshift.engine.backoff import Backoff
 
@@ -39,6 +42,10 @@ class LeaseApi(Protocol):
     def renew(self, lease: str) -> None: ...
 
     def release(self, lease: str) -> None: ...
+
+    def close(self) -> None:
+        """No more calls will come."""
+        ...
 
 
 class Leases:
@@ -148,6 +155,7 @@ class Leases:
             self._in_use.clear()
         for lease in leases:
             self._release(lease)
+        self._api.close()
 
     def _release(self, lease: str) -> None:
         try:
@@ -177,39 +185,53 @@ class Leases:
 
 
 class PrefectLeaseApi:
-    """``LeaseApi`` on the Prefect server's global concurrency limits."""
+    """``LeaseApi`` on the Prefect server's global concurrency limits.
+
+    Its own client, not the flow run's shared one (whose context count is not thread-safe):
+    opened on first use, closed by ``close``.
+    """
 
     def __init__(self, lease_s: float = LEASE_S) -> None:
         self.lease_s = lease_s
+        self._client: SyncPrefectClient | None = None
+        self._lock = threading.Lock()
+
+    def _api(self) -> SyncPrefectClient:
+        from prefect.client.orchestration import get_client
+
+        with self._lock:
+            if self._client is None:
+                # settings of our own: get_client then makes a client, not the context's
+                client = get_client(sync_client=True, httpx_settings={"timeout": 30.0})
+                self._client = client.__enter__()
+            return self._client
 
     def acquire(self, name: str) -> str | None:
         import httpx
-        from prefect.client.orchestration import get_client
 
-        with get_client(sync_client=True) as client:
-            try:
-                response = client.increment_concurrency_slots_with_lease(
-                    names=[name], slots=1, mode="concurrency", lease_duration=self.lease_s
-                )
-            except httpx.HTTPStatusError as exc:
-                if exc.response.status_code == 423:
-                    return FULL
-                raise
+        try:
+            response = self._api().increment_concurrency_slots_with_lease(
+                names=[name], slots=1, mode="concurrency", lease_duration=self.lease_s
+            )
+        except httpx.HTTPStatusError as exc:
+            if exc.response.status_code == 423:
+                return FULL
+            raise
         data = response.json()
         return str(data["lease_id"]) if data.get("limits") else None
 
     def renew(self, lease: str) -> None:
         from uuid import UUID
 
-        from prefect.client.orchestration import get_client
-
-        with get_client(sync_client=True) as client:
-            client.renew_concurrency_lease(lease_id=UUID(lease), lease_duration=self.lease_s)
+        self._api().renew_concurrency_lease(lease_id=UUID(lease), lease_duration=self.lease_s)
 
     def release(self, lease: str) -> None:
         from uuid import UUID
 
-        from prefect.client.orchestration import get_client
+        self._api().release_concurrency_slots_with_lease(lease_id=UUID(lease))
 
-        with get_client(sync_client=True) as client:
-            client.release_concurrency_slots_with_lease(lease_id=UUID(lease))
+    def close(self) -> None:
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.__exit__(None, None, None)

@@ -21,6 +21,7 @@ class FakeServer:
     releases: list[str] = field(default_factory=list)
     renewals: list[str] = field(default_factory=list)
     missing: bool = False
+    closed: bool = False
     _n: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -45,6 +46,9 @@ class FakeServer:
         with self._lock:
             self.held.discard(lease)
             self.releases.append(lease)
+
+    def close(self) -> None:
+        self.closed = True
 
 
 def test_a_lease_handed_on_goes_to_the_next_job_without_a_round_trip() -> None:
@@ -101,7 +105,7 @@ def test_closing_the_night_releases_every_lease_it_still_has() -> None:
     with leases.hold("cli", 1):
         pass  # spare now
     leases.close()
-    assert server.held == set() and len(server.releases) == 2
+    assert server.held == set() and len(server.releases) == 2 and server.closed
 
 
 def test_a_failed_renewal_only_warns(caplog: pytest.LogCaptureFixture) -> None:
