@@ -18,6 +18,7 @@ from pydantic import (
 
 from nightshift.config.durations import parse_duration
 from nightshift.config.graph import graph_problems
+from nightshift.config.limits import BackendLimit
 from nightshift.config.timers import timer_problems
 from nightshift.errors import CatalogueError, CatalogueProblem
 from nightshift.notify.config import NotifyConfig
@@ -81,6 +82,7 @@ class Defaults(_Strict):
     retries: int = Field(2, ge=0, le=10)
     retry_delay: Duration = 2.0
     poll: PollSettings = PollSettings()
+    # the gap between two submissions to one backend: its pace unless `limits` gives a `rate`
     stagger: Duration = 0.5
     deadline: Timer = 3600.0
     queued_timeout: Timer = 900.0
@@ -176,9 +178,8 @@ class Catalogue(_Strict):
 
     name: str | None = None
     defaults: Defaults = Defaults()
-    limits: dict[
-        Literal["command", "cli", "gemini_batch", "deployment"], Annotated[int, Field(ge=1)]
-    ] = {}
+    # `cli: 4` (the concurrency) or `cli: {concurrency: 4, rate: 2/s}` (nightshift.config.limits)
+    limits: dict[Literal["command", "cli", "gemini_batch", "deployment"], BackendLimit] = {}
     # shared: one Prefect limit per backend for every catalogue (nightshift-cli); catalogue:
     # this catalogue's own (nightshift-<catalogue>-cli), when two must not share a cap
     limit_scope: Literal["shared", "catalogue"] = "shared"
@@ -197,6 +198,16 @@ class Catalogue(_Strict):
 
     def model_post_init(self, _context: Any) -> None:
         self._by_label = {job.label: job for job in self.jobs}
+
+    @property
+    def caps(self) -> dict[str, int]:
+        """Backend -> the most jobs it may have in flight (capped backends only)."""
+        return {str(b): lim.concurrency for b, lim in self.limits.items() if lim.concurrency}
+
+    @property
+    def rates(self) -> dict[str, float]:
+        """Backend -> submissions a second (backends with a `rate` only)."""
+        return {str(b): lim.rate for b, lim in self.limits.items() if lim.rate}
 
     def line(self, *at: Any) -> int | None:
         """The line of ``at`` (e.g. ``"jobs", 0, "timeout"``) in the file, when known."""
@@ -314,6 +325,9 @@ def _locate(err: Any, data: dict[str, Any], lines: dict[tuple[Any, ...], int]) -
     loc = list(err["loc"])
     if len(loc) >= 3 and loc[0] == "jobs" and loc[2] in BACKENDS:
         del loc[2]  # the union's tag, not a key of the file (a job may have a `deployment:`)
+    elif loc[:1] == ["limits"] and loc[-1:] == ["[key]"]:  # a limit for no known backend
+        loc = loc[:-1]
+        err = {**err, "type": "union_tag_invalid"}
     job = None
     if len(loc) >= 2 and loc[0] == "jobs" and isinstance(loc[1], int):
         raw = data.get("jobs") or []
@@ -335,7 +349,7 @@ def _locate(err: Any, data: dict[str, Any], lines: dict[tuple[Any, ...], int]) -
         message = "required field is missing"
     elif err["type"] == "union_tag_invalid":
         message = f"unknown backend; use one of: {', '.join(BACKENDS)}"
-        field_parts = ["backend"]
+        field_parts = ["backend"] if job else field_parts
     elif err["type"] == "union_tag_not_found":
         message = f"missing 'backend'; use one of: {', '.join(BACKENDS)}"
         field_parts = ["backend"]

@@ -1,25 +1,68 @@
-"""Admission to submit: a stagger between submissions and per-backend caps, in priority order."""
+"""Admission to submit: a pace per backend and per-backend caps, in priority order.
+
+Each backend keeps its own pace: its submissions go ``1 / rate`` seconds apart (the catalogue's
+``limits: {cli: {rate: 2/s}}``), or ``stagger`` apart when it has no rate, so a thousand jobs on
+four backends don't queue behind one gap. A capped backend's slot is held until the job's end is
+seen; ``free`` hands it on at once (the watcher calls it), before the job is recorded.
+"""
 
 from __future__ import annotations
 
 import heapq
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
-__all__ = ["Admission", "Deadline"]
+__all__ = ["Admission", "Deadline", "Pace"]
 
 
 class Deadline(Exception):
     """The wait ran past the given deadline."""
 
 
+class Pace:
+    """Submission turns per backend, ``gap(backend)`` seconds apart (pure: times are given).
+
+    ``rates`` (submissions a second) set a backend's gap; the others use ``default_gap``.
+    """
+
+    def __init__(self, default_gap: float, rates: Mapping[str, float] | None = None) -> None:
+        self._default = max(0.0, default_gap)
+        self._gaps = {b: 1.0 / r for b, r in (rates or {}).items() if r > 0}
+        self._next: dict[str, float] = {}
+
+    def gap(self, backend: str) -> float:
+        """Seconds between two submissions to ``backend``."""
+        return self._gaps.get(backend, self._default)
+
+    def turn(self, backend: str, now: float) -> float:
+        """When a submission to ``backend`` asked for at ``now`` may go (nothing reserved)."""
+        return max(now, self._next.get(backend, now))
+
+    def reserve(self, backend: str, now: float) -> float:
+        """Take the next turn of ``backend``: its time; the one after comes a gap later."""
+        at = self.turn(backend, now)
+        self._next[backend] = at + self.gap(backend)
+        return at
+
+
+class _Held:
+    """One admitted job's slot of a capped backend, released once (early, or on exit)."""
+
+    __slots__ = ("backend", "priority", "released")
+
+    def __init__(self, backend: str, priority: float) -> None:
+        self.backend, self.priority, self.released = backend, priority, False
+
+
 class Admission:
-    """Lets jobs submit in priority order, ``stagger`` seconds apart, at most ``caps[b]`` at once.
+    """Lets jobs submit in priority order, paced per backend, at most ``caps[b]`` at once.
 
     Lower priority numbers go first. A job holds its backend slot from admission until the
-    ``slot`` context exits (its external job is final), so caps bound jobs in flight.
+    ``slot`` context exits or ``free`` is called for it (its external job is final), so caps
+    bound jobs in flight. ``stagger`` is the default gap between two submissions to a backend;
+    ``rates`` (submissions a second) override it per backend.
     """
 
     def __init__(
@@ -27,17 +70,23 @@ class Admission:
         stagger: float,
         caps: dict[str, int] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        rates: Mapping[str, float] | None = None,
     ) -> None:
-        self._stagger = stagger
+        self._pace = Pace(stagger, rates)
         self._caps = dict(caps or {})
         self._clock = clock
         self._cond = threading.Condition()
         self._in_use: dict[str, int] = {}
+        self._held: list[_Held] = []
         self._waiting: dict[str, list[tuple[float, int]]] = {}
-        self._next_submit = 0.0
         self._ticket = 0
         # priorities of jobs announced but not arrived yet: later ones must not overtake them
         self._expected: dict[str, list[float]] = {}
+
+    @property
+    def caps(self) -> dict[str, int]:
+        """The capped backends and their caps."""
+        return dict(self._caps)
 
     def expect(self, backend: str, priorities: Sequence[float]) -> None:
         """Announce jobs that will ask for ``backend`` so a cap is granted strictly in order."""
@@ -52,6 +101,23 @@ class Admission:
                 expected.remove(priority)
                 self._cond.notify_all()
 
+    def holds(self, backend: str, priority: float) -> bool:
+        """Whether the job of ``priority`` holds a slot of ``backend`` (not freed yet)."""
+        with self._cond:
+            return any(h.backend == backend and h.priority == priority for h in self._held)
+
+    def free(self, backend: str, priority: float) -> bool:
+        """The job of ``priority`` is over out there: its slot goes to the next job now.
+
+        Its ``slot`` context then releases nothing more. False if it holds no slot.
+        """
+        with self._cond:
+            for held in self._held:
+                if held.backend == backend and held.priority == priority and not held.released:
+                    self._release(held)
+                    return True
+        return False
+
     @contextmanager
     def slot(
         self,
@@ -61,37 +127,41 @@ class Admission:
         *,
         stagger: bool = True,
     ) -> Iterator[None]:
-        """Wait for a slot of ``backend`` (if capped) and the stagger; hold the slot inside.
+        """Wait for a slot of ``backend`` (if capped) and its pace; hold the slot inside.
 
         ``stagger=False`` for a job that is re-attached rather than submitted: it still takes
-        a slot (it is in flight) but needs no gap before a submission it will not make.
+        a slot (it is in flight) but needs no turn for a submission it will not make.
         """
-        capped = backend in self._caps
+        held: _Held | None = None
         with self._cond:
-            if capped:
-                self._acquire(backend, priority, deadline)
-            at = max(self._clock(), self._next_submit) if stagger else self._clock()
-            # the stagger turn is reserved in the same breath, so submissions keep grant order
+            if backend in self._caps:
+                held = self._acquire(backend, priority, deadline)
+            now = self._clock()
+            at = self._pace.turn(backend, now) if stagger else now
+            # the turn is reserved in the same breath, so submissions keep grant order
             if deadline is not None and at > deadline:
-                if capped:
-                    self._release(backend)
+                if held is not None:
+                    self._release(held)
                 raise Deadline()
             if stagger:
-                self._next_submit = at + self._stagger
+                self._pace.reserve(backend, now)
             while self._clock() < at:
                 self._cond.wait(timeout=at - self._clock())
         try:
             yield
         finally:
-            if capped:
+            if held is not None:
                 with self._cond:
-                    self._release(backend)
+                    if not held.released:
+                        self._release(held)
 
-    def _release(self, backend: str) -> None:
-        self._in_use[backend] -= 1
+    def _release(self, held: _Held) -> None:
+        held.released = True
+        self._held.remove(held)
+        self._in_use[held.backend] -= 1
         self._cond.notify_all()
 
-    def _acquire(self, backend: str, priority: float, deadline: float | None) -> None:
+    def _acquire(self, backend: str, priority: float, deadline: float | None) -> _Held:
         self._ticket += 1
         me = (priority, self._ticket)
         queue = self._waiting.setdefault(backend, [])
@@ -113,7 +183,10 @@ class Admission:
             raise
         heapq.heappop(queue)
         self._in_use[backend] = self._in_use.get(backend, 0) + 1
+        held = _Held(backend, priority)
+        self._held.append(held)
         self._cond.notify_all()
+        return held
 
     def _wait(self, deadline: float | None) -> None:
         if deadline is None:

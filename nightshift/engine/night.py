@@ -12,12 +12,13 @@ from contextlib import AbstractContextManager, ExitStack, contextmanager, nullco
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from nightshift.backends import build_backends, close_backends
 from nightshift.backends.base import Backend
 from nightshift.budgets.current import current_budgets
 from nightshift.config.catalogue import Catalogue
+from nightshift.config.limits import BackendLimit
 from nightshift.engine.admission import Admission
 from nightshift.engine.alerts import AlertSink, LogAlertSink
 from nightshift.engine.context import NightContext, utcnow
@@ -25,6 +26,7 @@ from nightshift.engine.dwell_watch import BudgetLoader, watch_dwells
 from nightshift.engine.events import Logger, NightFinished, Sink
 from nightshift.engine.outcomes import JobOutcome, NightSummary, Outcome, join
 from nightshift.engine.plan import Plan
+from nightshift.engine.poll_hints import ledger_poll_hints
 from nightshift.engine.runner import end_job
 from nightshift.engine.steps import run_jobs_plain
 from nightshift.engine.watcher import Watcher
@@ -51,6 +53,21 @@ HISTORY_DAYS = 30  # the past nights whose durations order tonight's jobs
 Hold = Callable[[str, float], AbstractContextManager[object]]
 
 
+@runtime_checkable
+class HandsOn(Protocol):
+    """A ``Hold`` whose slots the night hands on itself (``orchestration/leases.py``)."""
+
+    def hand_on(self, backend: str) -> None:
+        """A job of ``backend`` was seen to end: its slot goes to the next job."""
+
+    def close(self) -> None:
+        """The night is over: release every slot still held."""
+
+
+# label -> usual seconds from submit to end, for the watcher to look then (poll_hints.py)
+PollHints = Callable[[Catalogue, Ledger, datetime, Logger | None], dict[str, float]]
+
+
 def no_hold(_backend: str, _timeout: float) -> AbstractContextManager[object]:
     """No server-side slots: the night's own admission caps are the only ones."""
     return nullcontext()
@@ -72,6 +89,7 @@ class NightParts:
     # tonight's learned budgets (None: no dwell watch), and where its alerts go (Slack, later)
     budgets: BudgetLoader | None = current_budgets
     alerts: AlertSink = field(default_factory=LogAlertSink)
+    poll_hints: PollHints | None = ledger_poll_hints  # None: jobs are polled on backoff only
 
 
 def build_parts(
@@ -81,34 +99,35 @@ def build_parts(
     *,
     sinks: list[Sink] | None = None,
     logger: Logger | None = None,
-    slots: Callable[[dict[str, int]], Hold] = lambda _caps: no_hold,
-    admission: Callable[[float, dict[str, int]], Admission] = Admission,
+    slots: Callable[[dict[str, BackendLimit]], Hold] = lambda _limits: no_hold,
+    admission: Callable[..., Admission] = Admission,
 ) -> NightParts:
-    """The real parts: backends from settings, the admission and the slot holder for the caps.
+    """The real parts: backends from settings, the admission and the slot holder for the limits.
 
     ``slots`` makes the server-side slot holder (the flow hands in Prefect's); when it fails
     the backends built so far are closed and ``NightEndedEarly`` says why.
     """
-    caps: dict[str, int] = {str(name): cap for name, cap in catalogue.limits.items()}
+    caps = catalogue.caps
+    limits: dict[str, BackendLimit] = {str(b): lim for b, lim in catalogue.limits.items()}
     broken: dict[str, str] = {}
     backends = build_backends(catalogue, settings, errors=broken)
     if logger is not None:
         for reason in broken.values():
             logger.warning("%s", reason)
     try:
-        hold = slots(caps)
+        hold = slots(limits)
     except Exception as exc:  # the Prefect API refused or is unreachable
         from nightshift.orchestration.report import NightEndedEarly
 
         close_backends(backends)
         raise NightEndedEarly(
-            f"the Prefect concurrency limits for {sorted(caps)} could not be set: "
+            f"the Prefect concurrency limits for {sorted(limits)} could not be set: "
             f"{type(exc).__name__}: {exc}"
         ) from exc
     return NightParts(
         backends=backends,
         ledger=ledger,
-        admission=admission(catalogue.defaults.stagger, caps),
+        admission=admission(catalogue.defaults.stagger, caps, rates=catalogue.rates),
         sinks=list(sinks or []),
         hold=hold,
         broken=broken,
@@ -156,7 +175,29 @@ def open_night(
             assert ctx is not None
             ctx.poll_failed(label, error)
 
-        watcher = Watcher(on_change=seen, clock=parts.clock, on_error=poll_failed)
+        def ended(label: str) -> None:  # seen final: its slots go to the next job now
+            assert ctx is not None
+            backend = catalogue.job(label).backend
+            priority = ctx.priorities.get(label, 0)
+            if ctx.admission.holds(backend, priority) and isinstance(parts.hold, HandsOn):
+                parts.hold.hand_on(backend)  # first, so the lease waits for the next job
+            ctx.admission.free(backend, priority)
+
+        if isinstance(parts.hold, HandsOn):
+            cleanup.callback(parts.hold.close)
+
+        hints = (
+            {}
+            if parts.poll_hints is None
+            else parts.poll_hints(catalogue, parts.ledger, parts.wall(), parts.logger)
+        )
+        watcher = Watcher(
+            on_change=seen,
+            clock=parts.clock,
+            on_error=poll_failed,
+            expected=hints.get,
+            on_final=ended,
+        )
         cleanup.callback(watcher.stop)
         ctx = NightContext(
             catalogue=catalogue,
@@ -182,7 +223,7 @@ def open_night(
         if (dwell := watch_dwells(ctx, parts.budgets, parts.alerts)) is not None:
             cleanup.callback(dwell.stop)
             ctx.dwell = dwell
-        for backend in catalogue.limits:
+        for backend in catalogue.caps:
             # with a cap, jobs start longest-expected first: announce them in that order
             ranks = [
                 ctx.priorities[x] for x in plan.independent if catalogue.job(x).backend == backend

@@ -5,10 +5,16 @@ Each job keeps its own backoff and timers. A due backend that can list many jobs
 by side (bounded per backend), so a hung call costs only its own job. Timers are checked by the
 loop itself: they fire on time whatever a status call is doing. A job is never asked again once
 it is final.
+
+A job whose usual duration is known (``expected``: the p50 of its time after submit) is looked at
+when it should be done rather than on a backoff grown to its cap (``backoff.next_poll_at``), and
+the moment a job is seen final ``on_final`` is told, before its record is written: the night's
+gate hands its slot to the next job within this tick.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -17,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from nightshift.backends.base import Backend, ExternalState, JobStatus, capabilities
-from nightshift.engine.backoff import Backoff
+from nightshift.engine.backoff import Backoff, next_poll_at
 from nightshift.errors import BackendError, PermanentBackendError, TransientBackendError
 
 __all__ = ["WatchRequest", "WatchResult", "Watcher"]
@@ -25,6 +31,7 @@ __all__ = ["WatchRequest", "WatchResult", "Watcher"]
 Reason = Literal["final", "timeout", "stuck_queued", "fallback", "unreadable"]
 OnChange = Callable[[str, ExternalState, JobStatus], None]
 OnError = Callable[[str, BaseException | None], None]  # a status call failed (or said nothing)
+Expected = Callable[[str], float | None]  # label -> usual seconds from submit to end, if known
 _TIMER_REASONS: tuple[Reason, ...] = ("fallback", "timeout", "stuck_queued")
 
 
@@ -55,7 +62,11 @@ class WatchRequest:
     # a re-attached job: ask at once, and let no timer fire before that first answer (its
     # timers may have run out while nobody watched, but it may have finished meanwhile)
     look_first: bool = False
+    # usual seconds from now (its submit) to its end; None: the watcher's `expected` lookup
+    expected_s: float | None = None
     # bookkeeping, owned by the watcher
+    expected_end_at: float | None = None
+    overdue: int = 0  # looks since its expected end passed
     checks: int = 0
     errors: int = 0
     next_at: float = 0.0
@@ -103,9 +114,13 @@ class Watcher:
         calls_per_backend: int = 8,
         threads: int = 32,
         on_error: OnError = lambda _label, _error: None,
+        expected: Expected = lambda _label: None,
+        on_final: Callable[[str], None] = lambda _label: None,
     ) -> None:
         self._on_change = on_change
         self._on_error = on_error
+        self._expected = expected
+        self._on_final = on_final
         self._clock = clock
         self._cond = threading.Condition()
         self._entries: list[WatchRequest] = []
@@ -122,8 +137,13 @@ class Watcher:
         return self._clock()
 
     def watch(self, request: WatchRequest) -> Future[WatchResult]:
-        """Start watching; the first check comes after the policy's initial delay."""
-        request.next_at = self._clock() + (0.0 if request.look_first else request.policy.delay(0))
+        """Start watching; the first check after the policy's initial delay (or its end)."""
+        now = self._clock()
+        if request.expected_s is None:
+            request.expected_s = self._expected(request.label)
+        if request.expected_s is not None:
+            request.expected_end_at = now + request.expected_s
+        request.next_at = now if request.look_first else self._next_poll(request, now)
         with self._cond:
             if self._stopped:
                 raise RuntimeError("watcher is stopped")
@@ -324,10 +344,32 @@ class Watcher:
                 entry.last_state = seen.state
                 self._on_change(entry.label, seen.state, seen)
             if seen.state.final:
+                self._final(entry.label)
                 self._close(entry, result=WatchResult("final", seen, entry.checks))
                 return
         with self._cond:
-            entry.next_at = self._clock() + entry.policy.delay(entry.checks)
+            entry.next_at = self._next_poll(entry, self._clock())
+
+    @staticmethod
+    def _next_poll(entry: WatchRequest, now: float) -> float:
+        """When to look at ``entry`` next (a look at or after its expected end is overdue)."""
+        at = next_poll_at(
+            now,
+            entry.policy,
+            entry.checks,
+            entry.expected_end_at,
+            entry.expected_s,
+            entry.overdue,
+        )
+        if entry.expected_end_at is not None and now >= entry.expected_end_at:
+            entry.overdue += 1
+        return at
+
+    def _final(self, label: str) -> None:
+        """Tell the night a job ended (its slot may go on); a failure only delays that."""
+        # on a failure the slot is freed when the job's record is written
+        with contextlib.suppress(Exception):
+            self._on_final(label)
 
     def _unreadable(self, entry: WatchRequest, error: BackendError) -> WatchResult:
         cancel_error = self._cancel(entry)

@@ -1,28 +1,50 @@
-"""Per-backend caps as Prefect global concurrency limits, visible and enforced server-wide.
+"""Per-backend caps and rates as Prefect global concurrency limits, visible server-wide.
 
 By default the limit is per backend, not per catalogue: two catalogues that share the job CLI
 share its cap too, and the last night to start sets its size. A catalogue with
 ``limit_scope: catalogue`` has limits of its own, ``nightshift-<catalogue>-<backend>``.
+
+A cap is a limit of that many slots, one held per job in flight. A rate is a second limit,
+``...-<backend>-rate``, whose slots decay at that rate (Prefect's ``rate_limit``): one is taken per
+submission. The night's own gate (``engine/admission.py``) enforces both first; the Prefect
+limits hold them across nights and make them visible. A cap's slots are leases the night hands
+from a job that ended to the next one itself (``leases.py``): no wait on Prefect's retry timer.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import re
-from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 
 from prefect.client.orchestration import get_client
-from prefect.concurrency.sync import concurrency
+from prefect.concurrency.sync import rate_limit
 
 from nightshift.config.catalogue import Catalogue
+from nightshift.config.limits import BackendLimit
+from nightshift.orchestration.leases import Leases, PrefectLeaseApi
 
-__all__ = ["catalogue_scope", "limit_name", "limit_scope", "prefect_slots"]
+__all__ = [
+    "PrefectHold",
+    "catalogue_scope",
+    "limit_name",
+    "limit_scope",
+    "prefect_slots",
+    "rate_limit_name",
+]
 
 
 def limit_name(backend: str, scope: str | None = None) -> str:
     """The Prefect global concurrency limit that caps one backend (of one catalogue's scope)."""
     return f"nightshift-{scope}-{backend}" if scope else f"nightshift-{backend}"
+
+
+def rate_limit_name(backend: str, scope: str | None = None) -> str:
+    """The Prefect global concurrency limit, with a slot decay, that paces one backend."""
+    return f"{limit_name(backend, scope)}-rate"
 
 
 def catalogue_scope(name: str | None, key: str, stem: str | None) -> str:
@@ -37,30 +59,81 @@ def catalogue_scope(name: str | None, key: str, stem: str | None) -> str:
     return f"{slug or 'catalogue'}-{hashlib.sha256(key.encode()).hexdigest()[:6]}"
 
 
-def prefect_slots(
-    limits: dict[str, int], scope: str | None = None
-) -> Callable[[str, float], AbstractContextManager[object]]:
-    """Create or resize the limits; return ``hold(backend)`` that occupies one slot.
+def _split(limits: Mapping[str, int | BackendLimit]) -> tuple[dict[str, int], dict[str, float]]:
+    caps: dict[str, int] = {}
+    rates: dict[str, float] = {}
+    for backend, lim in limits.items():
+        if isinstance(lim, int):
+            caps[backend] = lim
+            continue
+        if lim.concurrency:
+            caps[backend] = lim.concurrency
+        if lim.rate:
+            rates[backend] = lim.rate
+    return caps, rates
 
-    ``scope`` None: the limits every catalogue shares; else that catalogue's own.
+
+class PrefectHold:
+    """``hold(backend, timeout)``: a job's slot and submission turn on the Prefect limits.
+
+    ``hand_on(backend)``: a job of ``backend`` was seen to end, its slot goes to the next job;
+    ``close()``: the night is over, every slot it holds is released.
     """
-    if limits:
-        with get_client(sync_client=True) as client:
-            for backend, cap in limits.items():
-                client.upsert_global_concurrency_limit_by_name(limit_name(backend, scope), cap)
 
-    def hold(backend: str, timeout_s: float) -> AbstractContextManager[object]:
-        if backend not in limits:
+    def __init__(
+        self, caps: dict[str, int], rates: dict[str, float], scope: str | None, leases: Leases
+    ) -> None:
+        self._caps, self._rates, self._scope, self._leases = caps, rates, scope, leases
+
+    def __call__(self, backend: str, timeout_s: float) -> AbstractContextManager[object]:
+        if backend not in self._caps and backend not in self._rates:
             return nullcontext()
-        # not strict: a strict slot whose lease renewal fails (a Prefect API blip) cancels the
-        # job's thread at a random instruction. A limit deleted under us only warns; the
-        # night's own admission gate still caps the backend. The wait ends at the night's
-        # deadline (TimeoutError) instead of outliving it.
-        return concurrency(
-            limit_name(backend, scope), occupy=1, strict=False, timeout_seconds=max(timeout_s, 0.1)
-        )
+        return self._hold(backend, max(timeout_s, 0.1))
 
-    return hold
+    @contextmanager
+    def _hold(self, backend: str, timeout_s: float) -> Iterator[None]:
+        end = time.monotonic() + timeout_s
+        with ExitStack() as held:
+            if backend in self._caps:
+                held.enter_context(self._leases.hold(limit_name(backend, self._scope), timeout_s))
+            if backend in self._rates:
+                left = max(end - time.monotonic(), 0.1)
+                name = rate_limit_name(backend, self._scope)
+                rate_limit(name, occupy=1, timeout_seconds=left, strict=False)
+            yield
+
+    def hand_on(self, backend: str) -> None:
+        if backend in self._caps:
+            self._leases.hand_on(limit_name(backend, self._scope))
+
+    def close(self) -> None:
+        self._leases.close()
+
+
+def prefect_slots(
+    limits: Mapping[str, int | BackendLimit],
+    scope: str | None = None,
+    leases: Leases | None = None,
+) -> PrefectHold:
+    """Create or resize the limits; return the night's ``PrefectHold`` on them.
+
+    ``limits``: backend -> its cap, or its ``BackendLimit`` (cap and/or rate). ``scope`` None:
+    the limits every catalogue shares; else that catalogue's own. A cap's slots are leases the
+    night hands on itself (``leases.py``), not strict: a limit deleted under a night only
+    warns, and the night's own gate still caps the backend.
+    """
+    caps, rates = _split(limits)
+    if caps or rates:
+        with get_client(sync_client=True) as client:
+            for backend, cap in caps.items():
+                client.upsert_global_concurrency_limit_by_name(limit_name(backend, scope), cap)
+            for backend, rate in rates.items():
+                # up to about a second's worth at once, refilled at the rate
+                burst = max(1, math.ceil(rate))
+                client.upsert_global_concurrency_limit_by_name(
+                    rate_limit_name(backend, scope), burst, slot_decay_per_second=rate
+                )
+    return PrefectHold(caps, rates, scope, leases or Leases(PrefectLeaseApi()))
 
 
 def limit_scope(catalogue: Catalogue) -> str | None:

@@ -53,7 +53,7 @@ def test_the_documented_example_loads_with_its_defaults(tmp_path: Path) -> None:
     assert catalogue.defaults.deadline == 3600
     assert catalogue.defaults.poll.max == 30
     assert catalogue.job("audit:internal-links").timeout == 1200
-    assert catalogue.limits == {"cli": 4}
+    assert catalogue.caps == {"cli": 4} and catalogue.rates == {}
     assert catalogue.key == str(path.resolve())
 
 

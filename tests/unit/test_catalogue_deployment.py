@@ -46,7 +46,7 @@ def test_a_deployment_job_loads_and_its_options_reach_the_backend(tmp_path: Path
         "gpu",
         1800,
     )
-    assert catalogue.limits == {"deployment": 3}
+    assert catalogue.caps == {"deployment": 3}
     assert catalogue.deployment.api_url == "http://prefect.internal:4200/api"
     spec = job_spec(catalogue, "train", "cat/2026-01-02/train/1")
     assert spec.backend == "deployment"
@@ -94,7 +94,11 @@ def test_missing_name_bad_fields_and_bad_settings_are_located() -> None:
 def test_limits_take_the_deployment_backend() -> None:
     jobs = "jobs:\n  - {label: a, backend: deployment, deployment: f/d}\n"
     assert problems("limits: {deployment: 0}\n" + jobs) == [
-        "night.yaml:1: field 'limits.deployment': Input should be greater than or equal to 1"
+        "night.yaml:1: field 'limits.deployment.concurrency': "
+        "Input should be greater than or equal to 1"
     ]
     (unknown,) = problems("limits: {ftp: 1}\n" + jobs)
-    assert unknown.startswith("night.yaml:1: field 'limits.ftp") and "'deployment'" in unknown
+    assert unknown == (
+        "night.yaml:1: field 'limits.ftp': unknown backend; "
+        "use one of: command, cli, gemini_batch, deployment"
+    )

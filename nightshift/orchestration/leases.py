@@ -1,0 +1,237 @@
+"""A night's slots of Prefect concurrency limits, held as leases the night hands on itself.
+
+Each job of a capped backend holds one lease of the backend's limit while it is in flight, so
+the limit shows (and, across nights, enforces) the jobs in flight. When the watcher sees a job
+end, its lease goes straight to the next job the night's gate lets in: no release and acquire
+round trip, no wait on Prefect's retry timer. A lease nobody takes within ``grace`` seconds is
+released; all are released when the night ends. A limit that is full is asked again on a short
+poll of our own. Leases are renewed by one thread for the whole night.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from prefect.client.orchestration import SyncPrefectClient
+
+from nightshift.engine.backoff import Backoff
+
+__all__ = ["FULL", "SLOT_POLL", "LeaseApi", "Leases", "PrefectLeaseApi"]
+
+log = logging.getLogger("nightshift.limits")
+
+# how often a job waiting for a full limit asks again: soon at first, then every half second
+SLOT_POLL = Backoff(initial=0.05, factor=2.0, max=0.5)
+FULL = "full"  # the limit has no free slot (HTTP 423)
+LEASE_S = 300.0  # a lease lives this long unless renewed (at three quarters of it)
+
+
+class LeaseApi(Protocol):
+    """The server side: take one slot of a limit, renew its lease, give it back."""
+
+    def acquire(self, name: str) -> str | None:
+        """A lease id; ``FULL`` if every slot is taken; None if the limit does not exist."""
+        ...
+
+    def renew(self, lease: str) -> None: ...
+
+    def release(self, lease: str) -> None: ...
+
+    def close(self) -> None:
+        """No more calls will come."""
+        ...
+
+
+class Leases:
+    """Per limit name: leases in use by jobs, and spare ones waiting for the next job."""
+
+    def __init__(
+        self,
+        api: LeaseApi,
+        *,
+        grace: float = 1.0,
+        poll: Backoff = SLOT_POLL,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        renew_every: float = LEASE_S * 0.75,
+    ) -> None:
+        self._api = api
+        self._renew_every = renew_every
+        self._grace = grace
+        self._poll = poll
+        self._clock = clock
+        self._sleep = sleep
+        self._lock = threading.Lock()
+        self._spare: dict[str, list[tuple[str, float]]] = {}  # name -> (lease, spare since)
+        self._in_use: dict[str, list[str]] = {}
+        self._early: dict[str, int] = {}  # leases handed on before their holder let go
+        self._closed = threading.Event()
+        self._renewer: threading.Thread | None = None
+
+    def hold(self, name: str, timeout_s: float) -> AbstractContextManager[object]:
+        """One slot of ``name`` while inside (TimeoutError if none comes by ``timeout_s``)."""
+        return self._held(name, self._clock() + timeout_s)
+
+    @contextmanager
+    def _held(self, name: str, end: float) -> Iterator[None]:
+        lease = self._take(name, end)
+        try:
+            yield
+        finally:
+            if lease is not None:
+                self._give_back(name)
+
+    def hand_on(self, name: str) -> None:
+        """A job of ``name`` was seen to end: its lease is spare for the next job now."""
+        with self._lock:
+            if not self._in_use.get(name):
+                return
+            self._early[name] = self._early.get(name, 0) + 1
+        self._give_back(name, early=True)
+
+    def _take(self, name: str, end: float) -> str | None:
+        waits = 0
+        while True:
+            with self._lock:
+                spare = self._spare.get(name)
+                if spare:
+                    lease = spare.pop()[0]
+                    self._in_use.setdefault(name, []).append(lease)
+                    return lease
+            got = self._api.acquire(name)
+            if got is None:
+                return None  # no such limit (deleted under us): the night's gate still caps
+            if got != FULL:
+                with self._lock:
+                    self._in_use.setdefault(name, []).append(got)
+                self._start_renewing()
+                return got
+            left = end - self._clock()
+            if left <= 0:
+                raise TimeoutError(f"no slot of the Prefect limit {name} before the deadline")
+            self._sleep(min(self._poll.delay(waits), left))
+            waits += 1
+
+    def _give_back(self, name: str, *, early: bool = False) -> None:
+        with self._lock:
+            if not early and self._early.get(name, 0) > 0:
+                self._early[name] -= 1  # this one's lease was handed on when its end was seen
+                return
+            in_use = self._in_use.get(name, [])
+            if not in_use:
+                return
+            lease = in_use.pop()
+            self._spare.setdefault(name, []).append((lease, self._clock()))
+        timer = threading.Timer(self._grace, self.release_spare)
+        timer.daemon = True
+        timer.start()
+
+    def release_spare(self, older_than: float | None = None) -> int:
+        """Release the spare leases nobody took for ``grace`` (or ``older_than``) seconds."""
+        age = self._grace if older_than is None else older_than
+        now = self._clock()
+        stale: list[str] = []
+        with self._lock:
+            for spare in self._spare.values():
+                stale += [lease for lease, since in spare if now - since >= age]
+                spare[:] = [(lease, since) for lease, since in spare if now - since < age]
+        for lease in stale:
+            self._release(lease)
+        return len(stale)
+
+    def close(self) -> None:
+        """The night is over: release every lease it still has."""
+        self._closed.set()
+        with self._lock:
+            leases = [lease for spare in self._spare.values() for lease, _ in spare]
+            leases += [lease for in_use in self._in_use.values() for lease in in_use]
+            self._spare.clear()
+            self._in_use.clear()
+        for lease in leases:
+            self._release(lease)
+        self._api.close()
+
+    def _release(self, lease: str) -> None:
+        try:
+            self._api.release(lease)
+        except Exception as exc:  # it expires on its own
+            log.warning("could not release a Prefect concurrency lease: %s", exc)
+
+    def _start_renewing(self) -> None:
+        with self._lock:
+            if self._renewer is not None:
+                return
+            self._renewer = threading.Thread(
+                target=self._renew_loop, name="nightshift-lease-renewal", daemon=True
+            )
+        self._renewer.start()
+
+    def _renew_loop(self) -> None:
+        while not self._closed.wait(self._renew_every):
+            with self._lock:
+                leases = [lease for spare in self._spare.values() for lease, _ in spare]
+                leases += [lease for in_use in self._in_use.values() for lease in in_use]
+            for lease in leases:
+                try:
+                    self._api.renew(lease)
+                except Exception as exc:  # not strict: the job runs on, the cap may be exceeded
+                    log.warning("could not renew a Prefect concurrency lease: %s", exc)
+
+
+class PrefectLeaseApi:
+    """``LeaseApi`` on the Prefect server's global concurrency limits.
+
+    Its own client, not the flow run's shared one (whose context count is not thread-safe):
+    opened on first use, closed by ``close``.
+    """
+
+    def __init__(self, lease_s: float = LEASE_S) -> None:
+        self.lease_s = lease_s
+        self._client: SyncPrefectClient | None = None
+        self._lock = threading.Lock()
+
+    def _api(self) -> SyncPrefectClient:
+        from prefect.client.orchestration import get_client
+
+        with self._lock:
+            if self._client is None:
+                # settings of our own: get_client then makes a client, not the context's
+                client = get_client(sync_client=True, httpx_settings={"timeout": 30.0})
+                self._client = client.__enter__()
+            return self._client
+
+    def acquire(self, name: str) -> str | None:
+        import httpx
+
+        try:
+            response = self._api().increment_concurrency_slots_with_lease(
+                names=[name], slots=1, mode="concurrency", lease_duration=self.lease_s
+            )
+        except httpx.HTTPStatusError as exc:
+            if exc.response.status_code == 423:
+                return FULL
+            raise
+        data = response.json()
+        return str(data["lease_id"]) if data.get("limits") else None
+
+    def renew(self, lease: str) -> None:
+        from uuid import UUID
+
+        self._api().renew_concurrency_lease(lease_id=UUID(lease), lease_duration=self.lease_s)
+
+    def release(self, lease: str) -> None:
+        from uuid import UUID
+
+        self._api().release_concurrency_slots_with_lease(lease_id=UUID(lease))
+
+    def close(self) -> None:
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.__exit__(None, None, None)
