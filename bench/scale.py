@@ -146,9 +146,10 @@ def one(n: int, stagger: float, low: float, high: float) -> dict[str, float]:
         "get_calls": gets,
         "flow_wall_s": flow_wall,
         "overhead_ms_per_job": 1000 * (flow_wall - makespan) / n,
-        "transitions": len(writes),
-        "transition_s": sum(writes),
-        "transition_max_ms": 1000 * max(writes, default=0.0),
+        "transitions": sum(rows for rows, _ in writes),
+        "transactions": len(writes),
+        "transition_s": sum(s for _, s in writes),
+        "transition_max_ms": 1000 * max((s for _, s in writes), default=0.0),
     }
 
 
@@ -162,20 +163,21 @@ def most_at_once(spans: list[tuple[Any, Any]]) -> int:
     return most
 
 
-def _time_transitions(ledger: Any) -> list[float]:
-    """Time every transition the night writes to the ledger (its ``transition`` calls)."""
-    seconds: list[float] = []
-    write = ledger.transition
+def _time_transitions(ledger: Any) -> list[tuple[int, float]]:
+    """Rows and seconds of every transaction of transitions the night writes to the ledger."""
+    writes: list[tuple[int, float]] = []
+    write = ledger.transitions
 
-    def timed(self: Any, *args: Any, **kwargs: Any) -> None:
+    def timed(self: Any, rows: Any) -> None:
+        rows = list(rows)
         t0 = time.perf_counter()
         try:
-            write(self, *args, **kwargs)
+            write(self, rows)
         finally:
-            seconds.append(time.perf_counter() - t0)
+            writes.append((len(rows), time.perf_counter() - t0))
 
-    ledger.transition = timed
-    return seconds
+    ledger.transitions = timed
+    return writes
 
 
 def show(r: dict[str, float]) -> None:
@@ -197,7 +199,8 @@ def show(r: dict[str, float]) -> None:
     )
     print(
         f"  ledger transitions written           {int(r['transitions']):8d}"
-        f"  ({r['transition_s']:.1f} s in all, slowest {r['transition_max_ms']:.0f} ms)"
+        f"  in {int(r.get('transactions', r['transitions']))} transactions"
+        f" ({r['transition_s']:.1f} s in all, slowest {r['transition_max_ms']:.0f} ms)"
     )
     print(f"  flow wall time                       {r['flow_wall_s']:8.1f} s")
     print(f"  Prefect overhead per job             {r['overhead_ms_per_job']:8.1f} ms")
