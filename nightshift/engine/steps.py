@@ -104,8 +104,9 @@ async def run_job_step_async(
             )
         finally:
             withdraw(ctx, label)
-    steps = job_steps(ctx, label, attempt)
+    steps: JobSteps | None = None
     try:
+        steps = job_steps(ctx, label, attempt)
         step = await loop.run_in_executor(pools.start(backend), _advance, steps, None, None)
         while not step.done:
             try:
@@ -119,7 +120,8 @@ async def run_job_step_async(
         # a cancelled wait: release the job's slot (no-op once it returned); ValueError: it
         # still runs on a pool thread, and ends there
         with suppress(ValueError):
-            steps.close()
+            if steps is not None:
+                steps.close()
         withdraw(ctx, label)
 
 
