@@ -113,6 +113,7 @@ class LiveTable:
             if len(rows) > room:
                 table.caption += f"; {len(rows) - room + 1} more not shown"
                 rows = rows[: max(0, room - 1)]
+            table.min_width = max(len(title), len(table.caption))  # one line, never wrapped
         for label, (state, since) in rows:
             view = views.get(label)
             cell = Text(state, style=_STYLE.get(state, "white"))
