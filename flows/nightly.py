@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+import threading
 import uuid
+from collections.abc import Coroutine
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from prefect import flow, get_run_logger, tags
+from prefect.context import AsyncClientContext
 from prefect.runtime import flow_run
 from prefect.states import Completed, Failed, State
-from prefect.task_runners import ThreadPoolTaskRunner
 
 from nightshift.config.catalogue import Catalogue, load_catalogue
 from nightshift.config.settings import Settings, load_settings
 from nightshift.engine.admission import Admission
+from nightshift.engine.context import NightContext
 from nightshift.engine.events import LogSink, Sink
 from nightshift.engine.night import (
     build_parts,
@@ -24,7 +29,8 @@ from nightshift.engine.night import (
     watcher_stopped,
 )
 from nightshift.engine.outcomes import JobOutcome, NightSummary, join
-from nightshift.engine.plan import parse_night, plan_night, tonight
+from nightshift.engine.plan import Plan, parse_night, plan_night, tonight
+from nightshift.engine.steps import JobPools
 from nightshift.engine.watcher import Watcher
 from nightshift.errors import LockHeldError
 from nightshift.metrics.export import export_ledger_metrics
@@ -46,7 +52,7 @@ LIVE_SINKS: list[Sink] = []
 EXIT_LOCKED = 3  # as the CLI's: another night of the catalogue holds its lease
 
 
-@flow(name="nightly", task_runner=ThreadPoolTaskRunner(max_workers=256))  # type: ignore[arg-type]
+@flow(name="nightly")
 def nightly(
     catalog: str = "nightshift.yaml",
     only: list[str] | None = None,
@@ -57,6 +63,8 @@ def nightly(
 
     A night that did not fully succeed returns its jobs' states, not one Failed state: the
     run is Failed all the same, but a worker's engine does not log it as a crash.
+    The jobs are async tasks awaited together on the night's event loop, each its own task
+    run: a job in flight holds no thread. The flow itself stays sync for its callers.
     """
     logger = get_run_logger()
     settings = load_settings()
@@ -177,7 +185,8 @@ def _run_night(
         owns_night=lambda: lease.lost_reason is None,
         outcomes=results,
     ) as ctx:
-        NIGHTS[key] = Night(ctx)
+        pools = JobPools()
+        NIGHTS[key] = Night(ctx, pools)
         try:
             logger.info(
                 "night %s: %d jobs, %d independent, %d chains",
@@ -186,16 +195,48 @@ def _run_night(
                 len(plan.independent),
                 len(plan.chains),
             )
-            runner = with_retries(ctx)
-            futures = runner.map(plan.independent, night_key=key) if plan.independent else []
-            chains = [run_chain.submit(" → ".join(chain), chain, key) for chain in plan.chains]
-            for label, future in zip(plan.independent, futures, strict=True):
-                outcome_of(ctx, label, future)
-            for chain_future in chains:
-                chain_future.wait()
+            _on_a_loop(_run_jobs(ctx, plan, key, pools))
         finally:
             NIGHTS.pop(key, None)
+            pools.shutdown()
     return finish_night(ctx, plan, started_at)
+
+
+async def _run_jobs(ctx: NightContext, plan: Plan, key: str, pools: JobPools) -> None:
+    """Every job and chain of the night as async task runs, awaited together."""
+    runner = with_retries(ctx)
+
+    async def job(label: str) -> None:
+        await outcome_of(ctx, label, await runner(label, key, return_state=True), pools)
+
+    # one API client on this loop for every task run (else each task run makes its own)
+    async with AsyncClientContext.get_or_create():
+        chains = [run_chain(" → ".join(c), c, key, return_state=True) for c in plan.chains]
+        await asyncio.gather(*(job(label) for label in plan.independent), *chains)
+
+
+def _on_a_loop(work: Coroutine[Any, Any, None]) -> None:
+    """Run ``work`` on an event loop of its own (the flow run's context goes with it); on a
+    thread of its own if this one already runs a loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        asyncio.run(work)
+        return
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            asyncio.run(work)
+        except BaseException as exc:  # handed to the flow's thread
+            errors.append(exc)
+
+    context = contextvars.copy_context()
+    thread = threading.Thread(target=context.run, args=(run,), name="night-loop")
+    thread.start()
+    thread.join()
+    if errors:
+        raise errors[0]
 
 
 def _stop_reason(lease: Lease, watcher: Watcher) -> str | None:

@@ -1,4 +1,7 @@
-"""The Prefect tasks of a night: one task run per job, one per chain. Thin: they call the engine."""
+"""The Prefect tasks of a night: one task run per job, one per chain. Thin: they call the engine.
+
+Async tasks, awaited together on the flow's event loop: a job in flight holds no thread.
+"""
 
 from __future__ import annotations
 
@@ -7,14 +10,18 @@ from typing import Any
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
-from prefect.futures import PrefectFuture
 from prefect.runtime import task_run
 from prefect.states import Completed, Failed, State
 
 from nightshift.engine.backoff import JOB_RETRY
 from nightshift.engine.context import NightContext
 from nightshift.engine.outcomes import JobOutcome
-from nightshift.engine.steps import run_chain_steps, run_job_step, settle_job
+from nightshift.engine.steps import (
+    JobPools,
+    run_chain_steps_async,
+    run_job_step_async,
+    settle_job_async,
+)
 from nightshift.errors import TransientBackendError
 
 __all__ = ["NIGHTS", "Night", "outcome_of", "run_chain", "run_job", "with_retries"]
@@ -25,16 +32,17 @@ class Night:
     """A running night as its tasks see it."""
 
     ctx: NightContext
+    pools: JobPools
 
 
 # the nights running in this process, by key; tasks get the key, not the live objects
 NIGHTS: dict[str, Night] = {}
 
 
-def _transient_only(task: Any, task_run: Any, state: State) -> bool:
+async def _transient_only(task: Any, task_run: Any, state: State) -> bool:
     """Retry a job task only for transient backend errors."""
     try:
-        state.result()
+        await state.aresult()
     except TransientBackendError:
         return True
     except Exception:
@@ -51,13 +59,15 @@ def _transient_only(task: Any, task_run: Any, state: State) -> bool:
     retry_jitter_factor=0.5,
     retry_condition_fn=_transient_only,
 )
-def run_job(label: str, night_key: str) -> JobOutcome | State:
+async def run_job(label: str, night_key: str) -> JobOutcome | State:
     """Submit or re-attach one external job and wait for its outcome.
 
     A job that did not succeed ends its task run Failed (red on the night's timeline); its
     outcome stays with the night, which reads it from there.
     """
-    outcome = run_job_step(NIGHTS[night_key].ctx, label, attempt=task_run.run_count or 1)
+    night = NIGHTS[night_key]
+    attempt = task_run.run_count or 1
+    outcome = await run_job_step_async(night.ctx, label, night.pools, attempt=attempt)
     return outcome if outcome.ok else Failed(message=outcome.line())
 
 
@@ -75,17 +85,19 @@ def _never(task: Any, task_run: Any, state: State) -> bool:
     retries=1,
     retry_condition_fn=_never,
 )
-def run_chain(name: str, labels: list[str], night_key: str) -> State:
+async def run_chain(name: str, labels: list[str], night_key: str) -> State:
     """Run dependent jobs one after another; a step that did not succeed skips its dependents.
 
     One task run per chain, named by its steps; each step is a task run of its own inside it.
     """
-    ctx = NIGHTS[night_key].ctx
+    night = NIGHTS[night_key]
+    ctx = night.ctx
 
-    def step(label: str) -> JobOutcome:
-        return outcome_of(ctx, label, with_retries(ctx)(label, night_key, return_state=True))
+    async def step(label: str) -> JobOutcome:
+        ran = await with_retries(ctx)(label, night_key, return_state=True)
+        return await outcome_of(ctx, label, ran, night.pools)
 
-    done = run_chain_steps(ctx, labels, step)
+    done = await run_chain_steps_async(ctx, labels, step, night.pools)
     bad = [o.line() for o in done if not o.ok]
     return Failed(message="; ".join(bad)) if bad else Completed(message=f"{len(done)} steps ok")
 
@@ -102,14 +114,10 @@ def with_retries(ctx: NightContext) -> Any:
     )
 
 
-def outcome_of(ctx: NightContext, label: str, ran: PrefectFuture[Any] | State) -> JobOutcome:
+async def outcome_of(ctx: NightContext, label: str, state: State, pools: JobPools) -> JobOutcome:
     """The job's outcome; a task that raised (retries exhausted, or a bug) ends as failed."""
-    if isinstance(ran, PrefectFuture):
-        ran.wait()
-        state = ran.state
-    else:
-        state = ran
     if label in ctx.outcomes:
-        return settle_job(ctx, label, None)
-    value = state.result(raise_on_failure=False)
-    return settle_job(ctx, label, value if isinstance(value, BaseException) else None)
+        return await settle_job_async(ctx, label, None, pools)
+    value = await state.aresult(raise_on_failure=False)
+    error = value if isinstance(value, BaseException) else None
+    return await settle_job_async(ctx, label, error, pools)

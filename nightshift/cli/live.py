@@ -1,16 +1,20 @@
 """The live table of jobs and states drawn by ``nightshift run`` (rich).
 
 With learned budgets it also marks a job whose wait is abnormal (``watch``, ``ALERT``), shows
-each job's expected end and the night's (``7/12 finished, expected done ~02:41 UTC``).
+each job's expected end and the night's (``7/12 finished, expected done ~02:41 UTC``). A night
+too long for the terminal shows its counts by state and only the jobs that need a look: not ok
+(failed, timed out, ...) or marked.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
+from typing import Any
 
 from rich.console import Console
 from rich.live import Live
@@ -37,6 +41,7 @@ _STYLE = {
     "cancelled": "red",
 }
 _MARKER = {"watch": (" watch", "bold yellow"), "alert": (" ALERT", "bold red")}
+_CHROME = 7  # lines of a table that are not job rows: title, borders, header, caption
 
 
 class LiveTable:
@@ -100,10 +105,19 @@ class LiveTable:
         if expected:
             table.add_column("expected end", justify="right")
         now = time.monotonic()
+        room = self._console.height - _CHROME
+        if len(rows) > room:
+            # too long to see: the counts, and the jobs that need a look
+            table.caption = counts_line(state for _, (state, _) in rows)
+            rows = [(x, s) for x, s in rows if needs_look(s[0], views.get(x))]
+            if len(rows) > room:
+                table.caption += f"; {len(rows) - room + 1} more not shown"
+                rows = rows[: max(0, room - 1)]
+            table.min_width = max(len(title), len(table.caption))  # one line, never wrapped
         for label, (state, since) in rows:
             view = views.get(label)
             cell = Text(state, style=_STYLE.get(state, "white"))
-            if view is not None and view.state == state and view.level in _MARKER:
+            if view is not None and marked(view, state) and view.level is not None:
                 cell.append(*_MARKER[view.level])
             row: list[Text | str] = [Text(label), cell, f"{now - since:.0f}s"]
             if expected:
@@ -124,3 +138,19 @@ class LiveTable:
             return
         with Live(console=self._console, refresh_per_second=2, get_renderable=self.render):
             yield
+
+
+def marked(view: Any, state: str) -> bool:
+    """The job's wait is abnormal (watch or alert) in the state it is in."""
+    return view is not None and view.state == state and view.level in _MARKER
+
+
+def needs_look(state: str, view: Any) -> bool:
+    """A finished job that is not ok, or a job whose wait is abnormal."""
+    return (is_final(state) and state != "succeeded") or marked(view, state)
+
+
+def counts_line(states: Iterable[str]) -> str:
+    """``running 812 · queued 40 · succeeded 140 · failed 3``: each state's count."""
+    counts = Counter(states)
+    return " · ".join(f"{state} {n}" for state, n in counts.most_common())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Generator
+from concurrent.futures import Future
 from contextlib import ExitStack
 from datetime import datetime, timedelta
 from typing import Any
@@ -29,7 +31,7 @@ from nightshift.errors import BackendError, InputFileError, PermanentBackendErro
 from nightshift.files import label_filename
 from nightshift.store.ledger import JobRecord
 
-__all__ = ["FALLBACK", "LOST", "SUBMITTING", "end_job", "run_one_job"]
+__all__ = ["FALLBACK", "LOST", "SUBMITTING", "JobSteps", "end_job", "job_steps", "run_one_job"]
 
 LOG_TAIL_LINES = 40
 # ledger states of a job that may still be alive out there: a rerun re-attaches, never re-submits
@@ -38,25 +40,45 @@ FALLBACK = "fallback"  # the batch was given up on; its missing rows are being a
 # a submit began but its answer was not recorded: the next try looks for the job before creating
 SUBMITTING = "submitting"
 _LIVE = {"submitted", LOST, FALLBACK} | {s.value for s in ExternalState if not s.final}
+# a job's run as steps: it yields the watcher's future while the job is in flight (holding no
+# thread), is sent the future's result (or thrown its error), and returns the job's outcome
+JobSteps = Generator["Future[WatchResult]", Any, JobOutcome]
 
 
 def run_one_job(ctx: NightContext, label: str, attempt: int = 1) -> JobOutcome:
-    """Take one job from wherever tonight left it to a final outcome.
+    """Take one job from wherever tonight left it to a final outcome, on this thread.
 
     A job that already succeeded tonight is not run again; one still queued or running is
     re-attached by its external id; anything else is submitted. Transient backend errors
     propagate (the caller retries); permanent ones end the job as failed.
     """
+    steps = job_steps(ctx, label, attempt)
+    try:
+        waiting = next(steps)
+        while True:
+            try:
+                answer = waiting.result()
+            except Exception as exc:
+                waiting = steps.throw(exc)
+            else:
+                waiting = steps.send(answer)
+    except StopIteration as done:
+        outcome: JobOutcome = done.value
+        return outcome
+
+
+def job_steps(ctx: NightContext, label: str, attempt: int = 1) -> JobSteps:
+    """``run_one_job`` as steps: the caller waits for the yielded future however it likes."""
     job = ctx.catalogue.job(label)
     backend = ctx.backends[job.backend]
     try:
-        return _run(ctx, label, job, backend)
+        return (yield from _run(ctx, label, job, backend))
     finally:
         # no-op once the job was admitted; frees later jobs if this one never asks for a slot
         ctx.admission.withdraw(job.backend, ctx.priorities.get(label, 0))
 
 
-def _run(ctx: NightContext, label: str, job: Any, backend: Backend) -> JobOutcome:
+def _run(ctx: NightContext, label: str, job: Any, backend: Backend) -> JobSteps:
     record = ctx.ledger.get_job(ctx.night, label)
     if record is not None and record.state == Outcome.SUCCEEDED and record.external_id:
         # not a change of state, so no transition: its JobFinished tells the sinks
@@ -112,7 +134,9 @@ def _run(ctx: NightContext, label: str, job: Any, backend: Backend) -> JobOutcom
             timers = JobTimers()
         else:
             timers = _timers(ctx, label, started_wall)
-            result = _watch(ctx, label, backend, external_id, timers, look_first=reattach)
+            result = yield from _watch(
+                ctx, label, backend, external_id, timers, look_first=reattach
+            )
         return _conclude(
             ctx, label, backend, spec, external_id, result, started_wall, attempts, timers
         )
@@ -152,7 +176,7 @@ def _watch(
     timers: JobTimers,
     *,
     look_first: bool,
-) -> WatchResult | Exception:
+) -> Generator[Future[WatchResult], Any, WatchResult | Exception]:
     defaults = ctx.catalogue.defaults
     request = WatchRequest(
         label=label,
@@ -166,7 +190,8 @@ def _watch(
         look_first=look_first,
     )
     try:
-        return ctx.watcher.watch(request).result()
+        result: WatchResult = yield ctx.watcher.watch(request)
+        return result
     except PermanentBackendError as exc:
         return exc
 

@@ -1,27 +1,73 @@
 """A night's jobs as steps: one job's try, a chain in order, and a night on plain threads.
 
 The Prefect tasks (``tasks/jobs.py``) and the plain runner share these, so both run a job, skip
-a chain's dependents and settle a crashed job the same way.
+a chain's dependents and settle a crashed job the same way. The Prefect tasks are async: a job
+in flight is an awaited future of the watcher's, and its blocking parts (the turn to submit,
+the submit, the ledger, collecting results) run on a night's two small pools (``JobPools``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import replace
+from contextlib import suppress
+from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from nightshift.engine.backoff import JOB_RETRY
 from nightshift.engine.context import NightContext
 from nightshift.engine.outcomes import JobOutcome, Outcome
 from nightshift.engine.plan import Plan
-from nightshift.engine.runner import end_job, run_one_job
+from nightshift.engine.runner import JobSteps, end_job, job_steps, run_one_job
 from nightshift.errors import TransientBackendError
 
-__all__ = ["run_chain_steps", "run_job_step", "run_jobs_plain", "settle_job", "withdraw"]
+__all__ = [
+    "JobPools",
+    "run_chain_steps",
+    "run_chain_steps_async",
+    "run_job_step",
+    "run_job_step_async",
+    "run_jobs_plain",
+    "settle_job",
+    "settle_job_async",
+    "withdraw",
+]
 
 Step = Callable[[str], JobOutcome]
+AsyncStep = Callable[[str], Awaitable[JobOutcome]]
+START_THREADS = 8  # per backend: jobs waiting for their turn to submit, and submitting
+FINISH_THREADS = 6  # jobs whose watch ended: collect, record, release their slot
+
+
+def _pool(threads: int, name: str) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=threads, thread_name_prefix=name)
+
+
+@dataclass
+class JobPools:
+    """The night's threads for the blocking parts of its jobs; a job in flight holds none.
+
+    A job's first step may wait for its turn (a capped backend's slot): each backend has its
+    start pool, so jobs of a backend that waits for its cap don't hold up the others' submits.
+    The slot is freed by a later step, on the finish pool, which never queues behind a wait.
+    """
+
+    finish: ThreadPoolExecutor = field(default_factory=lambda: _pool(FINISH_THREADS, "job-end"))
+    starts: dict[str, ThreadPoolExecutor] = field(default_factory=dict)
+
+    def start(self, backend: str) -> ThreadPoolExecutor:
+        """The pool where jobs of ``backend`` wait for their turn and submit."""
+        if backend not in self.starts:  # only the flow's event loop asks: no race
+            self.starts[backend] = _pool(START_THREADS, f"job-start-{backend}")
+        return self.starts[backend]
+
+    def shutdown(self) -> None:
+        """Done with: idle threads end; a night that ended early does not wait for stragglers."""
+        for pool in [*self.starts.values(), self.finish]:
+            pool.shutdown(wait=False, cancel_futures=True)
 
 
 def withdraw(ctx: NightContext, label: str) -> None:
@@ -42,6 +88,88 @@ def run_job_step(ctx: NightContext, label: str, attempt: int = 1) -> JobOutcome:
     finally:
         # whatever failed before the runner, later jobs of a capped backend must not wait for it
         withdraw(ctx, label)
+
+
+async def run_job_step_async(
+    ctx: NightContext, label: str, pools: JobPools, attempt: int = 1
+) -> JobOutcome:
+    """``run_job_step`` on the event loop: its blocking parts on ``pools``, the wait awaited."""
+    loop = asyncio.get_running_loop()
+    backend = ctx.catalogue.job(label).backend
+    broken = ctx.broken.get(backend)
+    if broken is not None:
+        try:
+            return await loop.run_in_executor(
+                pools.finish, end_job, ctx, label, Outcome.FAILED, f"not run: {broken}"
+            )
+        finally:
+            withdraw(ctx, label)
+    steps: JobSteps | None = None
+    try:
+        steps = job_steps(ctx, label, attempt)
+        step = await loop.run_in_executor(pools.start(backend), _advance, steps, None, None)
+        while not step.done:
+            try:
+                answer: Any = await asyncio.wrap_future(step.waiting)
+                error: BaseException | None = None
+            except Exception as exc:
+                answer, error = None, exc
+            step = await loop.run_in_executor(pools.finish, _advance, steps, answer, error)
+        return step.outcome
+    finally:
+        # a cancelled wait: release the job's slot (no-op once it returned); ValueError: it
+        # still runs on a pool thread, and ends there
+        with suppress(ValueError):
+            if steps is not None:
+                steps.close()
+        withdraw(ctx, label)
+
+
+@dataclass
+class _Step:
+    done: bool
+    outcome: Any = None  # the job's outcome once done
+    waiting: Any = None  # else the watcher's future it waits for
+
+
+def _advance(steps: JobSteps, answer: Any, error: BaseException | None) -> _Step:
+    """Run a job's steps up to its next wait, or to its end."""
+    try:
+        if error is not None:
+            waiting = steps.throw(error)
+        elif answer is None:
+            waiting = next(steps)
+        else:
+            waiting = steps.send(answer)
+    except StopIteration as stop:
+        return _Step(True, outcome=stop.value)
+    return _Step(False, waiting=waiting)
+
+
+async def settle_job_async(
+    ctx: NightContext, label: str, error: BaseException | None, pools: JobPools
+) -> JobOutcome:
+    """``settle_job`` off the event loop."""
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(pools.finish, settle_job, ctx, label, error)
+
+
+async def run_chain_steps_async(
+    ctx: NightContext, labels: list[str], step: AsyncStep, pools: JobPools
+) -> list[JobOutcome]:
+    """``run_chain_steps`` with awaited steps."""
+    loop = asyncio.get_running_loop()
+    done: dict[str, JobOutcome] = {}
+    for label in labels:
+        deps = ctx.catalogue.job(label).depends_on
+        blockers = [d for d in deps if d in done and not done[d].ok]
+        if blockers:
+            reason = f"{blockers[0]} {done[blockers[0]].state.value}"
+            skip = partial(end_job, ctx, label, Outcome.SKIPPED, reason)
+            done[label] = await loop.run_in_executor(pools.finish, skip)
+            continue
+        done[label] = await step(label)
+    return list(done.values())
 
 
 def settle_job(ctx: NightContext, label: str, error: BaseException | None) -> JobOutcome:

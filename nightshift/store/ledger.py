@@ -39,6 +39,7 @@ __all__ = [
     "JobRecord",
     "Ledger",
     "Transition",
+    "TransitionRow",
     "UTCDateTime",
     "make_engine",
 ]
@@ -110,6 +111,10 @@ _TRANSITION_FIELDS = [c for c in _transitions.c if c.name != "catalogue"]
 _JOB_FIELDS = [c for c in _jobs.c if c.name != "catalogue"]
 
 
+# a transition's arguments: night, run_id, label, backend, external_id, to_state, at, attempt
+TransitionRow = tuple[str, str, str, str, str | None, str, datetime | None, int | None]
+
+
 @dataclass(frozen=True)
 class Transition:
     """One row of the dwell ledger."""
@@ -178,50 +183,67 @@ class Ledger:
         ``from_state`` (the chain stays readable) but has ``dwell_s`` None, so the idle gap
         before a resubmission is no dwell. An unknown attempt (None) on either side measures.
         """
-        at = _utc(at or _now())
-        to_state = str(to_state)
-        key = (night, label)
-        with self._lock, self.engine.begin() as conn:
-            previous = self._last.get(key)
-            if previous is None:
-                row = conn.execute(
-                    sa.select(_transitions.c.to_state, _transitions.c.at, _transitions.c.attempt)
-                    .where(*self._mine(_transitions), _transitions.c.night == night)
-                    .where(_transitions.c.label == label)
-                    .order_by(_transitions.c.id.desc())
-                    .limit(1)
-                ).first()
-                previous = (row.to_state, row.at, row.attempt) if row else None
-            new_attempt = (
-                previous is not None
-                and None not in (attempt, previous[2])
-                and attempt != previous[2]
-            )
-            if previous is not None and previous[0] == to_state and not new_attempt:
-                self._last[key] = previous
-                return
-            from_state, dwell_s = None, None
-            if previous is not None:
-                from_state = previous[0]
-            if previous is not None and not new_attempt:
-                # clocks of different hosts may disagree a little; a dwell is never negative
-                dwell_s = max(0.0, (at - previous[1]).total_seconds())
-            conn.execute(
-                sa.insert(_transitions).values(
-                    catalogue=self.catalogue,
-                    night=night,
-                    run_id=run_id,
-                    label=label,
-                    backend=backend,
-                    external_id=external_id,
-                    from_state=from_state,
-                    to_state=to_state,
-                    at=at,
-                    dwell_s=dwell_s,
-                    attempt=attempt,
+        self.transitions([(night, run_id, label, backend, external_id, to_state, at, attempt)])
+
+    def transitions(self, rows: Iterable[TransitionRow]) -> None:
+        """Several ``transition`` calls (their arguments, in order) in one transaction."""
+        written: dict[tuple[str, str], tuple[str, datetime, int | None]] = {}
+        with self._lock:
+            self._write_transitions(rows, written)
+            self._last.update(written)  # once committed
+
+    def _write_transitions(
+        self,
+        rows: Iterable[TransitionRow],
+        written: dict[tuple[str, str], tuple[str, datetime, int | None]],
+    ) -> None:
+        with self.engine.begin() as conn:
+            for night, run_id, label, backend, external_id, to_state, at, attempt in rows:
+                key = (night, label)
+                previous = written.get(key) or self._last.get(key)
+                if previous is None:
+                    row = conn.execute(
+                        sa.select(
+                            _transitions.c.to_state, _transitions.c.at, _transitions.c.attempt
+                        )
+                        .where(*self._mine(_transitions), _transitions.c.night == night)
+                        .where(_transitions.c.label == label)
+                        .order_by(_transitions.c.id.desc())
+                        .limit(1)
+                    ).first()
+                    previous = (row.to_state, row.at, row.attempt) if row else None
+                at = _utc(at or _now())
+                to_state = str(to_state)
+                new_attempt = (
+                    previous is not None
+                    and None not in (attempt, previous[2])
+                    and attempt != previous[2]
                 )
-            )
-            self._last[key] = (to_state, at, attempt)
+                if previous is not None and previous[0] == to_state and not new_attempt:
+                    written[key] = previous
+                    continue
+                from_state, dwell_s = None, None
+                if previous is not None:
+                    from_state = previous[0]
+                if previous is not None and not new_attempt:
+                    # clocks of different hosts may disagree a little; a dwell is never negative
+                    dwell_s = max(0.0, (at - previous[1]).total_seconds())
+                conn.execute(
+                    sa.insert(_transitions).values(
+                        catalogue=self.catalogue,
+                        night=night,
+                        run_id=run_id,
+                        label=label,
+                        backend=backend,
+                        external_id=external_id,
+                        from_state=from_state,
+                        to_state=to_state,
+                        at=at,
+                        dwell_s=dwell_s,
+                        attempt=attempt,
+                    )
+                )
+                written[key] = (to_state, at, attempt)
 
     def dwells(self, night: str, label: str | None = None) -> list[Transition]:
         """Every transition of ``night`` (optionally one job's), in the order they were written."""

@@ -144,3 +144,34 @@ def test_without_budgets_the_table_is_as_before() -> None:
     text = rendered.getvalue()
     assert "nightshift: 0/2 jobs finished" in text
     assert "expected" not in text
+
+
+def test_a_night_taller_than_the_terminal_shows_counts_and_the_jobs_not_ok() -> None:
+    labels = [f"job-{i:04d}" for i in range(1000)]
+    table = LiveTable(labels, Console(file=io.StringIO(), width=120, height=30))
+    for label in labels[:700]:
+        table.update(label, "running")
+    for label in labels[700:950]:
+        table.update(label, "succeeded")
+    table.update("job-0003", "failed")
+    table.update("job-0004", "timeout")
+    rendered = io.StringIO()
+    Console(file=rendered, width=120, height=30).print(table.render())
+    text = rendered.getvalue()
+    assert "running 698" in text and "succeeded 250" in text and "waiting 50" in text
+    assert "failed 1" in text and "timeout 1" in text
+    shown = {x for x in labels if x in text}
+    assert shown == {"job-0003", "job-0004"}  # only the jobs that need a look
+    assert len(text.splitlines()) <= 30
+
+
+def test_more_jobs_not_ok_than_fit_are_cut_with_a_count() -> None:
+    labels = [f"job-{i:04d}" for i in range(200)]
+    table = LiveTable(labels, Console(file=io.StringIO(), width=120, height=20))
+    for label in labels:
+        table.update(label, "failed")
+    rendered = io.StringIO()
+    Console(file=rendered, width=120, height=20).print(table.render())
+    text = rendered.getvalue()
+    assert "failed 200" in text and "188 more not shown" in text
+    assert len(text.splitlines()) <= 20

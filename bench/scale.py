@@ -1,0 +1,241 @@
+"""Measure how one night scales to many jobs on one worker, on the fake job CLI (sandbox/agy.py).
+
+For N = 100 and 1,000 jobs (``--big`` adds 5,000; ``--jobs N`` runs one size), each size in a
+process of its own, it prints:
+
+- makespan (ledger: first submit -> last end) against the submit window (first -> last submit)
+  plus the slowest job's planned time plus one poll cap: 1.00 is no waves at all;
+- peak threads and peak RSS of the flow process (sampled from /proc/self/status);
+- status calls per job the job CLI saw (``AGY_CALL_LOG``), and ``jobs list`` calls per tick;
+- Prefect overhead per job: the flow's wall time beyond the makespan, over N.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+POLL_INITIAL, POLL_MAX = 0.5, 2.0
+# seconds each job runs, spread evenly over the jobs: long enough that 1,000 jobs submitted
+# back to back are mostly in flight at once (the submit window is ~0.1 s a job here)
+RUN_MIN, RUN_MAX = 60.0, 90.0
+QUEUE_S = 0.5
+
+
+def runs(n: int, low: float = RUN_MIN, high: float = RUN_MAX) -> list[float]:
+    """n run lengths spread evenly from low to high."""
+    return [round(low + (high - low) * i / max(1, n - 1), 2) for i in range(n)]
+
+
+def catalogue_yaml(secs: list[float], stagger: float) -> str:
+    lines = [
+        "defaults:",
+        f"  poll: {{initial: {POLL_INITIAL}s, factor: 2, max: {POLL_MAX}s}}",
+        f"  stagger: {stagger}s",
+        "  retries: 1",
+        "  deadline: 3600s",
+        "jobs:",
+    ]
+    for i, s in enumerate(secs):
+        lines.append(
+            f"  - {{label: job-{i:04d}, backend: cli, task: 'work [queue={QUEUE_S} run={s}]'}}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+class Sampler:
+    """Samples this process's thread count and RSS until stopped; keeps the peaks."""
+
+    def __init__(self, every: float = 0.1) -> None:
+        self.threads = 0
+        self.rss_kb = 0
+        self._every = every
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="bench-sampler")
+
+    def __enter__(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+
+    def _sample(self) -> None:
+        status = Path("/proc/self/status").read_text(encoding="utf-8")
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        self.threads = max(self.threads, int(fields["Threads"]))
+        self.rss_kb = max(self.rss_kb, int(fields["VmHWM"].split()[0]))
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._every):
+            self._sample()
+
+
+def one(n: int, stagger: float, low: float, high: float) -> dict[str, float]:
+    """Run one night of n jobs in this process; return its figures."""
+    secs = runs(n, low, high)
+    tmp = Path(tempfile.mkdtemp(prefix="nightshift-scale-"))
+    os.environ["NIGHTSHIFT_STATE_DIR"] = str(tmp / "state")
+    os.environ.pop("NIGHTSHIFT_DATABASE_URL", None)
+    os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    os.environ["NO_PROXY"] = os.environ["no_proxy"] = "127.0.0.1,localhost"
+    catalog = tmp / "nightshift.yaml"
+    catalog.write_text(catalogue_yaml(secs, stagger), encoding="utf-8")
+    call_log = tmp / "agy-calls.jsonl"
+    os.environ["NIGHTSHIFT_AGY"] = f"{sys.executable} -m sandbox.agy"
+    os.environ["AGY_STATE_DIR"] = str(tmp / "agy")
+    os.environ["AGY_CALL_LOG"] = str(call_log)
+    os.environ["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
+
+    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
+    from prefect.testing.utilities import prefect_test_harness
+
+    from flows.nightly import nightly
+    from nightshift.config.settings import load_settings
+    from nightshift.store.ledger import Ledger
+
+    writes = _time_transitions(Ledger)
+    night, run_dir = "2000-01-01", tmp / "run"
+    print(f"[{n}] temporary Prefect server; catalogue and state in {tmp}", flush=True)
+    quiet = temporary_settings({PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None})
+    with prefect_test_harness(server_startup_timeout=120), quiet, Sampler() as peak:
+        t0 = time.monotonic()
+        nightly(catalog=str(catalog), run_dir=str(run_dir), night=night, return_state=True)
+        flow_wall = time.monotonic() - t0
+    summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+    jobs = summary["jobs"]
+    bad = sum(1 for j in jobs if j["state"] != "succeeded")
+    ledger = Ledger(load_settings().ledger_url(), str(catalog.resolve()))
+    records = [r for j in jobs if (r := ledger.get_job(night, j["label"])) is not None]
+    ledger.close()
+    spans = [(r.submitted_at, r.finished_at) for r in records if r.submitted_at and r.finished_at]
+    submits = sorted(r.submitted_at for r in records if r.submitted_at)
+    ends = [r.finished_at for r in records if r.finished_at]
+    makespan = (max(ends) - submits[0]).total_seconds()
+    window = (submits[-1] - submits[0]).total_seconds()
+    slowest = QUEUE_S + max(secs)
+    calls = [json.loads(x) for x in call_log.read_text(encoding="utf-8").splitlines()]
+    lists = sum(1 for c in calls if c[:2] == ["jobs", "list"])
+    gets = sum(1 for c in calls if c[:2] == ["jobs", "get"])
+    return {
+        "jobs": n,
+        "run_min_s": min(secs),
+        "run_max_s": max(secs),
+        "not_ok": bad,
+        "makespan_s": makespan,
+        "submit_window_s": window,
+        "slowest_s": slowest,
+        "ratio": makespan / (window + slowest),
+        "ratio_with_poll_cap": makespan / (window + slowest + POLL_MAX),
+        "in_flight_max": most_at_once(spans),
+        "peak_threads": peak.threads,
+        "peak_rss_mb": peak.rss_kb / 1024,
+        "status_calls_per_job": (lists + gets) / n,
+        "list_calls": lists,
+        "get_calls": gets,
+        "flow_wall_s": flow_wall,
+        "overhead_ms_per_job": 1000 * (flow_wall - makespan) / n,
+        "transitions": sum(rows for rows, _ in writes),
+        "transactions": len(writes),
+        "transition_s": sum(s for _, s in writes),
+        "transition_max_ms": 1000 * max((s for _, s in writes), default=0.0),
+    }
+
+
+def most_at_once(spans: list[tuple[Any, Any]]) -> int:
+    """The most jobs in flight (submitted, not finished) at one instant: waves cap it."""
+    edges = sorted([(a, 1) for a, _ in spans] + [(b, -1) for _, b in spans])
+    most = now = 0
+    for _, step in edges:
+        now += step
+        most = max(most, now)
+    return most
+
+
+def _time_transitions(ledger: Any) -> list[tuple[int, float]]:
+    """Rows and seconds of every transaction of transitions the night writes to the ledger."""
+    writes: list[tuple[int, float]] = []
+    write = ledger.transitions
+
+    def timed(self: Any, rows: Any) -> None:
+        rows = list(rows)
+        t0 = time.perf_counter()
+        try:
+            write(self, rows)
+        finally:
+            writes.append((len(rows), time.perf_counter() - t0))
+
+    ledger.transitions = timed
+    return writes
+
+
+def show(r: dict[str, float]) -> None:
+    n = int(r["jobs"])
+    runs_s = f"{r['run_min_s']:.0f}-{r['run_max_s']:.0f}s"
+    print(f"\n{n} jobs of {QUEUE_S}s queued + {runs_s} running (sandbox job CLI)")
+    print(f"  not succeeded                        {int(r['not_ok'])}")
+    print(f"  makespan (first submit -> last end)  {r['makespan_s']:8.1f} s")
+    print(f"  submit window (first -> last submit) {r['submit_window_s']:8.1f} s")
+    print(f"  slowest job (planned)                {r['slowest_s']:8.1f} s")
+    print(f"  makespan / (submit + slowest)        {r['ratio']:8.3f}")
+    print(f"  makespan / (submit + slowest + cap)  {r['ratio_with_poll_cap']:8.3f}")
+    print(f"  jobs in flight at once (most)        {int(r['in_flight_max']):8d}")
+    print(f"  peak threads (flow process)          {int(r['peak_threads']):8d}")
+    print(f"  peak RSS (flow process)              {r['peak_rss_mb']:8.0f} MB")
+    print(
+        f"  status calls per job                 {r['status_calls_per_job']:8.2f}"
+        f"  ({int(r['list_calls'])} `jobs list`, {int(r['get_calls'])} `jobs get`)"
+    )
+    print(
+        f"  ledger transitions written           {int(r['transitions']):8d}"
+        f"  in {int(r.get('transactions', r['transitions']))} transactions"
+        f" ({r['transition_s']:.1f} s in all, slowest {r['transition_max_ms']:.0f} ms)"
+    )
+    print(f"  flow wall time                       {r['flow_wall_s']:8.1f} s")
+    print(f"  Prefect overhead per job             {r['overhead_ms_per_job']:8.1f} ms")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--jobs", type=int, help="run one night of this many jobs")
+    parser.add_argument("--big", action="store_true", help="also 5,000 jobs")
+    parser.add_argument("--stagger", type=float, default=0.0, help="seconds between submits")
+    parser.add_argument("--run-min", type=float, default=RUN_MIN, help="shortest job (s)")
+    parser.add_argument("--run-max", type=float, default=RUN_MAX, help="longest job (s)")
+    parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.jobs:
+        result = one(args.jobs, args.stagger, args.run_min, args.run_max)
+        print(json.dumps(result) if args.json else "", flush=True)
+        if not args.json:
+            show(result)
+        return 0 if not result["not_ok"] else 1
+    sizes = [100, 1000] + ([5000] if args.big else [])
+    code = 0
+    for n in sizes:  # each size in a fresh process: peaks are that night's only
+        argv = [sys.executable, __file__, "--jobs", str(n), "--stagger", str(args.stagger)]
+        argv += ["--run-min", str(args.run_min), "--run-max", str(args.run_max)]
+        done = subprocess.run([*argv, "--json"], capture_output=True, text=True, check=False)
+        lines = [x for x in done.stdout.splitlines() if x.startswith("{")]
+        if not lines:
+            print(done.stdout[-2000:], done.stderr[-4000:], file=sys.stderr)
+            return 1
+        result = json.loads(lines[-1])
+        show(result)
+        code = code or (1 if result["not_ok"] else 0)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

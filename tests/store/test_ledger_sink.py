@@ -1,0 +1,89 @@
+"""The ledger sink's group commit: changes published side by side share a transaction, each is
+written before its publisher goes on, and a bad row fails only itself."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from nightshift.engine.events import JobChanged
+from nightshift.store.ledger import Ledger, TransitionRow
+from nightshift.store.ledger_sink import LedgerSink
+from tests.support import wait_until
+
+T0 = datetime(2026, 11, 29, 1, 0, tzinfo=UTC)
+NIGHT = "2026-11-29"
+THREADS = 16
+
+
+class FirstWriteWaits(Ledger):
+    """A ledger whose first write waits until every publisher has queued behind it."""
+
+    sink: LedgerSink
+    bad_label: str | None = None
+    batches: list[int]
+
+    def transitions(self, rows: Iterable[TransitionRow]) -> None:
+        rows = list(rows)
+        self.batches.append(len(rows))
+        if not getattr(self, "_opened", False):
+            self._opened = True
+            wait_until(lambda: self.sink._queued >= THREADS, what="every publisher queued")
+        if any(row[2] == self.bad_label for row in rows):
+            raise ValueError(f"bad row for {self.bad_label}")
+        super().transitions(rows)
+
+
+def change(label: str, state: str, seconds: float) -> JobChanged:
+    at = T0 + timedelta(seconds=seconds)
+    return JobChanged(NIGHT, "nightly.yaml", label, "cli", 1, f"x-{label}", state, at, None)
+
+
+def publish_night(sink: LedgerSink, label: str, seen: dict[str, list[str]], ledger: Ledger) -> None:
+    for state, seconds in [("queued", 0), ("running", 10), ("succeeded", 70)]:
+        try:
+            sink(change(label, state, seconds))
+        except ValueError:
+            continue
+        # written before the publisher goes on: a reader sees it at once
+        seen[label].append(ledger.dwells(NIGHT, label)[-1].to_state)
+
+
+@pytest.mark.parametrize("bad", [None, "job-03"])
+def test_changes_published_side_by_side_share_transactions(db_url: str, bad: str | None) -> None:
+    ledger = FirstWriteWaits(db_url, "nightly.yaml")
+    ledger.bad_label = bad
+    ledger.batches = []
+    sink = LedgerSink(ledger, "run-1")
+    ledger.sink = sink
+    labels = [f"job-{i:02d}" for i in range(THREADS)]
+    seen: dict[str, list[str]] = {x: [] for x in labels}
+    with ThreadPoolExecutor(THREADS) as pool:
+        list(pool.map(lambda x: publish_night(sink, x, seen, ledger), labels))
+    # the first write took its own row; the others' first changes, queued meanwhile, share
+    # the next transaction (then, with the bad row among them, are written again one by one)
+    # (a bad first row: its publisher went on to its next change, which may join them too)
+    assert ledger.batches[0] == 1 and ledger.batches[1] >= THREADS - 1
+    for label in labels:
+        chain = [(t.from_state, t.to_state, t.dwell_s) for t in ledger.dwells(NIGHT, label)]
+        if label == bad:
+            assert chain == [] and seen[label] == []  # its rows failed, alone
+            continue
+        assert chain == [
+            (None, "queued", None),
+            ("queued", "running", 10.0),
+            ("running", "succeeded", 60.0),
+        ]
+        assert seen[label] == ["queued", "running", "succeeded"]
+    ledger.close()
+
+
+def test_a_lone_change_is_written_at_once(db_url: str) -> None:
+    ledger = Ledger(db_url, "nightly.yaml")
+    sink = LedgerSink(ledger, "run-1")
+    sink(change("etl", "queued", 0))
+    assert [t.to_state for t in ledger.dwells(NIGHT)] == ["queued"]
+    ledger.close()

@@ -1,0 +1,91 @@
+"""Jobs as awaited steps (no Prefect): a job in flight holds no thread, a capped backend's
+waiting jobs hold up no other backend."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+import pytest
+
+from nightshift.backends.base import ExternalState
+from nightshift.engine.admission import Admission
+from nightshift.engine.outcomes import Outcome
+from nightshift.engine.steps import JobPools, run_job_step_async
+from tests.support import BatchScriptedBackend, ScriptedBackend, night_context
+
+R, S = ExternalState.RUNNING, ExternalState.SUCCEEDED
+
+
+def catalogue(commands: int, clis: int) -> str:
+    lines = ["defaults: {poll: {initial: 0.01s, max: 0.05s}, stagger: 0s}", "jobs:"]
+    lines += [f"  - {{label: c{i}, backend: command, argv: [x]}}" for i in range(commands)]
+    lines += [f"  - {{label: l{i}, backend: cli, task: t}}" for i in range(clis)]
+    return "\n".join(lines) + "\n"
+
+
+def test_two_hundred_jobs_in_flight_hold_a_few_threads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend = BatchScriptedBackend(name="cli")
+    labels = [f"l{i}" for i in range(200)]
+    for label in labels:
+        backend.scripts[label] = [R]  # running until every job is in flight
+    peak = [threading.active_count()]
+    start = threading.Thread.start
+
+    def counted(thread: threading.Thread) -> None:
+        start(thread)
+        peak[0] = max(peak[0], threading.active_count())
+
+    monkeypatch.setattr(threading.Thread, "start", counted)
+    before = threading.active_count()
+
+    async def night() -> list[Outcome]:
+        pools = JobPools()
+        try:
+            jobs = [asyncio.ensure_future(run_job_step_async(ctx, x, pools)) for x in labels]
+            while len(backend.submitted) < len(labels):  # all submitted, all still running
+                await asyncio.sleep(0.01)
+            for label in labels:
+                backend.scripts[label] = [S]
+            return [o.state for o in await asyncio.gather(*jobs)]
+        finally:
+            pools.shutdown()
+
+    with night_context(tmp_path, catalogue(0, 200), {"cli": backend}) as ctx:
+        states = asyncio.run(night())
+    assert states == [Outcome.SUCCEEDED] * 200
+    # the start and finish pools and the watcher's few status threads, not one per job
+    assert peak[0] - before <= 24, (before, peak[0])
+
+
+def test_jobs_waiting_for_a_capped_backend_hold_up_no_other_backend(tmp_path: Path) -> None:
+    capped = ScriptedBackend(name="command")
+    free = ScriptedBackend(name="cli")
+    for i in range(12):  # more than a start pool's threads wait for the one slot
+        capped.scripts[f"c{i}"] = [R]
+    for i in range(3):
+        free.scripts[f"l{i}"] = [R, S]
+
+    async def night() -> tuple[list[Outcome], list[Outcome]]:
+        pools = JobPools()
+        try:
+            waiting = [run_job_step_async(ctx, f"c{i}", pools) for i in range(12)]
+            held = asyncio.gather(*waiting)
+            others = await asyncio.gather(
+                *(run_job_step_async(ctx, f"l{i}", pools) for i in range(3))
+            )
+            assert capped.submitted == ["c0"]  # the cap still holds the rest
+            for label in capped.scripts:
+                capped.scripts[label] = [S]
+            return [o.state for o in others], [o.state for o in await held]
+        finally:
+            pools.shutdown()
+
+    with night_context(tmp_path, catalogue(12, 3), {"command": capped, "cli": free}) as ctx:
+        ctx.admission = Admission(0, {"command": 1})
+        others, held = asyncio.run(night())
+    assert others == [Outcome.SUCCEEDED] * 3
+    assert held == [Outcome.SUCCEEDED] * 12
