@@ -12,7 +12,7 @@ Kinds: ``dwell`` (a job's time in ``state`` past its budget: watch > p95, alert 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
@@ -86,7 +86,7 @@ class AlertLog:
     def record(self, alert: AlertRecord) -> bool:
         """Keep ``alert``; False (and nothing written) when its key was raised before."""
         insert = _INSERTS[self.engine.dialect.name](_alerts)
-        statement = insert.values(**_values(alert)).on_conflict_do_nothing(
+        statement = insert.values(**asdict(alert)).on_conflict_do_nothing(
             index_elements=["catalogue", "night", "label", "kind", "state", "level"]
         )
         with self._lock, self.engine.begin() as conn:
@@ -120,19 +120,3 @@ class AlertLog:
             query = query.where(a.at >= since)
         with self.engine.begin() as conn:
             return [AlertRecord(**row._asdict()) for row in conn.execute(query)]
-
-
-def _values(alert: AlertRecord) -> dict[str, Any]:
-    return {
-        "catalogue": alert.catalogue,
-        "night": alert.night,
-        "label": alert.label,
-        "kind": alert.kind,
-        "state": alert.state,
-        "level": alert.level,
-        "raised_by": alert.raised_by,
-        "at": alert.at,
-        "dwell_s": alert.dwell_s,
-        "p95_s": alert.p95_s,
-        "detail": alert.detail,
-    }

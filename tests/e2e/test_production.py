@@ -9,18 +9,16 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.prefect_processes import PrefectSite, prefect_site
 from tests.support import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -50,23 +48,6 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    """The process and everything it started (its own process group)."""
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(20)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(20)
-
-
 @pytest.fixture
 def database() -> Iterator[str]:
     """A database of its own on the machine's PostgreSQL, dropped afterwards."""
@@ -94,27 +75,17 @@ def database() -> Iterator[str]:
 
 
 class Site:
-    """The deployed checkout, the server's URL and how to run the prefect CLI against it."""
+    """The deployed checkout, its Prefect site, and the marks its jobs leave."""
 
-    def __init__(self, root: Path, api: str, env: dict[str, str]) -> None:
-        self.root, self.api, self.env = root, api, env
+    def __init__(self, root: Path, prefect: PrefectSite) -> None:
+        self.root, self.site = root, prefect
         self.marks = root / "marks"
 
     def prefect(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [PY, "-m", "prefect", "--no-prompt", *args],
-            cwd=self.root / "checkout",
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        return self.site.prefect(*args, cwd=self.root / "checkout")
 
     def log_tail(self, lines: int = 60) -> str:
-        """The worker's last lines (the flow runs' logs), for a failure's message."""
-        path = self.root / "worker.log"
-        text = path.read_text(errors="replace") if path.exists() else ""
-        return "\n".join(text.splitlines()[-lines:])
+        return self.site.log_tail("worker", lines)
 
     def count(self, label: str) -> int:
         path = self.marks / label
@@ -123,67 +94,27 @@ class Site:
 
 @pytest.fixture
 def site(tmp_path: Path, database: str) -> Iterator[Site]:
-    port = _free_port()
-    api = f"http://127.0.0.1:{port}/api"
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("NIGHTSHIFT_", "PREFECT_"))}
-    env = base | {
-        "PREFECT_HOME": str(tmp_path / "prefect-home"),
-        "PREFECT_API_URL": api,
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "PREFECT_WORKER_QUERY_SECONDS": "1",
+    checkout = tmp_path / "checkout"
+    shutil.copytree(REPO, checkout, ignore=SKIP)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    (marks / "job.py").write_text(JOB)
+    (checkout / "nightshift.yaml").write_text(CATALOGUE % {"py": PY, "jobs": marks})
+    ledger_url = database.replace("postgresql://", "postgresql+psycopg://")
+    nights = {
         "NIGHTSHIFT_STATE_DIR": str(tmp_path / "state"),
-        "NIGHTSHIFT_DATABASE_URL": database.replace("postgresql://", "postgresql+psycopg://"),
-        "PYTHONPATH": str(tmp_path / "checkout"),
+        "NIGHTSHIFT_DATABASE_URL": ledger_url,
+        "PYTHONPATH": str(checkout),
     }
-    server_env = env | {
-        "PREFECT_API_DATABASE_CONNECTION_URL": database.replace(
-            "postgresql+psycopg://", "postgresql+asyncpg://"
-        ).replace("postgresql://", "postgresql+asyncpg://"),
-        "PREFECT_UI_API_URL": api,
-    }
-    shutil.copytree(REPO, tmp_path / "checkout", ignore=SKIP)
-    found = Site(tmp_path, api, env)
-    found.marks.mkdir()
-    (found.marks / "job.py").write_text(JOB)
-    (tmp_path / "checkout" / "nightshift.yaml").write_text(
-        CATALOGUE % {"py": PY, "jobs": found.marks}
-    )
-    with ExitStack() as stack:
-        logs = stack.enter_context((tmp_path / "server.log").open("wb"))
-        server = subprocess.Popen(
-            [PY, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-            env=server_env,
-            stdout=logs,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        stack.callback(_stop, server)
-        wait_until(lambda: _healthy(api), 180, "the Prefect server to answer", interval=0.5)
-        created = found.prefect("work-pool", "create", "nightshift", "--type", "process")
-        assert created.returncode == 0, created.stdout + created.stderr
+    server_db = ledger_url.replace("postgresql+psycopg://", "postgresql+asyncpg://")
+    with prefect_site(
+        tmp_path, pool="nightshift", database_url=server_db, worker_cwd=checkout, extra_env=nights
+    ) as prefect:
+        found = Site(tmp_path, prefect)
         deployed = found.prefect("deploy", "--all")
         assert deployed.returncode == 0, deployed.stdout + deployed.stderr
-        worker_log = stack.enter_context((tmp_path / "worker.log").open("wb"))
-        worker = subprocess.Popen(
-            [PY, "-m", "prefect", "worker", "start", "--pool", "nightshift"],
-            cwd=tmp_path / "checkout",
-            env=env,
-            stdout=worker_log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        stack.callback(_stop, worker)
-        stack.enter_context(_client_settings(api))
-        yield found
-
-
-def _healthy(api: str) -> bool:
-    import httpx
-
-    try:
-        return httpx.get(f"{api}/health", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
+        with _client_settings(prefect.api):
+            yield found
 
 
 def _client_settings(api: str) -> Any:
