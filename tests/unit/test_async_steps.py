@@ -77,7 +77,8 @@ def test_jobs_waiting_for_a_capped_backend_hold_up_no_other_backend(tmp_path: Pa
             others = await asyncio.gather(
                 *(run_job_step_async(ctx, f"l{i}", pools) for i in range(3))
             )
-            assert capped.submitted == ["c0"]  # the cap still holds the rest
+            # the cap still holds the rest (which one went first is the threads' race: no ranks)
+            assert len(capped.submitted) == 1
             for label in capped.scripts:
                 capped.scripts[label] = [S]
             return [o.state for o in others], [o.state for o in await held]
