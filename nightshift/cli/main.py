@@ -115,10 +115,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog=BUDGET_EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    for flag, shown in (("--catalogue", "only this catalogue file's budgets"), ("--catalog", None)):
-        budgets.add_argument(
-            flag, dest="catalogue", metavar="FILE", help=shown or argparse.SUPPRESS
-        )
+    _catalogue_flag(budgets, "only this catalogue file's budgets", default=None)
     budgets.add_argument("--label", metavar="LABEL", help="only this job's budgets")
     budgets.add_argument("--json", action="store_true", help="print one object")
     budgets.add_argument(
@@ -131,13 +128,7 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     prune.add_argument("--keep", default="90d", help="the window kept (default 90d)")
-    prune.add_argument(
-        "--catalogue",
-        "--catalog",
-        dest="catalogue",
-        metavar="FILE",
-        help="only this catalogue's ledger rows, and its manifests",
-    )
+    _catalogue_flag(prune, "only this catalogue's ledger rows, and its manifests", default=None)
     prune.add_argument("--dry-run", action="store_true", help="say what would go, delete nothing")
     watchdog = sub.add_parser(
         "watchdog",
@@ -146,10 +137,7 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     shown = "only this catalogue's jobs, and check its labels for staleness (default: all)"
-    for flag, text in (("--catalogue", shown), ("--catalog", None)):
-        watchdog.add_argument(
-            flag, dest="catalogue", metavar="FILE", help=text or argparse.SUPPRESS
-        )
+    _catalogue_flag(watchdog, shown, default=None)
     watchdog.add_argument(
         "--stale-after",
         default="24h",
@@ -171,22 +159,19 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     notify.add_argument("--flush", action="store_true", help="deliver them, oldest first")
-    notify.add_argument(
-        "--catalogue",
-        "--catalog",
-        dest="catalogue",
-        metavar="FILE",
-        help="only this catalogue's messages, sent with its notify.slack setting",
-    )
+    shown = "only this catalogue's messages, sent with its notify.slack setting"
+    _catalogue_flag(notify, shown, default=None)
     for p in (run, check, demo, budgets, prune, watchdog, notify):
         p.add_argument("-v", "--verbose", action="store_true", help="show Prefect's logs")
     return parser
 
 
-def _catalogue_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--catalogue", default="nightshift.yaml", metavar="FILE", help="the catalogue file"
-    )
+def _catalogue_flag(
+    parser: argparse.ArgumentParser,
+    help: str = "the catalogue file",
+    default: str | None = "nightshift.yaml",
+) -> None:
+    parser.add_argument("--catalogue", default=default, metavar="FILE", help=help)
     # the old spelling still works (scripts, crontabs); --help shows only one
     parser.add_argument(
         "--catalog", dest="catalogue", default=argparse.SUPPRESS, help=argparse.SUPPRESS

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -21,6 +22,7 @@ __all__ = [
     "outcome_from_record",
     "outcome_of",
     "status_detail",
+    "verdict",
 ]
 
 
@@ -149,15 +151,20 @@ def join(
     A ``partial`` job (a batch with some rows missing) produced most of its work: a night of
     partial jobs is partial, not failed.
     """
-    succeeded = sum(job.ok for job in outcomes)
-    produced = sum(job.state in (Outcome.SUCCEEDED, Outcome.PARTIAL) for job in outcomes)
-    if succeeded == len(outcomes):
-        severity = Severity.OK
-    elif produced == 0:
-        severity = Severity.FAILED
-    else:
-        severity = Severity.PARTIAL
-    return NightSummary(severity, list(outcomes), started_at, finished_at)
+    return NightSummary(
+        verdict(job.state for job in outcomes), list(outcomes), started_at, finished_at
+    )
+
+
+def verdict(states: Iterable[str]) -> Severity:
+    """The join's rule on job states: ok when all succeeded, failed when none produced
+    anything (succeeded or partial), else partial. A state still on its way counts as not ok."""
+    states = [str(state) for state in states]
+    if all(state == Outcome.SUCCEEDED for state in states):
+        return Severity.OK
+    if not any(state in (Outcome.SUCCEEDED, Outcome.PARTIAL) for state in states):
+        return Severity.FAILED
+    return Severity.PARTIAL
 
 
 def outcome_from_record(record: Any) -> JobOutcome:

@@ -94,13 +94,10 @@ class MetricsData:
 
 
 def night_severity(states: Iterable[str]) -> str:
-    """A night's verdict from its job states, as the join gives it (a job in flight is not ok)."""
-    states = list(states)
-    if all(state == "succeeded" for state in states):
-        return "ok"
-    if not any(state in ("succeeded", "partial") for state in states):
-        return "failed"
-    return "partial"
+    """A night's verdict from its job states, by the join's own rule (in flight: not ok)."""
+    from nightshift.engine.outcomes import verdict
+
+    return verdict(states).value
 
 
 class NightMetrics(Collector):

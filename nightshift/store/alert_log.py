@@ -14,12 +14,10 @@ from __future__ import annotations
 import threading
 from dataclasses import asdict, dataclass
 from datetime import datetime
-from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 
-from nightshift.store.db import UTCDateTime
+from nightshift.store.db import UTCDateTime, dialect_insert
 
 __all__ = ["ALERTS_TABLE", "DWELL", "STALE", "STOPPED", "STREAK", "AlertLog", "AlertRecord"]
 
@@ -49,8 +47,6 @@ _alerts = sa.Table(
 )
 
 ALERTS_TABLE = _alerts  # for readers that aggregate in SQL (metrics)
-
-_INSERTS: dict[str, Any] = {"sqlite": sqlite.insert, "postgresql": postgresql.insert}
 
 
 @dataclass(frozen=True)
@@ -85,7 +81,7 @@ class AlertLog:
 
     def record(self, alert: AlertRecord) -> bool:
         """Keep ``alert``; False (and nothing written) when its key was raised before."""
-        insert = _INSERTS[self.engine.dialect.name](_alerts)
+        insert = dialect_insert(self.engine, _alerts)
         statement = insert.values(**asdict(alert)).on_conflict_do_nothing(
             index_elements=["catalogue", "night", "label", "kind", "state", "level"]
         )

@@ -67,3 +67,14 @@ def make_engine(url: str) -> sa.Engine:
         connection.exec_driver_sql("BEGIN IMMEDIATE")
 
     return engine
+
+
+def dialect_insert(engine: sa.Engine, table: sa.Table) -> Any:
+    """The dialect's INSERT for ``table`` (SQLite's or PostgreSQL's): it has ON CONFLICT.
+
+    Raises KeyError for another database, which the ledger does not support.
+    """
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    inserts: dict[str, Any] = {"sqlite": sqlite.insert, "postgresql": postgresql.insert}
+    return inserts[engine.dialect.name](table)

@@ -21,9 +21,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 
-from nightshift.store.db import UTCDateTime
+from nightshift.store.db import UTCDateTime, dialect_insert
 
 __all__ = ["FlushReport", "Outbox", "OutboxItem", "Result"]
 
@@ -62,8 +61,6 @@ _threads = sa.Table(
     sa.Column("ts", sa.String(32), nullable=False),
     sa.Column("at", UTCDateTime(), nullable=False),
 )
-
-_INSERTS: dict[str, Any] = {"sqlite": sqlite.insert, "postgresql": postgresql.insert}
 
 
 @dataclass(frozen=True)
@@ -180,7 +177,7 @@ class Outbox:
         """Remember ``ts`` as the night's thread unless one is there; return the thread's ``ts``."""
         row = {"catalogue": catalogue, "night": night, "channel": channel, "ts": ts,
                "at": self._now()}  # fmt: skip
-        insert = _INSERTS[self.engine.dialect.name](_threads).values(**row)
+        insert = dialect_insert(self.engine, _threads).values(**row)
         with self.engine.begin() as conn:
             conn.execute(insert.on_conflict_do_nothing())
         return self.thread_ts(catalogue, night, channel) or ts
