@@ -36,6 +36,7 @@ from nightshift.errors import LockHeldError
 from nightshift.metrics.export import export_ledger_metrics
 from nightshift.notify.notifier import Notifier, SlackAlertSink
 from nightshift.notify.sinks import NoticeSink
+from nightshift.orchestration.leases import slot_lease_s
 from nightshift.orchestration.limits import limit_scope, prefect_slots
 from nightshift.orchestration.progress import ProgressSink
 from nightshift.orchestration.report import not_run, report, why
@@ -165,7 +166,9 @@ def _run_night(
         logger=logger,
         # caps as Prefect global concurrency limits; both by this module's names, which a
         # test of the flow may swap
-        slots=lambda caps: prefect_slots(caps, scope=limit_scope(catalogue)),
+        slots=lambda caps: prefect_slots(
+            caps, scope=limit_scope(catalogue), lease_s=slot_lease_s(settings.lease_ttl)
+        ),
         admission=Admission,
     )
     if notifier is not None:

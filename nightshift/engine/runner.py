@@ -102,8 +102,14 @@ def _run(ctx: NightContext, label: str, job: Any, backend: Backend) -> JobSteps:
             slot = ctx.admission.slot(job.backend, priority, ctx.deadline_at, stagger=not reattach)
             held.enter_context(slot)
             held.enter_context(ctx.hold(job.backend, max(0.0, ctx.deadline_at - ctx.watcher.now())))
-        except (Deadline, TimeoutError):  # TimeoutError: no Prefect slot before the deadline
+        except Deadline:
             return end_job(ctx, label, Outcome.TIMEOUT, "night deadline before submit")
+        except TimeoutError:  # the Prefect limit stayed full: other nights, or a dead one's
+            why = (
+                f"night deadline before submit: no free Prefect concurrency slot for "
+                f"{job.backend} (a night that died holds its slots until their lease ends)"
+            )
+            return end_job(ctx, label, Outcome.TIMEOUT, why)
         # a job's duration counts from its submission, not from its wait for a turn
         started_wall = ctx.wall()
         if reattach:

@@ -22,7 +22,16 @@ if TYPE_CHECKING:
 
 from nightshift.engine.backoff import Backoff
 
-__all__ = ["FULL", "SLOT_POLL", "LeaseApi", "Leases", "PrefectLeaseApi"]
+__all__ = [
+    "FULL",
+    "LEASE_S",
+    "MIN_LEASE_S",
+    "SLOT_POLL",
+    "LeaseApi",
+    "Leases",
+    "PrefectLeaseApi",
+    "slot_lease_s",
+]
 
 log = logging.getLogger("nightshift.limits")
 
@@ -30,6 +39,13 @@ log = logging.getLogger("nightshift.limits")
 SLOT_POLL = Backoff(initial=0.05, factor=2.0, max=0.5)
 FULL = "full"  # the limit has no free slot (HTTP 423)
 LEASE_S = 300.0  # a lease lives this long unless renewed (at three quarters of it)
+MIN_LEASE_S = 60.0  # the shortest lease the Prefect API grants
+
+
+def slot_lease_s(night_lease_ttl: float) -> float:
+    """How long a night's slot leases live: as long as its own lease (NIGHTSHIFT_LEASE_TTL),
+    so a night killed with -9 frees its slots when the next night may start, not minutes after."""
+    return max(MIN_LEASE_S, night_lease_ttl)
 
 
 class LeaseApi(Protocol):

@@ -25,7 +25,7 @@ from prefect.concurrency.sync import rate_limit
 
 from nightshift.config.catalogue import Catalogue
 from nightshift.config.limits import BackendLimit
-from nightshift.orchestration.leases import Leases, PrefectLeaseApi
+from nightshift.orchestration.leases import LEASE_S, Leases, PrefectLeaseApi
 
 __all__ = [
     "PrefectHold",
@@ -114,6 +114,7 @@ def prefect_slots(
     limits: Mapping[str, int | BackendLimit],
     scope: str | None = None,
     leases: Leases | None = None,
+    lease_s: float = LEASE_S,
 ) -> PrefectHold:
     """Create or resize the limits; return the night's ``PrefectHold`` on them.
 
@@ -133,7 +134,9 @@ def prefect_slots(
                 client.upsert_global_concurrency_limit_by_name(
                     rate_limit_name(backend, scope), burst, slot_decay_per_second=rate
                 )
-    return PrefectHold(caps, rates, scope, leases or Leases(PrefectLeaseApi()))
+    if leases is None:  # ``lease_s``: how long a slot outlives a night that died holding it
+        leases = Leases(PrefectLeaseApi(lease_s), renew_every=lease_s * 0.75)
+    return PrefectHold(caps, rates, scope, leases)
 
 
 def limit_scope(catalogue: Catalogue) -> str | None:

@@ -144,3 +144,28 @@ def test_a_catalogue_may_have_limits_of_its_own(tmp_path) -> None:  # type: igno
         own = client.read_global_concurrency_limit_by_name("nightshift-team-nightly-cli")
         other = client.read_global_concurrency_limit_by_name(limit_name("cli", scopes[1]))
     assert (own.limit, other.limit) == (2, 3)
+
+
+def test_a_slot_lease_lives_as_long_as_the_nights_own_lease(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a night killed with -9 keeps its slots until their lease ends: with Prefect's default
+    # 300 s, a rerun after the night's own 60 s lease waited out its deadline for them
+    from prefect.client.orchestration import SyncPrefectClient
+
+    from nightshift.orchestration.leases import slot_lease_s
+
+    asked: list[float] = []
+    real = SyncPrefectClient.increment_concurrency_slots_with_lease
+
+    def spy(self: SyncPrefectClient, *args: object, **kwargs: object) -> object:
+        asked.append(float(kwargs["lease_duration"]))  # type: ignore[arg-type]
+        return real(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(SyncPrefectClient, "increment_concurrency_slots_with_lease", spy)
+    assert (slot_lease_s(5), slot_lease_s(60), slot_lease_s(600)) == (60.0, 60.0, 600.0)
+    hold = prefect_slots({"cli": 1}, scope="short-lease", lease_s=slot_lease_s(60))
+    with hold("cli", 10):
+        pass
+    hold.close()
+    assert asked == [60.0]
