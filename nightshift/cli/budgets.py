@@ -2,25 +2,55 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from nightshift.budgets.report import WHOLE_JOB
+from nightshift.cli import exits
+from nightshift.cli.args import add_command, catalogue_flag
 
 if TYPE_CHECKING:
     from nightshift.store.snapshots import SnapshotInfo
 
-__all__ = ["BUDGET_EXIT_CODES", "WHOLE_JOB", "show_budgets"]
+__all__ = ["BUDGET_EXIT_CODES", "WHOLE_JOB", "register", "show_budgets"]
 
 
-BUDGET_EXIT_CODES = """\
-exit codes:
-  0   the budgets were printed (also when there is no history yet)
-  4   invalid --catalogue
-  6   the ledger database could not be opened (NIGHTSHIFT_DATABASE_URL)
-  64  bad command line (usage)
-"""
+BUDGET_EXIT_CODES = exits.epilog(
+    0, 4, 6, 64, c0="the budgets were printed (also when there is no history yet)"
+)
+
+
+def register(sub: Any) -> None:
+    """Add ``budgets`` to the subcommands."""
+    budgets = add_command(
+        sub,
+        "budgets",
+        "the dwell budgets: the latest snapshot, learned from the ledger's last 30 days",
+        _command,
+        BUDGET_EXIT_CODES,
+    )
+    catalogue_flag(budgets, "only this catalogue file's budgets", default=None)
+    budgets.add_argument("--label", metavar="LABEL", help="only this job's budgets")
+    budgets.add_argument("--json", action="store_true", help="print one object")
+    budgets.add_argument(
+        "--rebuild", action="store_true", help="learn the budgets again first (a new snapshot)"
+    )
+
+
+def _command(args: argparse.Namespace) -> int:
+    from nightshift.config.catalogue import load_catalogue
+    from nightshift.config.settings import load_settings
+
+    def show() -> int:
+        key = load_catalogue(args.catalogue).key if args.catalogue is not None else None
+        url = load_settings().ledger_url()
+        return show_budgets(
+            url, catalogue=key, label=args.label, as_json=args.json, rebuild=args.rebuild
+        )
+
+    return exits.guarded(show)
 
 
 def show_budgets(

@@ -2,21 +2,23 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from nightshift.cli.args import add_command
 from nightshift.cli.demo_slack import SLACK_TOKEN, SLACK_TOKEN_ENV, notify_section, slack_report
 from nightshift.config.catalogue import Catalogue, CliJob, CommandJob, load_catalogue
 
 if TYPE_CHECKING:
     from sandbox.history import Usual
 
-__all__ = ["demo_catalogue", "run_demo", "usual_nights"]
+__all__ = ["demo_catalogue", "register", "run_demo", "usual_nights"]
 
 ROWS = 12
 HISTORY_NIGHTS = 30
@@ -179,6 +181,20 @@ def _write_input(path: Path) -> None:
             fh.write(json.dumps({"key": f"app-{i:02d}", "request": request}) + "\n")
 
 
+def register(sub: Any) -> None:
+    """Add ``demo`` to the subcommands."""
+    demo = add_command(
+        sub, "demo", "a sandboxed night on local emulators, no keys needed", _command
+    )
+    demo.add_argument("--scenario", choices=["calm", "rough"], default="calm")
+    demo.add_argument("--workdir", help="where the sandbox lives (default: a temp dir)")
+    demo.add_argument("--json", action="store_true")
+
+
+def _command(args: argparse.Namespace) -> int:
+    return run_demo(args.scenario, as_json=args.json, workdir=args.workdir)
+
+
 def run_demo(scenario: str = "calm", *, as_json: bool = False, workdir: str | None = None) -> int:
     """Set up the sandbox, start the emulators, run one night, return its exit code."""
     # the demo never touches the user's Prefect server or profile: a Prefect home of its own
@@ -202,7 +218,7 @@ def _run_sandboxed(
     scenario: str, as_json: bool, workdir: str | None, slack_url: str
 ) -> tuple[int, Path]:
     """The sandbox folder, its history, the Gemini emulator and the night: its exit code."""
-    from nightshift.cli.main import run_catalogue
+    from nightshift.cli.run import run_catalogue
     from nightshift.engine.plan import tonight
     from sandbox.gemini_emulator import BatchScript, GeminiEmulator
 

@@ -2,20 +2,49 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import argparse
+from typing import TYPE_CHECKING, Any
+
+from nightshift.cli import exits
+from nightshift.cli.args import add_command, catalogue_flag
 
 if TYPE_CHECKING:
     from nightshift.store.outbox import OutboxItem
 
-__all__ = ["NOTIFY_EXIT_CODES", "run_notify"]
+__all__ = ["NOTIFY_EXIT_CODES", "register", "run_notify"]
 
-NOTIFY_EXIT_CODES = """\
-exit codes:
-  0   nothing waits (everything was delivered, or nothing was kept)
-  1   messages still wait (Slack refused or could not be reached: see the lines above)
-  4   invalid --catalogue
-  6   the ledger database could not be opened (NIGHTSHIFT_DATABASE_URL)
-"""
+NOTIFY_EXIT_CODES = exits.epilog(
+    0,
+    1,
+    4,
+    6,
+    c0="nothing waits (everything was delivered, or nothing was kept)",
+    c1="messages still wait (Slack refused or could not be reached: see the lines above)",
+)
+
+
+def register(sub: Any) -> None:
+    """Add ``notify`` to the subcommands."""
+    notify = add_command(
+        sub,
+        "notify",
+        "list the Slack messages waiting in the outbox; --flush delivers them",
+        _command,
+        NOTIFY_EXIT_CODES,
+    )
+    notify.add_argument("--flush", action="store_true", help="deliver them, oldest first")
+    shown = "only this catalogue's messages, sent with its notify.slack setting"
+    catalogue_flag(notify, shown, default=None)
+
+
+def _command(args: argparse.Namespace) -> int:
+    from nightshift.config.settings import load_settings
+
+    def flush_or_list() -> int:
+        url = load_settings().ledger_url()
+        return run_notify(url, flush=args.flush, catalogue_path=args.catalogue)
+
+    return exits.guarded(flush_or_list)
 
 
 def run_notify(url: str, *, flush: bool, catalogue_path: str | None = None) -> int:

@@ -2,18 +2,59 @@
 
 from __future__ import annotations
 
+import argparse
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
-__all__ = ["PRUNE_EXIT_CODES", "catalogue_scope", "run_prune"]
+from nightshift.cli import exits
+from nightshift.cli.args import add_command, catalogue_flag
+from nightshift.cli.exits import say
 
-PRUNE_EXIT_CODES = """\
-exit codes:
-  0   pruned (or, with --dry-run, listed)
-  4   invalid --catalogue
-  6   the ledger database could not be opened (NIGHTSHIFT_DATABASE_URL)
-  64  bad command line (usage), e.g. a bad --keep
-"""
+__all__ = ["PRUNE_EXIT_CODES", "catalogue_scope", "register", "run_prune"]
+
+PRUNE_EXIT_CODES = exits.epilog(
+    0,
+    4,
+    6,
+    64,
+    c0="pruned (or, with --dry-run, listed)",
+    c64="bad command line (usage), e.g. a bad --keep",
+)
+
+
+def register(sub: Any) -> None:
+    """Add ``prune`` to the subcommands."""
+    prune = add_command(
+        sub,
+        "prune",
+        "delete history older than --keep (ledger rows, manifests, command-job folders)",
+        _command,
+        PRUNE_EXIT_CODES,
+    )
+    prune.add_argument("--keep", default="90d", help="the window kept (default 90d)")
+    catalogue_flag(prune, "only this catalogue's ledger rows, and its manifests", default=None)
+    prune.add_argument("--dry-run", action="store_true", help="say what would go, delete nothing")
+
+
+def _command(args: argparse.Namespace) -> int:
+    from nightshift.config.durations import parse_duration
+    from nightshift.config.settings import load_settings
+
+    try:
+        keep_s = parse_duration(args.keep)
+    except ValueError as exc:
+        say(f"nightshift prune: --keep: {exc}")
+        return exits.USAGE
+
+    def prune() -> int:
+        key, outputs = catalogue_scope(args.catalogue)
+        settings = load_settings()
+        return run_prune(
+            settings.ledger_url(), settings.state_dir, keep_s, key, outputs, dry_run=args.dry_run
+        )
+
+    return exits.guarded(prune)
 
 
 def catalogue_scope(path: str | None) -> tuple[str | None, list[Path] | None]:

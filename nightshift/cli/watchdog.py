@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from nightshift.cli import exits
+from nightshift.cli.args import add_command, catalogue_flag
+from nightshift.cli.exits import say
 
 if TYPE_CHECKING:  # the parser imports this module: keep it light
     from nightshift.config.catalogue import Catalogue
@@ -12,15 +17,63 @@ if TYPE_CHECKING:  # the parser imports this module: keep it light
     from nightshift.store.alert_log import AlertRecord
     from nightshift.watchdog.checks import Rules
 
-__all__ = ["WATCHDOG_EXIT_CODES", "run_watchdog"]
+__all__ = ["WATCHDOG_EXIT_CODES", "register", "run_watchdog"]
 
-WATCHDOG_EXIT_CODES = """\
-exit codes:
-  0   the pass ran (whether or not it raised new alerts)
-  4   invalid --catalogue
-  6   the ledger database could not be opened (NIGHTSHIFT_DATABASE_URL)
-  64  bad command line (usage), e.g. a bad --stale-after
-"""
+WATCHDOG_EXIT_CODES = exits.epilog(
+    0,
+    4,
+    6,
+    64,
+    c0="the pass ran (whether or not it raised new alerts)",
+    c64="bad command line (usage), e.g. a bad --stale-after",
+)
+
+
+def register(sub: Any) -> None:
+    """Add ``watchdog`` to the subcommands."""
+    watchdog = add_command(
+        sub,
+        "watchdog",
+        "one watchdog pass: overstaying jobs, stopped nights, stale labels, failure streaks",
+        _command,
+        WATCHDOG_EXIT_CODES,
+    )
+    shown = "only this catalogue's jobs, and check its labels for staleness (default: all)"
+    catalogue_flag(watchdog, shown, default=None)
+    watchdog.add_argument(
+        "--stale-after",
+        default="24h",
+        metavar="DURATION",
+        help="a label without a success this long is stale (default 24h)",
+    )
+    watchdog.add_argument(
+        "--streak",
+        type=int,
+        default=3,
+        metavar="N",
+        help="alert after N nights not ok in a row (default 3)",
+    )
+    watchdog.add_argument("--json", action="store_true", help="print one object")
+
+
+def _command(args: argparse.Namespace) -> int:
+    from nightshift.config.catalogue import load_catalogue
+    from nightshift.config.durations import parse_duration
+    from nightshift.config.settings import load_settings
+    from nightshift.watchdog.checks import Rules
+
+    try:
+        rules = Rules(stale_after_s=parse_duration(args.stale_after), streak_nights=args.streak)
+    except ValueError as exc:
+        say(f"nightshift watchdog: --stale-after/--streak: {exc}")
+        return exits.USAGE
+
+    def one_pass() -> int:
+        path = args.catalogue
+        catalogue = load_catalogue(path) if path is not None else None
+        return run_watchdog(load_settings(), catalogue, rules, as_json=args.json)
+
+    return exits.guarded(one_pass)
 
 
 class _PrintSink:

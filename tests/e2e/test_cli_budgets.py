@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from nightshift.cli.main import EXIT_BAD_CATALOGUE, EXIT_NO_LEDGER, main
+from nightshift.cli import exits
+from nightshift.cli.main import main
 from nightshift.config.settings import load_settings
 from nightshift.store.ledger import Ledger
 
@@ -93,10 +94,10 @@ def test_budgets_refuse_a_bad_catalogue_and_an_unusable_ledger(
     sandbox: Path, capsys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (sandbox / "bad.yaml").write_text("jobs: 3\n")
-    assert main(["budgets", "--catalogue", str(sandbox / "bad.yaml")]) == EXIT_BAD_CATALOGUE
+    assert main(["budgets", "--catalogue", str(sandbox / "bad.yaml")]) == exits.BAD_CATALOGUE
 
     monkeypatch.setenv("NIGHTSHIFT_DATABASE_URL", "nosuchdb://nowhere")
-    assert main(["budgets"]) == EXIT_NO_LEDGER
+    assert main(["budgets"]) == exits.NO_LEDGER
     assert "cannot open the ledger database" in capsys.readouterr().err
 
 

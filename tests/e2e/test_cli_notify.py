@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from nightshift.cli.main import EXIT_BAD_CATALOGUE, main
+from nightshift.cli import exits
+from nightshift.cli.main import main
 from nightshift.config.settings import load_settings
 from nightshift.engine.outcomes import JobOutcome, NightSummary, Outcome, Severity
 from nightshift.notify.config import NotifyConfig
@@ -62,7 +63,7 @@ def test_an_invalid_catalogue_is_exit_4(sandbox: Path, capsys: pytest.CaptureFix
     bad = sandbox / "bad.yaml"
     bad.write_text("jobs:\n  - {label: a, backend: command, argv: [echo]}\nnotify: {envv: x}\n")
 
-    assert main(["notify", "--flush", "--catalogue", str(bad)]) == EXIT_BAD_CATALOGUE
+    assert main(["notify", "--flush", "--catalogue", str(bad)]) == exits.BAD_CATALOGUE
     assert "field 'notify.envv': unknown key" in capsys.readouterr().err
 
 

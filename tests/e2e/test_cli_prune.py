@@ -7,7 +7,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from nightshift.backends.gemini.results import manifest_path
-from nightshift.cli.main import EXIT_USAGE, main
+from nightshift.cli import exits
+from nightshift.cli.main import main
 from nightshift.config.settings import load_settings
 from nightshift.store.ledger import Ledger
 
@@ -77,6 +78,6 @@ def test_prune_without_a_catalogue_skips_manifests(sandbox: Path, capsys) -> Non
 
 
 def test_prune_refuses_a_bad_keep_in_one_line(sandbox: Path, capsys) -> None:
-    assert main(["prune", "--keep", "ninety days"]) == EXIT_USAGE
+    assert main(["prune", "--keep", "ninety days"]) == exits.USAGE
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--keep" in err and "not a duration" in err

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from nightshift.cli.main import EXIT_BAD_CATALOGUE, EXIT_NO_LEDGER, EXIT_USAGE, _parser, main
+from nightshift.cli import exits
+from nightshift.cli.main import build_parser, main
 from nightshift.config.settings import load_settings
 from nightshift.store.ledger import Ledger
 
@@ -57,7 +58,7 @@ def test_watchdog_without_a_catalogue_checks_streaks_not_staleness(
 def test_watchdog_refuses_bad_rules_in_one_line(
     sandbox: Path, capsys: pytest.CaptureFixture[str], flags: list[str]
 ) -> None:
-    assert main(["watchdog", *flags]) == EXIT_USAGE
+    assert main(["watchdog", *flags]) == exits.USAGE
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith("nightshift watchdog: --stale-after/--streak: ")
 
@@ -65,11 +66,11 @@ def test_watchdog_refuses_bad_rules_in_one_line(
 def test_watchdog_names_a_bad_catalogue_or_ledger(
     sandbox: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert main(["watchdog", "--catalogue", str(sandbox / "missing.yaml")]) == EXIT_BAD_CATALOGUE
+    assert main(["watchdog", "--catalogue", str(sandbox / "missing.yaml")]) == exits.BAD_CATALOGUE
     assert "missing.yaml" in capsys.readouterr().err
     url = "postgresql+psycopg://nightshift:s3cret-pw@127.0.0.1:9/ledger"
     monkeypatch.setenv("NIGHTSHIFT_DATABASE_URL", url)
-    assert main(["watchdog"]) == EXIT_NO_LEDGER
+    assert main(["watchdog"]) == exits.NO_LEDGER
     err = capsys.readouterr().err
     assert err.startswith("cannot open the ledger database ") and "s3cret-pw" not in err
 
@@ -77,10 +78,10 @@ def test_watchdog_names_a_bad_catalogue_or_ledger(
 def test_watchdog_spells_it_catalogue_and_still_takes_catalog(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    assert _parser().parse_args(["watchdog", "--catalog", "x.yaml"]).catalogue == "x.yaml"
-    assert _parser().parse_args(["watchdog"]).catalogue is None
+    assert build_parser().parse_args(["watchdog", "--catalog", "x.yaml"]).catalogue == "x.yaml"
+    assert build_parser().parse_args(["watchdog"]).catalogue is None
     with pytest.raises(SystemExit):
-        _parser().parse_args(["watchdog", "--help"])
+        build_parser().parse_args(["watchdog", "--help"])
     out = capsys.readouterr().out
     assert out.count("--catalogue FILE") == 2 and "--catalog " not in out
 

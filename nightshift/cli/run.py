@@ -1,0 +1,214 @@
+"""``nightshift run``: run one night of a catalogue in this process, with a live table."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from nightshift.cli import exits
+from nightshift.cli.args import add_command, catalogue_flag
+from nightshift.cli.exits import say
+
+__all__ = ["RUN_EXIT_CODES", "register", "run_catalogue"]
+
+RUN_EXIT_CODES = exits.epilog(
+    0, 1, 2, 3, 4, 5, 6, 64, c4="invalid catalogue, batch input, --only or --night"
+)
+
+
+def register(sub: Any) -> None:
+    """Add ``run`` to the subcommands."""
+    run = add_command(
+        sub,
+        "run",
+        "run the nightly flow locally (exit 0 ok, 2 partial, 1 failed)",
+        _command,
+        RUN_EXIT_CODES,
+    )
+    catalogue_flag(run)
+    run.add_argument("--only", nargs="+", metavar="LABEL", help="run only these jobs")
+    run.add_argument("--night", help="the night's date (default: today); reruns reuse it")
+    run.add_argument("--json", action="store_true", help="print one summary object at the end")
+
+
+def _command(args: argparse.Namespace) -> int:
+    return run_catalogue(args.catalogue, only=args.only, as_json=args.json, night=args.night)
+
+
+def run_catalogue(
+    path: str, *, only: list[str] | None = None, as_json: bool = False, night: str | None = None
+) -> int:
+    """Run one night of ``path`` in this process and return the exit code."""
+    from rich.console import Console
+
+    from nightshift.config.catalogue import load_catalogue
+    from nightshift.engine.plan import parse_night, plan_night, tonight
+    from nightshift.errors import CatalogueError, NightshiftError
+
+    err = Console(stderr=True)
+    try:
+        night = parse_night(night) if night else tonight()
+    except ValueError as exc:
+        say(str(exc))
+        return exits.BAD_CATALOGUE
+    try:
+        catalogue = load_catalogue(path)
+        labels = plan_night(catalogue, only).labels
+    except CatalogueError as exc:
+        say(str(exc))
+        return exits.BAD_CATALOGUE
+    except ValueError as exc:  # --only names a job the catalogue does not have
+        say(f"{path}: {exc}")
+        return exits.BAD_CATALOGUE
+
+    from flows.nightly import LIVE_SINKS, nightly, run_dir_for
+    from nightshift.cli.live import LiveTable
+    from nightshift.config.settings import load_settings
+    from nightshift.errors import LockHeldError
+
+    settings = load_settings()
+    # the ledger and the lease first: a clear line now, not a traceback from inside the flow
+    if (refusal := _check_ledger(settings.ledger_url(), catalogue.key)) is not None:
+        code, message = refusal
+        say(message)
+        return code
+    if (problem := _connect(err.is_terminal)) is not None:
+        say(problem)
+        return exits.NO_PREFECT
+    run_dir = run_dir_for(settings, night)
+    table = LiveTable(labels, err)
+    LIVE_SINKS.append(table.on_event)
+    try:
+        with table.shown(enabled=err.is_terminal):
+            state = nightly(
+                catalog=str(path), only=only, night=night, run_dir=str(run_dir), return_state=True
+            )
+    finally:
+        LIVE_SINKS.remove(table.on_event)
+    summary_file = run_dir / "summary.json"
+    error: Any = state.result(raise_on_failure=False)
+    if isinstance(error, LockHeldError):  # a refused night leaves a summary too: say it in a line
+        say(f"refused: {error}")
+        return exits.LOCKED
+    if not summary_file.exists():
+        if isinstance(error, CatalogueError):
+            say(str(error))
+            return exits.BAD_CATALOGUE
+        if exits.is_database_error(error):
+            say(exits.ledger_problem(settings.ledger_url(), error))
+            return exits.NO_LEDGER
+        if isinstance(error, NightshiftError):
+            say(f"error: {error}")
+            return exits.FAILED
+        say(f"the night crashed: {state.message}")
+        return exits.FAILED
+    summary = json.loads(summary_file.read_text(encoding="utf-8"))
+    if as_json:
+        print(json.dumps(summary))
+    else:
+        _print_summary(summary, run_dir)
+    if catalogue.notify is not None:
+        _say_outbox(settings.ledger_url(), catalogue.key)
+    return int(summary["exit_code"])
+
+
+def _say_outbox(url: str, key: str) -> None:
+    """One line when Slack did not take the night's messages (they wait in the outbox)."""
+    from nightshift.store.ledger import Ledger
+    from nightshift.store.outbox import Outbox
+
+    try:
+        ledger = Ledger(url, key)
+        try:
+            waiting = Outbox(ledger.engine).pending(key)
+        finally:
+            ledger.close()
+    except Exception:  # the night is over: this line is a courtesy, never a new failure
+        return
+    if waiting:
+        reason = waiting[-1].last_error or "not delivered"
+        say(
+            f"slack: {len(waiting)} message(s) wait in the outbox ({reason}); "
+            "`nightshift notify --flush` delivers them"
+        )
+
+
+def _check_ledger(url: str, key: str) -> tuple[int, str] | None:
+    """Open the ledger and look at the catalogue's lease: (exit code, one line), or None."""
+    from datetime import UTC, datetime
+
+    from nightshift.errors import LockHeldError
+    from nightshift.store.lease import Lease
+    from nightshift.store.ledger import Ledger
+
+    try:
+        ledger = Ledger(url)
+    except exits.DATABASE_ERRORS as exc:
+        return exits.NO_LEDGER, exits.ledger_problem(url, exc)
+    try:
+        holder = Lease(ledger.engine, key).holder()
+    except exits.DATABASE_ERRORS as exc:
+        return exits.NO_LEDGER, exits.ledger_problem(url, exc)
+    finally:
+        ledger.close()
+    if holder is None:
+        return None
+    owner, expires_at = holder
+    left = (expires_at - datetime.now(UTC)).total_seconds()
+    if left <= 0:
+        return None  # a crashed night's lease: this night takes it over
+    return exits.LOCKED, f"refused: {LockHeldError(key, owner, left)}"
+
+
+def _connect(verbose: bool) -> str | None:
+    """Reach the Prefect API now (starting the temporary server if none is configured).
+
+    Done before the live table is drawn: the server's start-up would otherwise break it up.
+    Returns what went wrong, in one line, or None.
+    """
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL
+
+    from nightshift.cli.reaper import install
+
+    url = PREFECT_API_URL.value()
+    if not url:
+        install()  # the temporary server must not outlive us, even after a kill -9
+    if verbose and not url:
+        say("starting Prefect's temporary server (about 15 s; set PREFECT_API_URL to use yours)")
+    try:
+        with get_client(sync_client=True) as client:
+            error = client.api_healthcheck()
+    except Exception as exc:  # the temporary server failed to start, a bad URL...
+        error = exc
+    if error is None:
+        return None
+    where = url or "Prefect's temporary server"
+    return f"cannot reach the Prefect API at {where}: {type(error).__name__}: {error}"
+
+
+def _print_summary(summary: dict[str, Any], run_dir: Path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    from nightshift.config.durations import format_duration
+
+    table = Table(title=f"night: {summary['severity']}")
+    for column in ("job", "state", "duration", "attempts", "detail"):
+        table.add_column(column)
+    for job in summary["jobs"]:
+        style = "green" if job["state"] == "succeeded" else "red"
+        # Text, not markup: a label like `gen:a:` or a detail with `[x]` is shown as it is
+        table.add_row(
+            Text(job["label"]),
+            Text(job["state"], style=style),
+            format_duration(job["duration_s"]),
+            str(job["attempts"]),
+            Text((job.get("detail") or "")[:80]),
+        )
+    console = Console()
+    console.print(table)
+    console.print(f"summary and log tails: {run_dir}", markup=False, highlight=False)
