@@ -23,9 +23,9 @@ import sqlalchemy as sa
 
 from nightshift.budgets import Budgets
 from nightshift.budgets.columns import WINDOW
+from nightshift.budgets.snapshots import BudgetSnapshots
 from nightshift.budgets.table import BudgetTables, budget_tables
 from nightshift.store.ledger import Ledger, UTCDateTime
-from nightshift.store.snapshots import BudgetSnapshots
 
 NOW = datetime(2026, 11, 29, 6, 0, tzinfo=UTC)
 STATES = ["submitting", "submitted", "queued", "running"]

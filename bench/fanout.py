@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from nightshift.engine.backoff import Backoff
+from nightshift.backoff import Backoff
 
 POLL = Backoff(initial=0.2, factor=2, max=1.0)
 STAGGER = 0.05

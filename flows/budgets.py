@@ -18,11 +18,11 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
 
 from nightshift.budgets.current import build_snapshot, window_history
+from nightshift.budgets.snapshots import KEEP
 from nightshift.config.settings import Settings, load_settings
 from nightshift.store.ledger import Ledger
-from nightshift.store.snapshots import KEEP
 
-__all__ = ["budgets", "run_dir_for"]
+__all__ = ["budgets", "budgets_run_dir"]
 
 # the API stores an artifact whole: pictures past this many bytes in all are named, not embedded
 MAX_EMBEDDED_BYTES = 8_000_000
@@ -42,7 +42,7 @@ def budgets(run_dir: str | None = None, keep: int = KEEP) -> dict[str, Any]:
     logger = get_run_logger()
     settings = load_settings()
     now = datetime.now(UTC)
-    run_path = Path(run_dir) if run_dir else run_dir_for(settings, now)
+    run_path = Path(run_dir) if run_dir else budgets_run_dir(settings, now)
     run_path.mkdir(parents=True, exist_ok=True)
     ledger = Ledger(settings.ledger_url())
     try:
@@ -76,7 +76,7 @@ def budgets(run_dir: str | None = None, keep: int = KEEP) -> dict[str, Any]:
     }
 
 
-def run_dir_for(settings: Settings, now: datetime) -> Path:
+def budgets_run_dir(settings: Settings, now: datetime) -> Path:
     """Where a budgets run's table and pictures go by default."""
     stamp = f"{now:%H%M%S}-{uuid.uuid4().hex[:6]}"
     return settings.state_dir / "runs" / "budgets" / f"{now:%Y-%m-%d}" / stamp

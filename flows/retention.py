@@ -7,10 +7,9 @@ from typing import Any
 
 from prefect import flow, get_run_logger
 
-from nightshift.cli.prune import catalogue_scope
 from nightshift.config.durations import parse_duration
 from nightshift.config.settings import load_settings
-from nightshift.store.retention import prune
+from nightshift.store.retention import prune, retention_scope
 
 __all__ = ["retention"]
 
@@ -27,7 +26,7 @@ def retention(
     logger = get_run_logger()
     keep_s = parse_duration(keep)
     settings = load_settings()
-    key, outputs = catalogue_scope(catalog)
+    key, outputs = retention_scope(catalog)
     report = prune(
         settings.ledger_url(),
         settings.state_dir,

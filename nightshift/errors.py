@@ -4,6 +4,7 @@
     ├── CatalogueError          bad catalogue: carries file, line, job and field
     ├── InputFileError          bad batch input file: carries every bad line
     ├── LockHeldError           another night of this catalogue is alive
+    ├── NightEndedEarly         the night could not go on (Prefect refused a limit, ...)
     └── BackendError            talking to an external job system
         ├── TransientBackendError   worth retrying (timeouts, 429/5xx, a CLI that failed to start)
         └── PermanentBackendError   retrying will not help (bad request, auth, unknown job)
@@ -26,6 +27,7 @@ __all__ = [
     "InputFileError",
     "InputProblem",
     "LockHeldError",
+    "NightEndedEarly",
     "NightshiftError",
     "PermanentBackendError",
     "TransientBackendError",
@@ -98,6 +100,10 @@ class LockHeldError(NightshiftError):
             f"another night of {key!r} is running ({owner}); "
             f"its lease expires in {expires_in_s:.0f}s unless renewed"
         )
+
+
+class NightEndedEarly(NightshiftError):
+    """The night could not go on (Prefect refused a limit, ...); the message says why."""
 
 
 class BackendError(NightshiftError):

@@ -21,14 +21,15 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from nightshift.engine.backoff import Backoff
+from nightshift.backoff import Backoff
 from nightshift.files import label_filename
+from nightshift.states import JobState
 from nightshift.store.db import UTCDateTime
 from nightshift.store.ledger import Ledger
 
 __all__ = ["Habits", "History", "Usual", "generate", "seed", "write"]
 
-SUBMITTING, SUBMITTED = "submitting", "submitted"
+SUBMITTING, SUBMITTED = JobState.SUBMITTING.value, JobState.SUBMITTED.value
 
 
 @dataclass(frozen=True)
@@ -112,7 +113,7 @@ def _job_night(
     for state, seconds in job.states:
         elapsed += seconds * _spread(rng, habits.sigma)
         ends.append((state, elapsed))
-    final = "succeeded"
+    final = JobState.SUCCEEDED.value
     if rng.random() < habits.failure_rate:
         # it dies part way through its last state
         state, end = ends[-1]

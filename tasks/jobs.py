@@ -13,7 +13,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.runtime import task_run
 from prefect.states import Completed, Failed, State
 
-from nightshift.engine.backoff import JOB_RETRY
+from nightshift.backoff import JOB_RETRY
 from nightshift.engine.context import NightContext
 from nightshift.engine.outcomes import JobOutcome
 from nightshift.engine.steps import (

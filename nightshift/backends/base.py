@@ -14,6 +14,8 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from nightshift.states import JobState
+
 if TYPE_CHECKING:
     from nightshift.errors import BackendError
 
@@ -35,11 +37,11 @@ __all__ = [
 class ExternalState(StrEnum):
     """Lifecycle of an external job as Nightshift sees it."""
 
-    QUEUED = "queued"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
+    QUEUED = JobState.QUEUED.value
+    RUNNING = JobState.RUNNING.value
+    SUCCEEDED = JobState.SUCCEEDED.value
+    FAILED = JobState.FAILED.value
+    CANCELLED = JobState.CANCELLED.value
 
     @property
     def final(self) -> bool:

@@ -1,7 +1,7 @@
 """The budgets a night (or the watchdog) watches with: the latest snapshot's, built if none.
 
 A snapshot is built from the ledger's last 30 days (every catalogue's) and stored in the ledger
-database (``nightshift.store.snapshots``); the ``budgets`` flow (weekly, deployed) and
+database (``nightshift.budgets.snapshots``); the ``budgets`` flow (weekly, deployed) and
 ``nightshift budgets --rebuild`` build a fresh one. Until then every night reads the same stored
 budgets; one older than ``MAX_AGE`` (a week: the budgets flow's cadence) is rebuilt by the next
 night that asks, so a team that runs nights without the budgets deployment still learns.
@@ -13,8 +13,8 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from nightshift.budgets.lookup import Budgets
+from nightshift.budgets.snapshots import KEEP, BudgetSnapshots, Snapshot, SnapshotInfo
 from nightshift.store.ledger import Ledger
-from nightshift.store.snapshots import KEEP, BudgetSnapshots, Snapshot, SnapshotInfo
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -35,6 +35,7 @@ from nightshift.budgets.columns import (
     Source,
 )
 from nightshift.config.durations import format_duration
+from nightshift.states import PATH, JobState
 
 if TYPE_CHECKING:
     from nightshift.budgets.table import BudgetTables
@@ -44,7 +45,7 @@ __all__ = ["PER_PAGE", "plot_budgets", "state_order"]
 PER_PAGE = 40  # jobs per picture
 FLOOR_S = 0.1  # a log axis has no 0: shorter dwells are drawn here
 MAX_DOTS = 300  # dots per state (a random sample beyond that; the box and ticks use them all)
-_LIFECYCLE = ["submitting", "submitted", "queued", "running", "fallback"]
+_LIFECYCLE = [*PATH, JobState.FALLBACK]
 _TICKS = {0.1: "100ms", 1: "1s", 10: "10s", 60: "1m", 600: "10m", 3600: "1h", 21_600: "6h"}
 _TICKS |= {86_400: "1d", 604_800: "1w"}
 # inches: the page's width, one state's line, a job's title line, the margins around the plot

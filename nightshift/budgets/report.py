@@ -17,8 +17,8 @@ from nightshift.config.durations import format_duration
 if TYPE_CHECKING:
     import pandas as pd
 
+    from nightshift.budgets.snapshots import SnapshotInfo
     from nightshift.budgets.table import BudgetTables
-    from nightshift.store.snapshots import SnapshotInfo
 
 __all__ = ["FIELDS", "WHOLE_JOB", "budget_rows", "markdown_table", "records"]
 

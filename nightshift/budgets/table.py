@@ -15,7 +15,6 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from nightshift.backends.base import FINAL_STATES
 from nightshift.budgets.columns import (
     ALERT_AT,
     AT,
@@ -39,7 +38,7 @@ from nightshift.budgets.columns import (
     N,
     Source,
 )
-from nightshift.engine.outcomes import FINAL_OUTCOMES
+from nightshift.states import FINAL
 
 __all__ = [
     "FINAL",
@@ -51,9 +50,6 @@ __all__ = [
     "state_budgets",
     "thresholds",
 ]
-
-# every name a job's last state can have: the night's outcomes and the backends' final states
-FINAL: frozenset[str] = FINAL_OUTCOMES | {state.value for state in FINAL_STATES}
 
 _KEYS = [CATALOGUE, LABEL, BACKEND, STATE, NIGHT]
 

@@ -12,7 +12,7 @@ from nightshift.cli import exits
 from nightshift.cli.args import add_command, catalogue_flag
 
 if TYPE_CHECKING:
-    from nightshift.store.snapshots import SnapshotInfo
+    from nightshift.budgets.snapshots import SnapshotInfo
 
 __all__ = ["BUDGET_EXIT_CODES", "WHOLE_JOB", "register", "show_budgets"]
 

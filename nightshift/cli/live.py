@@ -25,20 +25,20 @@ from nightshift.engine.context import utcnow
 from nightshift.engine.events import JobChanged, JobFinished, LevelChanged, NightEvent
 from nightshift.engine.expected import clock_text
 from nightshift.engine.night_progress import NightProgress
-from nightshift.engine.outcomes import is_final
+from nightshift.states import JobState, is_final
 
 __all__ = ["LiveTable"]
 
-_STYLE = {
-    "succeeded": "green",
-    "running": "cyan",
-    "queued": "yellow",
-    "failed": "red",
-    "timeout": "red",
-    "stuck_queued": "red",
-    "partial": "magenta",
-    "skipped": "dim",
-    "cancelled": "red",
+_STYLE: dict[str, str] = {
+    JobState.SUCCEEDED: "green",
+    JobState.RUNNING: "cyan",
+    JobState.QUEUED: "yellow",
+    JobState.FAILED: "red",
+    JobState.TIMEOUT: "red",
+    JobState.STUCK_QUEUED: "red",
+    JobState.PARTIAL: "magenta",
+    JobState.SKIPPED: "dim",
+    JobState.CANCELLED: "red",
 }
 _MARKER = {"watch": (" watch", "bold yellow"), "alert": (" ALERT", "bold red")}
 _CHROME = 7  # lines of a table that are not job rows: title, borders, header, caption

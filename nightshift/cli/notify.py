@@ -87,7 +87,7 @@ def run_notify(url: str, *, flush: bool, catalogue_path: str | None = None) -> i
 
 def _describe(item: OutboxItem) -> str:
     """``#3 (alert etl to #batch-alerts, nightly night 2026-11-29)``: names only, no secrets."""
-    from nightshift.notify.config import Route
+    from nightshift.config.notify import Route
 
     route = Route(**item.destination)
     what = item.kind + (f" {item.label}" if item.label else "")

@@ -11,7 +11,7 @@ from nightshift.cli import exits
 from nightshift.cli.args import add_command, catalogue_flag
 from nightshift.cli.exits import say
 
-__all__ = ["PRUNE_EXIT_CODES", "catalogue_scope", "register", "run_prune"]
+__all__ = ["PRUNE_EXIT_CODES", "register", "run_prune"]
 
 PRUNE_EXIT_CODES = exits.epilog(
     0,
@@ -40,6 +40,7 @@ def register(sub: Any) -> None:
 def _command(args: argparse.Namespace) -> int:
     from nightshift.config.durations import parse_duration
     from nightshift.config.settings import load_settings
+    from nightshift.store.retention import retention_scope
 
     try:
         keep_s = parse_duration(args.keep)
@@ -48,30 +49,13 @@ def _command(args: argparse.Namespace) -> int:
         return exits.USAGE
 
     def prune() -> int:
-        key, outputs = catalogue_scope(args.catalogue)
+        key, outputs = retention_scope(args.catalogue)
         settings = load_settings()
         return run_prune(
             settings.ledger_url(), settings.state_dir, keep_s, key, outputs, dry_run=args.dry_run
         )
 
     return exits.guarded(prune)
-
-
-def catalogue_scope(path: str | None) -> tuple[str | None, list[Path] | None]:
-    """The catalogue's key and its Gemini jobs' outputs; (None, None) without one.
-
-    Raises CatalogueError for an invalid catalogue.
-    """
-    from nightshift.config.catalogue import load_catalogue
-    from nightshift.engine.jobspec import job_spec
-
-    if path is None:
-        return None, None
-    catalogue = load_catalogue(path)
-    # the paths the backend writes beside (relative ones are next to the catalogue)
-    specs = [job_spec(catalogue, job.label) for job in catalogue.jobs]
-    outputs = [Path(s.options["output"]) for s in specs if s.backend == "gemini_batch"]
-    return catalogue.key, outputs
 
 
 def run_prune(

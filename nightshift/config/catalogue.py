@@ -19,9 +19,9 @@ from pydantic import (
 from nightshift.config.durations import parse_duration
 from nightshift.config.graph import graph_problems
 from nightshift.config.limits import BackendLimit
+from nightshift.config.notify import NotifyConfig
 from nightshift.config.timers import timer_problems
 from nightshift.errors import CatalogueError, CatalogueProblem
-from nightshift.notify.config import NotifyConfig
 
 __all__ = [
     "BACKENDS",
@@ -216,6 +216,11 @@ class Catalogue(_Strict):
     def job(self, label: str) -> AnyJob:
         """The job called ``label`` (KeyError naming it when there is none)."""
         return self._by_label[label]
+
+    @property
+    def home(self) -> Path:
+        """Where the catalogue's relative paths start: its folder (not the working directory)."""
+        return self.path.resolve().parent if self.path is not None else Path.cwd()
 
     @property
     def key(self) -> str:

@@ -13,10 +13,10 @@ from nightshift.backends.base import Backend, ExternalState, JobStatus
 from nightshift.config.catalogue import Catalogue
 from nightshift.engine.admission import Admission
 from nightshift.engine.events import JobChanged, Logger, PollFailed, Publisher, Since, Sink
+from nightshift.engine.ledger_sink import LedgerSink
 from nightshift.engine.outcomes import JobOutcome
 from nightshift.engine.watcher import Watcher
 from nightshift.store.ledger import Ledger
-from nightshift.store.ledger_sink import LedgerSink
 
 if TYPE_CHECKING:
     from nightshift.engine.dwell_watch import DwellWatch

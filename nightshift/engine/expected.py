@@ -13,14 +13,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from nightshift.states import PATH
+
 if TYPE_CHECKING:
     from nightshift.budgets.lookup import Budgets
     from nightshift.config.catalogue import Catalogue
 
 __all__ = ["PATH", "Typical", "clock_text", "state_end", "typical_of"]
-
-# the states a job passes on its way, in order (a backend may skip some: no p50, no time)
-PATH: tuple[str, ...] = ("submitting", "submitted", "queued", "running")
 
 
 @dataclass(frozen=True)

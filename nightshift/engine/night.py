@@ -117,7 +117,7 @@ def build_parts(
     try:
         hold = slots(limits)
     except Exception as exc:  # the Prefect API refused or is unreachable
-        from nightshift.orchestration.report import NightEndedEarly
+        from nightshift.errors import NightEndedEarly
 
         close_backends(backends)
         raise NightEndedEarly(

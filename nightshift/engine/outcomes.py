@@ -9,9 +9,9 @@ from typing import Any
 
 from nightshift.backends.base import ExternalState, JobStatus
 from nightshift.config.durations import format_duration
+from nightshift.states import Outcome, is_final
 
 __all__ = [
-    "FINAL_OUTCOMES",
     "JobOutcome",
     "NightSummary",
     "Outcome",
@@ -19,34 +19,13 @@ __all__ = [
     "is_final",
     "join",
     "join_details",
+    "outcome_from_external",
     "outcome_from_record",
-    "outcome_of",
     "status_detail",
     "verdict",
 ]
 
 
-class Outcome(StrEnum):
-    """The final word on one job."""
-
-    SUCCEEDED = "succeeded"
-    PARTIAL = "partial"  # the job ran but some of its rows failed or went missing
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-    TIMEOUT = "timeout"
-    STUCK_QUEUED = "stuck_queued"
-    SKIPPED = "skipped"
-
-    @property
-    def final(self) -> bool:
-        """Always: an outcome is a job's last state tonight (a rerun may still re-attach)."""
-        return self.value in FINAL_OUTCOMES
-
-
-# The one definition of "final" for the state names a night records and shows (ledger, live
-# table): the outcomes. Every other name (waiting, submitting, submitted, queued, running,
-# lost, fallback) is a job still on its way. External states have their own: ExternalState.final.
-FINAL_OUTCOMES: frozenset[str] = frozenset(outcome.value for outcome in Outcome)
 _OF_EXTERNAL = {
     ExternalState.SUCCEEDED: Outcome.SUCCEEDED,
     ExternalState.FAILED: Outcome.FAILED,
@@ -54,12 +33,7 @@ _OF_EXTERNAL = {
 }
 
 
-def is_final(state: str) -> bool:
-    """Whether a recorded or shown state name is a job's outcome (the job is done tonight)."""
-    return state in FINAL_OUTCOMES
-
-
-def outcome_of(state: ExternalState) -> Outcome:
+def outcome_from_external(state: ExternalState) -> Outcome:
     """The outcome a final external state gives before results are looked at."""
     if not state.final:
         raise ValueError(f"{state.value} is not final: no outcome yet")

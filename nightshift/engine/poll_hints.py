@@ -14,6 +14,8 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from nightshift.states import PATH, JobState
+
 if TYPE_CHECKING:
     from nightshift.config.catalogue import Catalogue
     from nightshift.engine.events import Logger
@@ -21,7 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = ["AFTER_SUBMIT", "ledger_poll_hints", "usual_after_submit"]
 
-AFTER_SUBMIT = ("submitted", "queued", "running")
+AFTER_SUBMIT = PATH[PATH.index(JobState.SUBMITTED) :]
 HINT_DAYS = 30
 
 

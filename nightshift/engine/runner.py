@@ -9,9 +9,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from nightshift.backends.base import Backend, ExternalState, JobSpec, capabilities
+from nightshift.backoff import Backoff
 from nightshift.config.catalogue import GeminiBatchJob
 from nightshift.engine.admission import Deadline
-from nightshift.engine.backoff import Backoff
 from nightshift.engine.context import NightContext
 from nightshift.engine.events import (
     JobFinished,
@@ -21,25 +21,24 @@ from nightshift.engine.outcomes import (
     JobOutcome,
     Outcome,
     join_details,
+    outcome_from_external,
     outcome_from_record,
-    outcome_of,
     status_detail,
 )
 from nightshift.engine.timers import JobTimers, job_timers
 from nightshift.engine.watcher import WatchRequest, WatchResult
 from nightshift.errors import BackendError, InputFileError, PermanentBackendError
 from nightshift.files import label_filename
+from nightshift.states import LIVE, JobState
 from nightshift.store.ledger import JobRecord
 
 __all__ = ["FALLBACK", "LOST", "SUBMITTING", "JobSteps", "end_job", "job_steps", "run_one_job"]
 
 LOG_TAIL_LINES = 40
-# ledger states of a job that may still be alive out there: a rerun re-attaches, never re-submits
-LOST = "lost"
-FALLBACK = "fallback"  # the batch was given up on; its missing rows are being answered on demand
+LOST = JobState.LOST.value
+FALLBACK = JobState.FALLBACK.value
 # a submit began but its answer was not recorded: the next try looks for the job before creating
-SUBMITTING = "submitting"
-_LIVE = {"submitted", LOST, FALLBACK} | {s.value for s in ExternalState if not s.final}
+SUBMITTING = JobState.SUBMITTING.value
 # a job's run as steps: it yields the watcher's future while the job is in flight (holding no
 # thread), is sent the future's result (or thrown its error), and returns the job's outcome
 JobSteps = Generator["Future[WatchResult]", Any, JobOutcome]
@@ -83,7 +82,7 @@ def _run(ctx: NightContext, label: str, job: Any, backend: Backend) -> JobSteps:
     if record is not None and record.state == Outcome.SUCCEEDED and record.external_id:
         # not a change of state, so no transition: its JobFinished tells the sinks
         return _report(ctx, outcome_from_record(record))
-    reattach = record is not None and bool(record.external_id) and record.state in _LIVE
+    reattach = record is not None and bool(record.external_id) and record.state in LIVE
     # an earlier try of this attempt began submitting and never recorded an id (a crash, or a
     # retry after an error): the same attempt again, and the backend looks before it creates
     resume = record is not None and not reattach and record.state == SUBMITTING
@@ -249,7 +248,7 @@ def _conclude(
         detail = join_details(detail, note)
     else:
         assert result.status is not None
-        outcome = outcome_of(result.status.state)
+        outcome = outcome_from_external(result.status.state)
         if result.status.state is not ExternalState.CANCELLED:
             data, note = _collect(backend, spec, external_id)
             if outcome is Outcome.SUCCEEDED and not data.get("ok", True):
@@ -280,7 +279,7 @@ def end_job(ctx: NightContext, label: str, outcome: Outcome, detail: str | None)
     """
     record = ctx.ledger.get_job(ctx.night, label)
     external_id = ctx.external_ids.get(label) or (record.external_id if record else None)
-    live = record is not None and record.state in _LIVE and external_id is not None
+    live = record is not None and record.state in LIVE and external_id is not None
     attempts = record.attempts if record is not None else 0
     return _finish(
         ctx,

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
-from nightshift.engine.backoff import JOB_RETRY
+from nightshift.backoff import JOB_RETRY
 from nightshift.engine.context import NightContext
 from nightshift.engine.outcomes import JobOutcome, Outcome
 from nightshift.engine.plan import Plan

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from nightshift.backends.base import Backend, ExternalState, JobStatus, capabilities
-from nightshift.engine.backoff import Backoff, next_poll_at
+from nightshift.backoff import Backoff, next_poll_at
 from nightshift.errors import BackendError, PermanentBackendError, TransientBackendError
 
 __all__ = ["WatchRequest", "WatchResult", "Watcher"]

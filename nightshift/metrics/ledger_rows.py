@@ -19,6 +19,7 @@ from nightshift.metrics.families import (
     RunCount,
     night_severity,
 )
+from nightshift.states import JobState
 from nightshift.store.alert_log import ALERTS_TABLE
 from nightshift.store.ledger import BEFORE_CATALOGUES, JOBS_TABLE, TRANSITIONS_TABLE
 
@@ -55,7 +56,7 @@ def _latest(conn: sa.Connection) -> list[JobLatest]:
             j.catalogue,
             j.label,
             sa.func.max(j.finished_at).label("last_run"),
-            sa.func.max(sa.case((j.state == "succeeded", j.finished_at))).label("last_ok"),
+            sa.func.max(sa.case((j.state == JobState.SUCCEEDED, j.finished_at))).label("last_ok"),
         )
         .where(finished)
         .group_by(j.catalogue, j.label)

@@ -21,9 +21,9 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from nightshift.config.notify import NotifyConfig, Route, SlackSettings
 from nightshift.engine.alerts import Alert
 from nightshift.engine.outcomes import NightSummary
-from nightshift.notify.config import NotifyConfig, Route, SlackSettings
 from nightshift.notify.render import (
     ALERT,
     RECOVERED,

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from nightshift.config.durations import format_duration
+from nightshift.config.notify import NotifyConfig, Route
 from nightshift.engine.alerts import Alert
 from nightshift.engine.outcomes import JobOutcome, NightSummary, Outcome, Severity
 from nightshift.notify.blocks import MAX_BLOCKS, Block, context, cut, escape, header, pack_lines
 from nightshift.notify.blocks import section as section_block
-from nightshift.notify.config import NotifyConfig, Route
 
 __all__ = [
     "COUNTED",
@@ -33,8 +33,9 @@ __all__ = [
 
 ALERT, DIGEST, RECOVERED = "alert", "digest", "recovered"
 # the counts every digest shows, in this order (cancelled only when there is one)
-COUNTED = ("succeeded", "partial", "failed", "timeout", "stuck_queued", "skipped", "cancelled")
-_SHOWN = {"succeeded": "ok", "stuck_queued": "stuck"}
+COUNTED = (Outcome.SUCCEEDED, Outcome.PARTIAL, Outcome.FAILED, Outcome.TIMEOUT,
+           Outcome.STUCK_QUEUED, Outcome.SKIPPED, Outcome.CANCELLED)  # fmt: skip
+_SHOWN: dict[str, str] = {Outcome.SUCCEEDED: "ok", Outcome.STUCK_QUEUED: "stuck"}
 _ICON = {Severity.OK: ":large_green_circle:", Severity.PARTIAL: ":large_orange_circle:",
          Severity.FAILED: ":red_circle:"}  # fmt: skip
 # the worst first: what a reader must act on leads the list

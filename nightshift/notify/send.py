@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
-from nightshift.notify.config import Route, SlackSettings
+from nightshift.config.notify import Route, SlackSettings
 
 __all__ = ["SLACK_API", "Delivery", "SlackSender"]
 

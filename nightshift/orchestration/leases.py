@@ -5,7 +5,7 @@ the limit shows (and, across nights, enforces) the jobs in flight. When the watc
 end, its lease goes straight to the next job the night's gate lets in: no release and acquire
 round trip, no wait on Prefect's retry timer. A lease nobody takes within ``grace`` seconds is
 released; all are released when the night ends. A limit that is full is asked again on a short
-poll of our own. Leases are renewed by one thread for the whole night.
+poll of our own. Slot leases are renewed by one thread for the whole night.
 """
 
 from __future__ import annotations
@@ -20,16 +20,16 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from prefect.client.orchestration import SyncPrefectClient
 
-from nightshift.engine.backoff import Backoff
+from nightshift.backoff import Backoff
 
 __all__ = [
     "FULL",
     "LEASE_S",
     "MIN_LEASE_S",
     "SLOT_POLL",
-    "LeaseApi",
-    "Leases",
     "PrefectLeaseApi",
+    "SlotLeaseApi",
+    "SlotLeases",
     "slot_lease_s",
 ]
 
@@ -48,7 +48,7 @@ def slot_lease_s(night_lease_ttl: float) -> float:
     return max(MIN_LEASE_S, night_lease_ttl)
 
 
-class LeaseApi(Protocol):
+class SlotLeaseApi(Protocol):
     """The server side: take one slot of a limit, renew its lease, give it back."""
 
     def acquire(self, name: str) -> str | None:
@@ -64,12 +64,12 @@ class LeaseApi(Protocol):
         ...
 
 
-class Leases:
+class SlotLeases:
     """Per limit name: leases in use by jobs, and spare ones waiting for the next job."""
 
     def __init__(
         self,
-        api: LeaseApi,
+        api: SlotLeaseApi,
         *,
         grace: float = 1.0,
         poll: Backoff = SLOT_POLL,
@@ -201,7 +201,7 @@ class Leases:
 
 
 class PrefectLeaseApi:
-    """``LeaseApi`` on the Prefect server's global concurrency limits.
+    """``SlotLeaseApi`` on the Prefect server's global concurrency limits.
 
     Its own client, not the flow run's shared one (whose context count is not thread-safe):
     opened on first use, closed by ``close``.

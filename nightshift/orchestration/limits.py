@@ -25,7 +25,7 @@ from prefect.concurrency.sync import rate_limit
 
 from nightshift.config.catalogue import Catalogue
 from nightshift.config.limits import BackendLimit
-from nightshift.orchestration.leases import LEASE_S, Leases, PrefectLeaseApi
+from nightshift.orchestration.leases import LEASE_S, PrefectLeaseApi, SlotLeases
 
 __all__ = [
     "PrefectHold",
@@ -81,7 +81,7 @@ class PrefectHold:
     """
 
     def __init__(
-        self, caps: dict[str, int], rates: dict[str, float], scope: str | None, leases: Leases
+        self, caps: dict[str, int], rates: dict[str, float], scope: str | None, leases: SlotLeases
     ) -> None:
         self._caps, self._rates, self._scope, self._leases = caps, rates, scope, leases
 
@@ -113,7 +113,7 @@ class PrefectHold:
 def prefect_slots(
     limits: Mapping[str, int | BackendLimit],
     scope: str | None = None,
-    leases: Leases | None = None,
+    leases: SlotLeases | None = None,
     lease_s: float = LEASE_S,
 ) -> PrefectHold:
     """Create or resize the limits; return the night's ``PrefectHold`` on them.
@@ -135,7 +135,7 @@ def prefect_slots(
                     rate_limit_name(backend, scope), burst, slot_decay_per_second=rate
                 )
     if leases is None:  # ``lease_s``: how long a slot outlives a night that died holding it
-        leases = Leases(PrefectLeaseApi(lease_s), renew_every=lease_s * 0.75)
+        leases = SlotLeases(PrefectLeaseApi(lease_s), renew_every=lease_s * 0.75)
     return PrefectHold(caps, rates, scope, leases)
 
 

@@ -10,16 +10,12 @@ from prefect.artifacts import create_table_artifact
 
 from nightshift.config.catalogue import Catalogue
 from nightshift.engine.outcomes import JobOutcome, NightSummary, Outcome
-from nightshift.errors import LockHeldError, NightshiftError
+from nightshift.errors import LockHeldError, NightEndedEarly
 from nightshift.files import write_atomic
 
-__all__ = ["SUMMARY_FILE", "NightEndedEarly", "not_run", "report", "summary_json", "why"]
+__all__ = ["SUMMARY_FILE", "not_run", "report", "summary_json", "why"]
 
 SUMMARY_FILE = "summary.json"
-
-
-class NightEndedEarly(NightshiftError):
-    """The night could not go on (Prefect refused a limit, ...); the message says why."""
 
 
 def why(exc: BaseException) -> str:

@@ -15,13 +15,16 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 import sqlalchemy as sa
 
+from nightshift.states import JobState
 from nightshift.store import migrations
 from nightshift.store.db import UTCDateTime, make_engine
+
+if TYPE_CHECKING:  # a night never reads history as a frame: pandas comes with history()
+    import pandas as pd
 
 __all__ = [
     "AT",
@@ -262,6 +265,8 @@ class Ledger:
         ``all_catalogues``: every catalogue's (not those from before catalogues), with a first
         ``catalogue`` column: the frame ``nightshift.budgets.table`` reads.
         """
+        import pandas as pd
+
         t = _transitions
         if all_catalogues:
             scope: tuple[sa.ColumnElement[bool], ...] = (t.c.catalogue != BEFORE_CATALOGUES,)
@@ -312,7 +317,7 @@ class Ledger:
         attempts: int,
         *,
         at: datetime | None = None,
-        state: str = "queued",
+        state: str = JobState.QUEUED,
     ) -> None:
         """Record a (re)submission; clears the finish time, detail and data of an earlier try."""
         values: dict[str, Any] = {"backend": backend, "external_id": external_id}
@@ -339,7 +344,7 @@ class Ledger:
         self._upsert_job(night, label, values)
 
     def expected_durations(
-        self, labels: Iterable[str], since: datetime, *, succeeded: str = "succeeded"
+        self, labels: Iterable[str], since: datetime, *, succeeded: str = JobState.SUCCEEDED
     ) -> dict[str, float]:
         """Median seconds from submit to finish of each label's succeeded jobs since ``since``."""
         wanted = sorted(set(labels))

@@ -22,7 +22,14 @@ from nightshift.backends.command import supervisor as runner
 # the tables are the ledger's own; retention is the one other writer allowed to touch them
 from nightshift.store.ledger import Ledger, _jobs, _transitions
 
-__all__ = ["PruneReport", "prune", "prune_folders", "prune_ledger", "prune_manifests"]
+__all__ = [
+    "PruneReport",
+    "prune",
+    "prune_folders",
+    "prune_ledger",
+    "prune_manifests",
+    "retention_scope",
+]
 
 
 @dataclass(frozen=True)
@@ -37,6 +44,22 @@ class PruneReport:
     manifest_bytes: int
     folders: int
     folder_bytes: int
+
+
+def retention_scope(path: str | None) -> tuple[str | None, list[Path] | None]:
+    """What a prune of catalogue ``path`` covers: its key and its Gemini jobs' outputs.
+
+    (None, None) without a catalogue: every catalogue's rows, and no manifests. Raises
+    CatalogueError for an invalid catalogue.
+    """
+    from nightshift.config.catalogue import GeminiBatchJob, load_catalogue
+
+    if path is None:
+        return None, None
+    catalogue = load_catalogue(path)
+    # the manifests sit beside the outputs the backend writes (relative: next to the catalogue)
+    jobs = [job for job in catalogue.jobs if isinstance(job, GeminiBatchJob)]
+    return catalogue.key, [catalogue.home / job.output for job in jobs]
 
 
 def prune_ledger(

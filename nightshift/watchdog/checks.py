@@ -30,6 +30,7 @@ from typing import Protocol
 
 from nightshift.budgets.lookup import Budget, classify
 from nightshift.config.durations import format_duration
+from nightshift.states import JobState
 from nightshift.store.alert_log import DWELL, STALE, STOPPED, STREAK, AlertRecord
 
 __all__ = [
@@ -47,7 +48,6 @@ __all__ = [
 ]
 
 BY = "watchdog"  # the alert log's raised_by
-SUCCEEDED = "succeeded"
 
 
 class BudgetLookup(Protocol):
@@ -228,7 +228,7 @@ def _trailing_not_ok(rows: Sequence[NightOutcome]) -> list[NightOutcome]:
     """The newest rows after the last success, oldest first."""
     streak: list[NightOutcome] = []
     for row in reversed(rows):
-        if row.state == SUCCEEDED:
+        if row.state == JobState.SUCCEEDED:
             break
         streak.append(row)
     return streak[::-1]

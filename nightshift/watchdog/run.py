@@ -92,8 +92,8 @@ def watch_once(
     Database errors propagate for the caller to name.
     """
     from nightshift.budgets.current import current_budgets
-    from nightshift.store import watch_reads as reads
     from nightshift.store.ledger import Ledger
+    from nightshift.watchdog import reads
 
     rules = rules or Rules()
     sink = sink or LogFindingSink()

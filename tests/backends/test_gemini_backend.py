@@ -18,8 +18,8 @@ from nightshift.backends.gemini.batch import (
     build_gemini_client,
 )
 from nightshift.backends.gemini.wait import CancelWait
+from nightshift.backoff import Backoff
 from nightshift.config.settings import Settings
-from nightshift.engine.backoff import Backoff
 from nightshift.errors import InputFileError, PermanentBackendError, TransientBackendError
 from sandbox.gemini_emulator import BatchScript, GeminiEmulator
 from tests.conftest import GEMINI_KEY as KEY

@@ -14,7 +14,7 @@ from nightshift.backends.base import ExternalState, JobStatus
 from nightshift.backends.gemini.batch import GeminiBatchBackend
 from nightshift.backends.gemini.results import manifest_path
 from nightshift.backends.gemini.wait import CancelWait
-from nightshift.engine.backoff import Backoff
+from nightshift.backoff import Backoff
 from nightshift.errors import BackendError, PermanentBackendError, TransientBackendError
 from sandbox.gemini_emulator import BatchScript, GeminiEmulator
 from tests.backends.test_gemini_backend import (

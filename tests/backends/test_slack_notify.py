@@ -9,9 +9,9 @@ from datetime import UTC, datetime
 
 import pytest
 
+from nightshift.config.notify import NotifyConfig
 from nightshift.engine.alerts import Alert
 from nightshift.engine.outcomes import JobOutcome, NightSummary, Outcome, Severity
-from nightshift.notify.config import NotifyConfig
 from nightshift.notify.notifier import Notifier, SlackAlertSink, flush_outbox
 from nightshift.notify.render import Message, render_night
 from nightshift.notify.send import SlackSender

@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from nightshift.notify.config import Route, SlackSettings
+from nightshift.config.notify import Route, SlackSettings
 from nightshift.notify.send import SlackSender
 from sandbox.slack_emulator import SlackEmulator
 

@@ -19,10 +19,10 @@ from nightshift.backends.base import Backend, ExternalState, JobSpec, JobStatus
 from nightshift.backends.cli import CliBackend
 from nightshift.backends.command.backend import CommandBackend
 from nightshift.backends.gemini.batch import GeminiBatchBackend, RetryPolicy, build_gemini_client
+from nightshift.backoff import Backoff
 from nightshift.config.catalogue import parse_catalogue
 from nightshift.config.settings import Settings
 from nightshift.engine.admission import Admission
-from nightshift.engine.backoff import Backoff
 from nightshift.engine.context import NightContext
 from nightshift.engine.outcomes import Outcome
 from nightshift.engine.runner import run_one_job

@@ -8,9 +8,9 @@ import pytest
 
 from nightshift.cli import exits
 from nightshift.cli.main import main
+from nightshift.config.notify import NotifyConfig
 from nightshift.config.settings import load_settings
 from nightshift.engine.outcomes import JobOutcome, NightSummary, Outcome, Severity
-from nightshift.notify.config import NotifyConfig
 from nightshift.notify.notifier import Notifier
 from nightshift.notify.send import SlackSender
 from nightshift.store.ledger import Ledger

@@ -89,8 +89,8 @@ def test_watchdog_spells_it_catalogue_and_still_takes_catalog(
 def test_watchdog_tells_slack_delivers_the_outbox_and_writes_metrics(
     sandbox: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    from nightshift.config.notify import NotifyConfig
     from nightshift.engine.outcomes import JobOutcome, NightSummary, Outcome, Severity
-    from nightshift.notify.config import NotifyConfig
     from nightshift.notify.notifier import Notifier
     from nightshift.notify.send import SlackSender
     from nightshift.store.outbox import Outbox

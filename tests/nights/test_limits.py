@@ -7,7 +7,7 @@ import time
 import httpx
 import pytest
 
-from nightshift.orchestration.leases import Leases, PrefectLeaseApi
+from nightshift.orchestration.leases import PrefectLeaseApi, SlotLeases
 from nightshift.orchestration.limits import limit_name, prefect_slots
 from tests.support import wait_until
 
@@ -19,7 +19,7 @@ def test_a_prefect_api_blip_during_a_capped_job_does_not_cancel_it(
 ) -> None:
     from prefect.client.orchestration import SyncPrefectClient
 
-    leases = Leases(PrefectLeaseApi(), renew_every=0.05)
+    leases = SlotLeases(PrefectLeaseApi(), renew_every=0.05)
     hold = prefect_slots({"cli": 1}, leases=leases)
     calls: list[int] = []
 
@@ -49,7 +49,7 @@ def test_a_slot_goes_to_the_nights_next_job_and_to_another_night_once_released()
             Counted.acquired += 1
             return super().acquire(name)
 
-    ours = prefect_slots({"cli": 1}, scope="handoff", leases=Leases(Counted(), grace=0.2))
+    ours = prefect_slots({"cli": 1}, scope="handoff", leases=SlotLeases(Counted(), grace=0.2))
     theirs = prefect_slots({"cli": 1}, scope="handoff")
 
     def active() -> int:

@@ -11,8 +11,8 @@ from nightshift.budgets.current import (
     current_budgets,
     latest_snapshot,
 )
+from nightshift.budgets.snapshots import BudgetSnapshots
 from nightshift.store.ledger import Ledger
-from nightshift.store.snapshots import BudgetSnapshots
 
 NOW = datetime(2026, 11, 29, 6, 0, tzinfo=UTC)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from nightshift.engine.events import JobChanged
+from nightshift.engine.ledger_sink import LedgerSink
 from nightshift.store.ledger import DWELL_S, STATE, Ledger
-from nightshift.store.ledger_sink import LedgerSink
 
 T0 = datetime(2026, 11, 29, 1, 0, tzinfo=UTC)
 NIGHT = "2026-11-29"

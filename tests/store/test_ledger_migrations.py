@@ -17,12 +17,12 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
+from nightshift.budgets import snapshots as snapshots_module
 from nightshift.store import alert_log as alert_log_module
 from nightshift.store import lease as lease_module
 from nightshift.store import ledger as ledger_module
 from nightshift.store import migrations
 from nightshift.store import outbox as outbox_module
-from nightshift.store import snapshots as snapshots_module
 from nightshift.store.db import make_engine
 from nightshift.store.lease import Lease
 from nightshift.store.ledger import BEFORE_CATALOGUES, JobRecord, Ledger

@@ -10,8 +10,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from nightshift.engine.events import JobChanged
+from nightshift.engine.ledger_sink import LedgerSink
 from nightshift.store.ledger import Ledger, TransitionRow
-from nightshift.store.ledger_sink import LedgerSink
 from tests.support import wait_until
 
 T0 = datetime(2026, 11, 29, 1, 0, tzinfo=UTC)

@@ -8,9 +8,9 @@ import pandas as pd
 import pytest
 
 from nightshift.budgets.columns import HISTORY_COLUMNS, WINDOW
+from nightshift.budgets.snapshots import BudgetSnapshots, SnapshotInfo
 from nightshift.budgets.table import BudgetTables, budget_tables
 from nightshift.store.ledger import Ledger
-from nightshift.store.snapshots import BudgetSnapshots, SnapshotInfo
 
 NOW = datetime(2026, 11, 29, 6, 0, tzinfo=UTC)
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from nightshift.store import watch_reads as reads
 from nightshift.store.alert_log import DWELL, STALE, STOPPED, STREAK, AlertLog, AlertRecord
 from nightshift.store.lease import Lease
 from nightshift.store.ledger import Ledger
+from nightshift.watchdog import reads
 from nightshift.watchdog.checks import InFlight, LabelRecord, NightOutcome
 from nightshift.watchdog.run import watch_once
 

@@ -7,7 +7,7 @@ from dataclasses import FrozenInstanceError
 
 import pytest
 
-from nightshift.engine.backoff import Backoff, poll_until
+from nightshift.backoff import Backoff, poll_until
 from tests.support import FakeClock
 
 

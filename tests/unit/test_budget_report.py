@@ -8,8 +8,8 @@ import pandas as pd
 
 from nightshift.budgets.columns import HISTORY_COLUMNS
 from nightshift.budgets.report import WHOLE_JOB, budget_rows, markdown_table, records
+from nightshift.budgets.snapshots import SnapshotInfo
 from nightshift.budgets.table import budget_tables
-from nightshift.store.snapshots import SnapshotInfo
 
 NOW = datetime(2026, 11, 29, 6, 0, tzinfo=UTC)
 INFO = SnapshotInfo(7, NOW, NOW - timedelta(days=30), 1234)

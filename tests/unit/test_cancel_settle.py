@@ -5,7 +5,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from nightshift.backends.gemini.wait import CancelWait, settle
-from nightshift.engine.backoff import Backoff
+from nightshift.backoff import Backoff
 from tests.support import FakeClock
 
 

@@ -1,4 +1,5 @@
-"""One definition of "final" per vocabulary: external states, and the outcomes a night records."""
+"""One vocabulary of job states (nightshift.states), "final" defined once; the external states
+a backend reports use the same names."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from rich.console import Console
 from nightshift.backends.base import FINAL_STATES, ExternalState
 from nightshift.backends.gemini.wait import BATCH_STATES, is_final_state
 from nightshift.cli.live import LiveTable
-from nightshift.engine.outcomes import FINAL_OUTCOMES, Outcome, is_final, outcome_of
-from nightshift.engine.runner import FALLBACK, LOST, SUBMITTING
+from nightshift.engine.outcomes import outcome_from_external
+from nightshift.states import FINAL, LIVE, PATH, JobState, Outcome, is_final
 
 # every external state, classified by hand: a new one must be added here on purpose
 EXTERNAL = {
@@ -22,7 +23,10 @@ EXTERNAL = {
     ExternalState.CANCELLED: True,
 }
 # the state names of a job on its way, as recorded in the ledger or shown in the live table
-ON_THE_WAY = ["waiting", SUBMITTING, "submitted", "queued", "running", LOST, FALLBACK]
+ON_THE_WAY = ["waiting", "submitting", "submitted", "queued", "running", "lost", "fallback"]
+# what the ledger stores: these exact strings, never renamed (old rows must still read)
+STORED = [*ON_THE_WAY, "succeeded", "partial", "failed", "cancelled", "timeout", "stuck_queued",
+          "skipped"]  # fmt: skip
 
 
 @pytest.mark.parametrize("state", list(ExternalState))
@@ -32,15 +36,15 @@ def test_every_external_state_is_classified_and_a_final_one_has_an_outcome(
     assert state.final is EXTERNAL[state]
     assert (state in FINAL_STATES) is state.final
     if state.final:
-        assert outcome_of(state).value == state.value
+        assert outcome_from_external(state).value == state.value
     else:
         with pytest.raises(ValueError, match="not final"):
-            outcome_of(state)
+            outcome_from_external(state)
 
 
 @pytest.mark.parametrize("outcome", list(Outcome))
 def test_every_outcome_is_final(outcome: Outcome) -> None:
-    assert outcome.final and is_final(outcome.value) and outcome.value in FINAL_OUTCOMES
+    assert outcome.final and is_final(outcome.value) and outcome.value in FINAL
 
 
 @pytest.mark.parametrize("state", ON_THE_WAY)
@@ -50,8 +54,8 @@ def test_a_job_on_its_way_is_not_final(state: str) -> None:
 
 def test_the_vocabularies_agree() -> None:
     assert set(EXTERNAL) == set(ExternalState)
-    assert {s.value for s in FINAL_STATES} <= FINAL_OUTCOMES
-    assert FINAL_OUTCOMES.isdisjoint(ON_THE_WAY)
+    assert {s.value for s in FINAL_STATES} <= FINAL
+    assert FINAL.isdisjoint(ON_THE_WAY)
     # the Gemini batch states take their finality from the external state they map to
     for raw, state in BATCH_STATES.items():
         assert is_final_state(raw) is state.final
@@ -66,3 +70,16 @@ def test_the_live_table_counts_exactly_the_outcomes_as_finished() -> None:
     for outcome in Outcome:
         table.update(f"done-{outcome.value}", outcome.value)
     assert table.render().title == f"nightshift: {len(Outcome)}/{len(labels)} jobs finished"
+
+
+def test_one_enum_names_every_state_the_ledger_stores() -> None:
+    assert [state.value for state in JobState] == STORED
+    assert {state.value for state in ExternalState} <= set(STORED)
+    assert {outcome.value for outcome in Outcome} == FINAL == {s for s in JobState if s.final}
+
+
+def test_live_and_final_split_the_states_of_a_job_with_an_external_job() -> None:
+    assert LIVE.isdisjoint(FINAL)
+    assert {"submitted", "queued", "running", "lost", "fallback"} == LIVE
+    assert {s.value for s in ExternalState if not s.final} <= LIVE
+    assert PATH == ("submitting", "submitted", "queued", "running")

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from nightshift.orchestration.leases import FULL, Leases
+from nightshift.orchestration.leases import FULL, SlotLeases
 from tests.support import FakeClock, wait_until
 
 
@@ -53,7 +53,7 @@ class FakeServer:
 
 def test_a_lease_handed_on_goes_to_the_next_job_without_a_round_trip() -> None:
     server, clock = FakeServer(size=1), FakeClock()
-    leases = Leases(server, clock=clock, grace=60)
+    leases = SlotLeases(server, clock=clock, grace=60)
     first = leases.hold("cli", 10)
     first.__enter__()
     leases.hand_on("cli")  # the watcher saw the first job end; its record is still written
@@ -78,7 +78,7 @@ def test_a_full_limit_is_asked_again_on_a_short_poll_until_the_deadline() -> Non
         if len(waits) == 4:
             server.release("another-night")
 
-    leases = Leases(server, clock=clock, sleep=sleep)
+    leases = SlotLeases(server, clock=clock, sleep=sleep)
     with leases.hold("cli", 10):
         pass
     assert waits == [0.05, 0.1, 0.2, 0.4]  # not Prefect's Retry-After
@@ -91,7 +91,7 @@ def test_a_full_limit_is_asked_again_on_a_short_poll_until_the_deadline() -> Non
 
 def test_a_missing_limit_holds_nothing_and_the_night_goes_on() -> None:
     server = FakeServer(missing=True)
-    leases = Leases(server)
+    leases = SlotLeases(server)
     with leases.hold("cli", 1):
         leases.hand_on("cli")
     assert server.releases == []
@@ -99,7 +99,7 @@ def test_a_missing_limit_holds_nothing_and_the_night_goes_on() -> None:
 
 def test_closing_the_night_releases_every_lease_it_still_has() -> None:
     server = FakeServer(size=3)
-    leases = Leases(server, grace=3600)
+    leases = SlotLeases(server, grace=3600)
     held = leases.hold("cli", 1)
     held.__enter__()
     with leases.hold("cli", 1):
@@ -110,7 +110,7 @@ def test_closing_the_night_releases_every_lease_it_still_has() -> None:
 
 def test_a_failed_renewal_only_warns(caplog: pytest.LogCaptureFixture) -> None:
     server = FakeServer(size=2)
-    leases = Leases(server, renew_every=0.01)
+    leases = SlotLeases(server, renew_every=0.01)
     with leases.hold("cli", 1):
         server.held.clear()  # the server forgot it (expired): renewing now fails
         wait_until(lambda: "could not renew" in caplog.text, 10, "a renewal to fail")

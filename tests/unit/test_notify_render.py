@@ -8,11 +8,11 @@ from datetime import UTC, datetime
 import pytest
 
 from nightshift.config.catalogue import parse_catalogue
+from nightshift.config.notify import NotifyConfig
 from nightshift.engine.alerts import Alert
 from nightshift.engine.outcomes import JobOutcome, NightSummary, Outcome, Severity
 from nightshift.errors import CatalogueError
 from nightshift.notify.blocks import HEADER_CHARS, MAX_BLOCKS, SECTION_CHARS, escape, pack_lines
-from nightshift.notify.config import NotifyConfig
 from nightshift.notify.render import (
     flow_run_link,
     job_line,

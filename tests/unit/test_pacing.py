@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
+from nightshift.backoff import Backoff, next_poll_at
 from nightshift.engine.admission import Admission, Deadline, Pace
-from nightshift.engine.backoff import Backoff, next_poll_at
 from tests.support import FakeClock, wait_until
 
 POLL = Backoff(initial=2, factor=2, max=30)

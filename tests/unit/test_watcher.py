@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from nightshift.backends.base import ExternalState, JobStatus
-from nightshift.engine.backoff import Backoff
+from nightshift.backoff import Backoff
 from nightshift.engine.watcher import Watcher, WatchRequest
 from nightshift.errors import PermanentBackendError, TransientBackendError
 from tests.support import BatchScriptedBackend, ScriptedBackend

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from nightshift.backends.base import ExternalState, JobStatus
-from nightshift.engine.backoff import Backoff
+from nightshift.backoff import Backoff
 from nightshift.engine.watcher import Watcher, WatchRequest
 from nightshift.errors import PermanentBackendError
 from tests.support import FakeClock, ScriptedBackend

@@ -24,8 +24,8 @@ from typing import Any
 
 from nightshift.backends.base import ExternalState, JobSpec, JobStatus
 from nightshift.backends.command import supervisor as runner
+from nightshift.backoff import Backoff, poll_until
 from nightshift.config.settings import child_environment
-from nightshift.engine.backoff import Backoff, poll_until
 from nightshift.errors import PermanentBackendError, TransientBackendError
 from nightshift.files import label_filename
 

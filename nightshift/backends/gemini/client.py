@@ -18,8 +18,8 @@ from google import genai
 from google.genai import errors as genai_errors
 from google.genai import types
 
+from nightshift.backoff import Backoff
 from nightshift.config.settings import Settings
-from nightshift.engine.backoff import Backoff
 from nightshift.errors import BackendError, PermanentBackendError, TransientBackendError
 
 __all__ = [

@@ -16,7 +16,7 @@ from typing import Any
 
 from nightshift.backends.base import ExternalState
 from nightshift.backends.gemini.client import sdk_state_name
-from nightshift.engine.backoff import Backoff, poll_until
+from nightshift.backoff import Backoff, poll_until
 
 __all__ = ["BATCH_STATES", "CancelWait", "batch_started", "is_final_state", "settle"]
 

@@ -17,16 +17,15 @@ from datetime import UTC, datetime
 
 import sqlalchemy as sa
 
-from nightshift.engine.outcomes import FINAL_OUTCOMES
+from nightshift.states import FINAL, JobState
 from nightshift.store.db import UTCDateTime
 from nightshift.store.ledger import BEFORE_CATALOGUES
 from nightshift.watchdog.checks import InFlight, LabelRecord, LeaseRow, NightOutcome
 
 __all__ = ["DONE", "in_flight", "label_records", "leases", "night_activity", "outcomes"]
 
-LOST = "lost"  # the runner's: failed tonight, kept live so a rerun re-attaches
-DONE = frozenset(FINAL_OUTCOMES | {LOST})  # a night's last word on a job
-SUCCEEDED = "succeeded"
+# a night's last word on a job: its outcome, or lost (failed tonight, kept for a rerun)
+DONE = frozenset(FINAL | {JobState.LOST})
 
 _jobs = sa.table(
     "jobs",
@@ -130,7 +129,7 @@ def label_records(engine: sa.Engine, catalogue: str) -> dict[str, LabelRecord]:
     """Each label of ``catalogue`` that finished at least once: its first run, last success."""
     j = _jobs.c
     when = sa.func.coalesce(j.submitted_at, j.finished_at)
-    success = j.state == SUCCEEDED
+    success = j.state == JobState.SUCCEEDED
     query = (
         sa.select(
             j.label,
