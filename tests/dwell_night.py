@@ -1,7 +1,8 @@
-"""A night with dwell detection on fake clocks: a scripted backend, budgets given as literals.
+"""A night with dwell detection on a fake clock: a scripted backend, budgets given as literals.
 
-The night's jobs run on a thread of their own; the test moves the clocks and pokes the watcher
-and the dwell timer, then waits for what should follow (never a fixed sleep).
+The night's jobs run on their event loop (``tests/night_kit.py``), on a thread of its own; the
+test moves the one fake clock and pokes the watcher and the dwell timer, then waits for what
+should follow (never a fixed sleep).
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -24,14 +24,13 @@ from nightshift.engine.dwell_watch import BudgetLoader
 from nightshift.engine.events import JobChanged, LevelChanged, NightEvent
 from nightshift.engine.night import NightParts, open_night
 from nightshift.engine.plan import plan_night
-from nightshift.engine.steps import run_jobs_plain
 from nightshift.store.alert_log import AlertLog
 from nightshift.store.ledger import Ledger
-from tests.support import ScriptedBackend, wait_until
+from tests.night_kit import start_jobs
+from tests.support import EPOCH, FakeClock, ScriptedBackend, wait_until
 
 Q, R, S = ExternalState.QUEUED, ExternalState.RUNNING, ExternalState.SUCCEEDED
 NIGHT = "2030-01-01"
-EPOCH = datetime(2030, 1, 1, 22, 0, tzinfo=UTC)
 CATALOGUE = """\
 name: test
 defaults: {{poll: {{initial: {poll}, max: {poll}}}, stagger: 0s, retries: 0, deadline: 24h}}
@@ -46,26 +45,6 @@ def budgets(*states: str, job_p50: float | None = None) -> Budgets:
     """The budget above for job ``slow`` in each of ``states``; a whole-job p50 if given."""
     jobs = {("test", "slow"): Budget(job_p50, job_p50, 20)} if job_p50 is not None else {}
     return Budgets(states={("test", "slow", s): BUDGET for s in states}, jobs=jobs)
-
-
-class Clocks:
-    """The watcher's monotonic seconds and the wall clock, moved together by the test."""
-
-    def __init__(self, start: datetime = EPOCH) -> None:
-        self._t = 1000.0
-        self._start = start
-        self._lock = threading.Lock()
-
-    def __call__(self) -> float:
-        with self._lock:
-            return self._t
-
-    def advance(self, seconds: float) -> None:
-        with self._lock:
-            self._t += seconds
-
-    def wall(self) -> datetime:
-        return self._start + timedelta(seconds=self() - 1000.0)
 
 
 @dataclass
@@ -83,7 +62,7 @@ class Night:
     """A running night and what the test watches of it."""
 
     ctx: NightContext
-    clocks: Clocks
+    clock: FakeClock
     backend: ScriptedBackend
     events: list[NightEvent]
     alerts: Recorder
@@ -103,15 +82,15 @@ class Night:
         return changed[-1] if changed else None
 
     def move(self, seconds: float) -> None:
-        """Move both clocks, wake the watcher and the dwell timer, wait for the watcher."""
-        self.clocks.advance(seconds)
+        """Move the clock, wake the watcher and the dwell timer, wait for the watcher."""
+        self.clock.advance(seconds)
         self.ctx.watcher.poke()
         if self.ctx.dwell is not None:
             self.ctx.dwell.poke()
         self.ctx.watcher.wait_idle(timeout=10)
 
     def run_out(self, step: float, limit: int = 1000) -> None:
-        """Move the clocks ``step`` at a time until the night's jobs are done."""
+        """Move the clock ``step`` at a time until the night's jobs are done."""
         for _ in range(limit):
             if not self.thread.is_alive():
                 return
@@ -134,24 +113,24 @@ def dwell_night(
     load: BudgetLoader | None,
     *,
     poll: str = "100s",
-    clocks: Clocks | None = None,
+    clock: FakeClock | None = None,
     real_clocks: bool = False,
     owns_night: Callable[[], bool] = lambda: True,
 ) -> Iterator[Night]:
     """Job ``slow`` on its script, the night running on a thread; joined on the way out.
 
-    ``real_clocks``: the night runs on the real clocks (``Night.clocks`` is then unused).
+    ``real_clocks``: the night runs on the real clocks (``Night.clock`` is then unused).
     """
     catalogue = parse_catalogue(CATALOGUE.format(poll=poll), tmp_path / "nightshift.yaml")
-    clocks = clocks or Clocks()
-    timing: dict[str, Any] = {} if real_clocks else {"clock": clocks, "wall": clocks.wall}
+    clock = clock or FakeClock(epoch=EPOCH)
+    timing: dict[str, Any] = {} if real_clocks else {"clock": clock, "wall": clock.wall}
     backend = ScriptedBackend(name="command", scripts={"slow": list(script)})
     events: list[NightEvent] = []
     alerts = Recorder()
     parts = NightParts(
         backends={"command": backend},  # type: ignore[dict-item]
         ledger=ledger,
-        admission=Admission(0) if real_clocks else Admission(0, clock=clocks),
+        admission=Admission(0) if real_clocks else Admission(0, clock=clock),
         sinks=[events.append],
         **timing,
         budgets=load,
@@ -162,11 +141,8 @@ def dwell_night(
     with open_night(
         catalogue, parts, plan, night=NIGHT, run_id="t", run_dir=run_dir, owns_night=owns_night
     ) as ctx:
-        thread = threading.Thread(
-            target=run_jobs_plain, args=(ctx, plan), kwargs={"sleep": lambda _s: None}
-        )
-        thread.start()
-        night = Night(ctx, clocks, backend, events, alerts, thread)
+        thread = start_jobs(ctx, plan)  # the night's event loop, on a thread of its own
+        night = Night(ctx, clock, backend, events, alerts, thread)
         # the job is submitted (or re-attached) before the test moves any clock
         wait_until(lambda: night.state() in ("submitted", "queued"), what="the job in flight")
         try:

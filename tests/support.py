@@ -1,4 +1,4 @@
-"""Shared test support: a scripted backend, a fake clock, waiters that fail instead of hanging."""
+"""Shared test support: a scripted backend, the one fake clock, waiters that fail, never hang."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from nightshift.engine.context import NightContext
 
 __all__ = [
+    "EPOCH",
     "BatchScriptedBackend",
     "FakeClock",
     "ScriptedBackend",
@@ -38,13 +39,21 @@ __all__ = [
 REPO = Path(__file__).resolve().parents[1]
 
 T = TypeVar("T")
+EPOCH = datetime(2030, 1, 1, 22, 0, tzinfo=UTC)  # where a fake clock's wall time starts
 
 
 class FakeClock:
-    """A clock that moves only when a test moves it: monotonic seconds, or a given datetime."""
+    """The tests' one fake clock: it moves only when a test moves it (``advance``).
 
-    def __init__(self, now: Any = 1000.0) -> None:
+    Called, it reads monotonic seconds (a watcher's, an admission's clock), or the datetime it
+    was started at when a test needs a fake wall clock alone. ``wall()`` reads the wall time on
+    the same fake time, counted from ``epoch``: a night's timers and its ledger rows move together.
+    """
+
+    def __init__(self, now: Any = 1000.0, *, epoch: datetime = EPOCH) -> None:
         self.now = now
+        self._start = now
+        self.epoch = epoch
         self._lock = threading.Lock()  # read from the watcher's thread while the test advances
 
     def __call__(self) -> Any:
@@ -55,6 +64,13 @@ class FakeClock:
         with self._lock:
             step = timedelta(seconds=seconds) if isinstance(self.now, datetime) else seconds
             self.now += step
+
+    def wall(self) -> datetime:
+        """The wall clock on this clock's time: ``epoch`` when it started, moving with it."""
+        now = self()
+        if isinstance(now, datetime):
+            return now
+        return self.epoch + timedelta(seconds=now - self._start)
 
 
 def eventually(

@@ -1,7 +1,7 @@
 """One place that builds a night's parts, and the night around them (no Prefect here).
 
 ``build_parts`` makes the real parts from the catalogue and settings; a test makes a
-``NightParts`` of its own (a scripted backend, fake clocks) and runs the same night with it.
+``NightParts`` of its own (a scripted backend, a fake clock) and opens the same night with it.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from nightshift.engine.outcomes import JobOutcome, NightSummary, Outcome, join
 from nightshift.engine.plan import Plan
 from nightshift.engine.poll_hints import ledger_poll_hints
 from nightshift.engine.runner import end_job
-from nightshift.engine.steps import run_jobs_plain
 from nightshift.engine.watcher import Watcher
 from nightshift.store.ledger import Ledger
 
@@ -44,7 +43,6 @@ __all__ = [
     "finish_night",
     "no_hold",
     "open_night",
-    "run_night_plain",
     "watcher_stopped",
 ]
 
@@ -245,23 +243,6 @@ def finish_night(ctx: NightContext, plan: Plan, started_at: str) -> NightSummary
     )
     ctx.events.publish(NightFinished(ctx.night, ctx.catalogue.key, summary, finished))
     return summary
-
-
-def run_night_plain(
-    catalogue: Catalogue,
-    parts: NightParts,
-    plan: Plan,
-    *,
-    night: str,
-    run_dir: Path,
-    run_id: str = "plain",
-    sleep: Callable[[float], None] = time.sleep,
-) -> NightSummary:
-    """A whole night without Prefect: the same engine, jobs and chains on plain threads."""
-    started_at = parts.wall().isoformat(timespec="seconds")
-    with open_night(catalogue, parts, plan, night=night, run_id=run_id, run_dir=run_dir) as ctx:
-        run_jobs_plain(ctx, plan, sleep=sleep)
-    return finish_night(ctx, plan, started_at)
 
 
 def watcher_stopped(watcher: Watcher) -> str | None:

@@ -32,7 +32,7 @@ from nightshift.files import label_filename
 from nightshift.states import LIVE, JobState
 from nightshift.store.ledger import JobRecord
 
-__all__ = ["FALLBACK", "LOST", "SUBMITTING", "JobSteps", "end_job", "job_steps", "run_one_job"]
+__all__ = ["FALLBACK", "LOST", "SUBMITTING", "JobSteps", "end_job", "job_steps"]
 
 LOG_TAIL_LINES = 40
 LOST = JobState.LOST.value
@@ -44,30 +44,14 @@ SUBMITTING = JobState.SUBMITTING.value
 JobSteps = Generator["Future[WatchResult]", Any, JobOutcome]
 
 
-def run_one_job(ctx: NightContext, label: str, attempt: int = 1) -> JobOutcome:
-    """Take one job from wherever tonight left it to a final outcome, on this thread.
-
-    A job that already succeeded tonight is not run again; one still queued or running is
-    re-attached by its external id; anything else is submitted. Transient backend errors
-    propagate (the caller retries); permanent ones end the job as failed.
-    """
-    steps = job_steps(ctx, label, attempt)
-    try:
-        waiting = next(steps)
-        while True:
-            try:
-                answer = waiting.result()
-            except Exception as exc:
-                waiting = steps.throw(exc)
-            else:
-                waiting = steps.send(answer)
-    except StopIteration as done:
-        outcome: JobOutcome = done.value
-        return outcome
-
-
 def job_steps(ctx: NightContext, label: str, attempt: int = 1) -> JobSteps:
-    """``run_one_job`` as steps: the caller waits for the yielded future however it likes."""
+    """Take one job from wherever tonight left it to a final outcome, as steps.
+
+    The caller waits for each yielded watcher future however it likes (``engine/steps.py``
+    awaits it). A job that already succeeded tonight is not run again; one still queued or
+    running is re-attached by its external id; anything else is submitted. Transient backend
+    errors propagate (the caller retries); permanent ones end the job as failed.
+    """
     job = ctx.catalogue.job(label)
     backend = ctx.backends[job.backend]
     try:

@@ -1,42 +1,34 @@
-"""A night's jobs as steps: one job's try, a chain in order, and a night on plain threads.
+"""A night's jobs as awaited steps: one job's try, a chain in order, a crashed job settled.
 
-The Prefect tasks (``tasks/jobs.py``) and the plain runner share these, so both run a job, skip
-a chain's dependents and settle a crashed job the same way. The Prefect tasks are async: a job
-in flight is an awaited future of the watcher's, and its blocking parts (the turn to submit,
-the submit, the ledger, collecting results) run on a night's two small pools (``JobPools``).
+The one way a night runs its jobs: the Prefect tasks (``tasks/jobs.py``) call these, and tests
+drive them the same way without Prefect (``tests/night_kit.py``). A job in flight is an awaited
+future of the watcher's; its blocking parts (the turn to submit, the submit, the ledger,
+collecting results) run on a night's two small pools (``JobPools``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from nightshift.backoff import JOB_RETRY
 from nightshift.engine.context import NightContext
 from nightshift.engine.outcomes import JobOutcome, Outcome
-from nightshift.engine.plan import Plan
-from nightshift.engine.runner import JobSteps, end_job, job_steps, run_one_job
-from nightshift.errors import TransientBackendError
+from nightshift.engine.runner import JobSteps, end_job, job_steps
 
 __all__ = [
     "JobPools",
-    "run_chain_steps",
     "run_chain_steps_async",
-    "run_job_step",
     "run_job_step_async",
-    "run_jobs_plain",
     "settle_job",
     "settle_job_async",
     "withdraw",
 ]
 
-Step = Callable[[str], JobOutcome]
 AsyncStep = Callable[[str], Awaitable[JobOutcome]]
 START_THREADS = 8  # per backend: jobs waiting for their turn to submit, and submitting
 FINISH_THREADS = 6  # jobs whose watch ended: collect, record, release their slot
@@ -75,25 +67,14 @@ def withdraw(ctx: NightContext, label: str) -> None:
     ctx.admission.withdraw(ctx.catalogue.job(label).backend, ctx.priorities.get(label, 0))
 
 
-def run_job_step(ctx: NightContext, label: str, attempt: int = 1) -> JobOutcome:
-    """One try of one job: failed at once when its backend is broken, else run to its outcome.
-
-    Transient backend errors propagate: the caller retries.
-    """
-    try:
-        broken = ctx.broken.get(ctx.catalogue.job(label).backend)
-        if broken is not None:
-            return end_job(ctx, label, Outcome.FAILED, f"not run: {broken}")
-        return run_one_job(ctx, label, attempt=attempt)
-    finally:
-        # whatever failed before the runner, later jobs of a capped backend must not wait for it
-        withdraw(ctx, label)
-
-
 async def run_job_step_async(
     ctx: NightContext, label: str, pools: JobPools, attempt: int = 1
 ) -> JobOutcome:
-    """``run_job_step`` on the event loop: its blocking parts on ``pools``, the wait awaited."""
+    """One try of one job: failed at once when its backend is broken, else run to its outcome.
+
+    Its blocking parts run on ``pools``, its wait for the watcher is awaited. Transient backend
+    errors propagate: the caller retries.
+    """
     loop = asyncio.get_running_loop()
     backend = ctx.catalogue.job(label).backend
     broken = ctx.broken.get(backend)
@@ -157,7 +138,7 @@ async def settle_job_async(
 async def run_chain_steps_async(
     ctx: NightContext, labels: list[str], step: AsyncStep, pools: JobPools
 ) -> list[JobOutcome]:
-    """``run_chain_steps`` with awaited steps."""
+    """Run dependent jobs one after another; a step that did not succeed skips its dependents."""
     loop = asyncio.get_running_loop()
     done: dict[str, JobOutcome] = {}
     for label in labels:
@@ -179,53 +160,3 @@ def settle_job(ctx: NightContext, label: str, error: BaseException | None) -> Jo
         return ctx.outcomes[label]
     detail = f"{type(error).__name__}: {error}" if error is not None else None
     return end_job(ctx, label, Outcome.FAILED, detail or "the job task did not return")
-
-
-def run_chain_steps(ctx: NightContext, labels: list[str], step: Step) -> list[JobOutcome]:
-    """Run dependent jobs one after another; a step that did not succeed skips its dependents."""
-    done: dict[str, JobOutcome] = {}
-    for label in labels:
-        deps = ctx.catalogue.job(label).depends_on
-        blockers = [d for d in deps if d in done and not done[d].ok]
-        if blockers:
-            reason = f"{blockers[0]} {done[blockers[0]].state.value}"
-            done[label] = end_job(ctx, label, Outcome.SKIPPED, reason)
-            continue
-        done[label] = step(label)
-    return list(done.values())
-
-
-def run_jobs_plain(
-    ctx: NightContext, plan: Plan, *, sleep: Callable[[float], None] = time.sleep
-) -> None:
-    """Run a night's jobs without Prefect: each job and each chain on a thread of its own.
-
-    Retries follow the catalogue as the Prefect task does: transient errors only,
-    ``retry_delay`` doubling between tries.
-    """
-
-    def step(label: str) -> JobOutcome:
-        return _with_retries(ctx, label, sleep)
-
-    runs = len(plan.independent) + len(plan.chains)
-    with ThreadPoolExecutor(max(1, runs), thread_name_prefix="nightshift-job") as pool:
-        futures: list[Future[Any]] = [pool.submit(step, label) for label in plan.independent]
-        futures += [pool.submit(run_chain_steps, ctx, chain, step) for chain in plan.chains]
-        for future in futures:
-            future.result()
-
-
-def _with_retries(ctx: NightContext, label: str, sleep: Callable[[float], None]) -> JobOutcome:
-    defaults = ctx.catalogue.defaults
-    error: BaseException | None = None
-    for attempt in range(1, defaults.retries + 2):
-        try:
-            return run_job_step(ctx, label, attempt)
-        except TransientBackendError as exc:
-            error = exc
-            if attempt <= defaults.retries:
-                sleep(replace(JOB_RETRY, initial=defaults.retry_delay).delay(attempt - 1))
-        except Exception as exc:  # not retried: the job ends failed, the night goes on
-            error = exc
-            break
-    return settle_job(ctx, label, error)

@@ -25,11 +25,11 @@ from nightshift.config.settings import Settings
 from nightshift.engine.admission import Admission
 from nightshift.engine.context import NightContext
 from nightshift.engine.outcomes import Outcome
-from nightshift.engine.runner import run_one_job
 from nightshift.engine.watcher import Watcher
 from nightshift.store.ledger import Ledger, Transition
 from sandbox.gemini_emulator import BatchScript, GeminiEmulator
 from tests.conftest import GEMINI_KEY
+from tests.night_kit import run_job
 from tests.support import wait_final, wait_status, write_rows
 
 AGY = [sys.executable, "-m", "sandbox.agy"]
@@ -166,7 +166,7 @@ jobs:
 """
     backend = CliBackend(AGY, timeout_s=20, env={"AGY_STATE_DIR": str(tmp_path / "agy")})
     with watched_night(tmp_path, catalogue, {"cli": backend}) as ctx:
-        assert run_one_job(ctx, "a").state is Outcome.SUCCEEDED
+        assert run_job(ctx, "a").state is Outcome.SUCCEEDED
         truth = backend.status(ctx.external_ids["a"])
         rows = rows_by_state(ctx, "a")
 
@@ -187,7 +187,7 @@ jobs:
         emu.script_batch("b", BatchScript(queued_s=0.1, running_s=1.2))
         backend = gemini(emu)
         with watched_night(tmp_path, catalogue, {"gemini_batch": backend}) as ctx:
-            assert run_one_job(ctx, "b").state is Outcome.SUCCEEDED
+            assert run_job(ctx, "b").state is Outcome.SUCCEEDED
             truth: JobStatus = backend.status(ctx.external_ids["b"])
             rows = rows_by_state(ctx, "b")
             backend.close()

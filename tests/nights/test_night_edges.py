@@ -17,6 +17,7 @@ from nightshift.config.settings import load_settings
 from nightshift.errors import LockHeldError
 from nightshift.store.lease import Lease
 from nightshift.store.ledger import Ledger
+from tests.support import FakeClock
 
 pytestmark = pytest.mark.usefixtures("prefect_server")
 
@@ -207,23 +208,23 @@ def test_a_chain_is_one_task_run_named_by_its_steps_and_inherits_the_run_tags(
 
 
 def test_a_night_whose_lease_was_not_renewed_in_time_submits_nothing_more(tmp_path: Path) -> None:
-    from datetime import UTC, datetime, timedelta
+    from datetime import UTC, datetime
 
     from sqlalchemy import create_engine, text
 
     from nightshift.engine.watcher import Watcher
 
-    now = [datetime(2026, 11, 29, 2, 0, tzinfo=UTC)]
+    clock = FakeClock(datetime(2026, 11, 29, 2, 0, tzinfo=UTC))
     url = f"sqlite:///{tmp_path / 'ledger.sqlite3'}"
     watcher = Watcher(lambda *_: None)
     try:
-        with Lease(url, "edges", "me", ttl_s=0.3, clock=lambda: now[0]) as lease:
+        with Lease(url, "edges", "me", ttl_s=0.3, clock=clock) as lease:
             assert nightly_module._stop_reason(lease, watcher) is None
             engine = create_engine(url)
             with engine.begin() as conn:  # the database goes away under the night
                 conn.execute(text("DROP TABLE leases"))
             engine.dispose()
-            now[0] += timedelta(seconds=0.31)
+            clock.advance(0.31)
             reason = nightly_module._stop_reason(lease, watcher)
     finally:
         watcher.stop()

@@ -11,7 +11,8 @@ from nightshift.backends.base import Backend, ExternalState, JobSpec
 from nightshift.backends.cli import CliBackend
 from nightshift.backends.command.backend import CommandBackend
 from nightshift.engine.outcomes import Outcome
-from nightshift.engine.runner import LOST, run_one_job
+from nightshift.engine.runner import LOST
+from tests.night_kit import run_job
 from tests.support import BatchScriptedBackend, ScriptedBackend, night_context
 
 
@@ -86,7 +87,7 @@ def night(tmp_path: Path):
 def test_a_batch_whose_backend_cannot_fall_back_is_refused_before_submit(night) -> None:
     backend = ScriptedBackend(name="gemini_batch", scripts={"gen:a": [ExternalState.SUCCEEDED]})
     night.backends["gemini_batch"] = backend
-    outcome = run_one_job(night, "gen:a")
+    outcome = run_job(night, "gen:a")
     assert outcome.state is Outcome.FAILED
     assert outcome.detail == (
         "refused: its gemini_batch backend (ScriptedBackend) cannot fall back, "
@@ -98,7 +99,7 @@ def test_a_batch_whose_backend_cannot_fall_back_is_refused_before_submit(night) 
 def test_a_batch_that_never_falls_back_runs_on_a_backend_without_one(night) -> None:
     backend = ScriptedBackend(name="gemini_batch", scripts={"gen:b": [ExternalState.SUCCEEDED]})
     night.backends["gemini_batch"] = backend
-    assert run_one_job(night, "gen:b").state is Outcome.SUCCEEDED
+    assert run_job(night, "gen:b").state is Outcome.SUCCEEDED
     assert backend.submitted == ["gen:b"]
 
 
@@ -107,7 +108,7 @@ def test_a_fallback_left_by_a_dead_night_is_refused_on_a_backend_without_one(nig
     night.backends["gemini_batch"] = backend
     night.ledger.record_submit("2026-11-29", "gen:b", "gemini_batch", "gen:b", 1)
     night.ledger.record_state("2026-11-29", "gen:b", "fallback")
-    outcome = run_one_job(night, "gen:b")
+    outcome = run_job(night, "gen:b")
     assert outcome.state is Outcome.FAILED
     assert "cannot fall back" in (outcome.detail or "")
     assert night.ledger.get_job("2026-11-29", "gen:b").state == LOST  # a rerun may resume it

@@ -14,15 +14,13 @@ from nightshift.backoff import Backoff
 from nightshift.config.catalogue import parse_catalogue
 from nightshift.engine.admission import Admission
 from nightshift.engine.events import JobChanged, NightEvent
-from nightshift.engine.night import NightParts, finish_night, open_night
+from nightshift.engine.night import NightParts
 from nightshift.engine.outcomes import Outcome
 from nightshift.engine.plan import plan_night
-from nightshift.engine.steps import run_jobs_plain
 from nightshift.engine.watcher import Watcher, WatchRequest
 from nightshift.store.ledger import Ledger
+from tests.night_kit import run_night
 from tests.support import FakeClock, ScriptedBackend
-from tests.unit.test_night import ClockDriver
-from tests.unit.test_night import FakeClock as NightClock
 
 R, S = ExternalState.RUNNING, ExternalState.SUCCEEDED
 CATALOGUE = """\
@@ -39,7 +37,7 @@ jobs:
 class Timed(ScriptedBackend):
     """Also notes the fake time of each submit and of each status call."""
 
-    clock: NightClock = field(default_factory=NightClock)
+    clock: FakeClock = field(default_factory=FakeClock)
     submits: dict[str, float] = field(default_factory=dict)
     looks: dict[str, list[float]] = field(default_factory=dict)
     b_submitted: threading.Event = field(default_factory=threading.Event)
@@ -63,7 +61,7 @@ def ledger(tmp_path: Path) -> Iterator[Ledger]:
 
 
 def test_the_next_job_gets_the_slot_while_the_ended_one_is_still_recorded(tmp_path, ledger):
-    clock = NightClock()
+    clock = FakeClock()
     backend = Timed(name="command", scripts={"a": [R, S], "b": [S]}, clock=clock)
     seen_b_first: list[bool] = []
 
@@ -85,13 +83,11 @@ def test_the_next_job_gets_the_slot_while_the_ended_one_is_still_recorded(tmp_pa
         poll_hints=lambda *_: {"a": 5.0},
     )
     plan = plan_night(catalogue)
-    started = clock.wall().isoformat(timespec="seconds")
-    with (
-        open_night(catalogue, parts, plan, night="2030-01-01", run_id="t", run_dir=tmp_path) as ctx,
-        ClockDriver(clock, ctx.watcher),
-    ):
-        run_jobs_plain(ctx, plan, sleep=lambda _s: None)
-    summary = finish_night(ctx, plan, started)
+    # a's end is seen on the watcher's thread, its final row written on a finish-pool thread
+    # while b waits for the slot on its backend's start pool, off the night's event loop
+    summary = run_night(
+        catalogue, parts, plan, night="2030-01-01", run_id="t", run_dir=tmp_path, clock=clock
+    )
 
     assert {j.label: j.state for j in summary.jobs} == dict.fromkeys("ab", Outcome.SUCCEEDED)
     assert seen_b_first == [True]

@@ -8,8 +8,8 @@ import pytest
 
 from nightshift.backends.base import ExternalState
 from nightshift.engine.outcomes import Outcome
-from nightshift.engine.runner import run_one_job
 from nightshift.files import label_filename
+from tests.night_kit import run_job
 from tests.support import ScriptedBackend, night_context
 
 
@@ -48,7 +48,7 @@ def test_gen_colon_a_and_gen_underscore_a_keep_their_own_log_tails(tmp_path: Pat
     failed = [ExternalState.FAILED]
     backend = ScriptedBackend(name="command", scripts={"gen:a": failed, "gen_a": failed})
     with night_context(tmp_path, CATALOGUE, {"command": backend}) as ctx:
-        colon, underscore = run_one_job(ctx, "gen:a"), run_one_job(ctx, "gen_a")
+        colon, underscore = run_job(ctx, "gen:a"), run_job(ctx, "gen_a")
     assert colon.state is underscore.state is Outcome.FAILED
     assert colon.log_tail_path != underscore.log_tail_path
     assert Path(colon.log_tail_path).read_text() == "log of gen:a\n"

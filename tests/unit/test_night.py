@@ -1,17 +1,16 @@
-"""A whole night without Prefect or a subprocess: the scripted backend, fake clocks, the events."""
+"""A whole night without Prefect or a subprocess: the async path, the scripted backend, one fake
+clock, the events."""
 
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, timedelta
 from pathlib import Path
-from types import TracebackType
 
 import pytest
 
-from nightshift.backends.base import ExternalState
+from nightshift.backends.base import ExternalState, JobSpec
 from nightshift.config.catalogue import parse_catalogue
 from nightshift.engine.admission import Admission
 from nightshift.engine.events import (
@@ -22,19 +21,17 @@ from nightshift.engine.events import (
     PollFailed,
     Publisher,
 )
-from nightshift.engine.night import NightParts, finish_night, open_night, run_night_plain
+from nightshift.engine.night import NightParts
 from nightshift.engine.outcomes import NightSummary, Outcome, Severity
 from nightshift.engine.plan import plan_night
-from nightshift.engine.steps import run_jobs_plain
-from nightshift.engine.watcher import Watcher
 from nightshift.errors import TransientBackendError
 from nightshift.store.ledger import Ledger
-from tests.support import ScriptedBackend
+from tests.night_kit import run_night
+from tests.support import EPOCH, FakeClock, ScriptedBackend
 
 Q, R = ExternalState.QUEUED, ExternalState.RUNNING
 S, F = ExternalState.SUCCEEDED, ExternalState.FAILED
 NIGHT = "2030-01-01"
-EPOCH = datetime(2030, 1, 1, 22, 0, tzinfo=UTC)  # the fake wall clock's start
 CATALOGUE = """\
 name: test
 defaults: {poll: {initial: 1s, max: 2s}, stagger: 0s, retries: 1, deadline: 24h}
@@ -53,54 +50,6 @@ SCRIPTS: dict[str, list[ExternalState | Exception]] = {
     "d": [R, S],
     "e": [F],
 }
-
-
-class FakeClock:
-    """Monotonic seconds that move only when the driver moves them."""
-
-    def __init__(self) -> None:
-        self._t = 1000.0
-        self._lock = threading.Lock()
-
-    def __call__(self) -> float:
-        with self._lock:
-            return self._t
-
-    def advance(self, seconds: float) -> None:
-        with self._lock:
-            self._t += seconds
-
-    def wall(self) -> datetime:
-        """The wall clock on the same fake time."""
-        return EPOCH + timedelta(seconds=self() - 1000.0)
-
-
-class ClockDriver:
-    """While the watcher has jobs in flight, move the clock a second at a time, then settle."""
-
-    def __init__(self, clock: FakeClock, watcher: Watcher) -> None:
-        self._clock, self._watcher = clock, watcher
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> ClockDriver:
-        self._thread.start()
-        return self
-
-    def __exit__(
-        self, _t: type[BaseException] | None, _e: BaseException | None, _b: TracebackType | None
-    ) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            if not self._watcher.in_flight():
-                self._stop.wait(0.001)  # nothing to time: let the jobs' threads go on
-                continue
-            self._clock.advance(1.0)
-            self._watcher.poke()
-            self._watcher.wait_idle(timeout=10)
 
 
 @pytest.fixture
@@ -124,19 +73,15 @@ def _parts(ledger: Ledger, clock: FakeClock, sinks: list) -> tuple[NightParts, S
 
 
 def _run(tmp_path: Path, ledger: Ledger, sinks: list) -> tuple[NightSummary, ScriptedBackend]:
-    """The whole night on the fake clock: the same pieces `run_night_plain` joins."""
+    """The whole night on the fake clock, through the async path the flow's tasks run."""
     catalogue = parse_catalogue(CATALOGUE, tmp_path / "nightshift.yaml")
-    clock = FakeClock()
+    clock = FakeClock(epoch=EPOCH)
     parts, backend = _parts(ledger, clock, sinks)
     plan = plan_night(catalogue)
-    started = clock.wall().isoformat(timespec="seconds")
-    run_dir = tmp_path / "run"
-    with (
-        open_night(catalogue, parts, plan, night=NIGHT, run_id="t", run_dir=run_dir) as ctx,
-        ClockDriver(clock, ctx.watcher),
-    ):
-        run_jobs_plain(ctx, plan, sleep=lambda _s: None)
-    return finish_night(ctx, plan, started), backend
+    summary = run_night(
+        catalogue, parts, plan, night=NIGHT, run_id="t", run_dir=tmp_path / "run", clock=clock
+    )
+    return summary, backend
 
 
 EXPECTED_STATES = {
@@ -219,18 +164,85 @@ def test_a_sink_that_raises_leaves_the_verdict_unchanged_and_is_logged(
     assert "slack is down" in caplog.text and "broken" in failures[0].getMessage()
 
 
-def test_the_plain_runner_runs_a_night_on_the_real_clock(tmp_path: Path, ledger: Ledger) -> None:
+def test_the_async_path_runs_a_night_on_the_real_clock(tmp_path: Path, ledger: Ledger) -> None:
     catalogue = parse_catalogue(
         CATALOGUE.replace("initial: 1s, max: 2s", "initial: 0.01s, max: 0.02s"),
         tmp_path / "nightshift.yaml",
     )
     backend = ScriptedBackend(name="command", scripts=dict(SCRIPTS))  # type: ignore[arg-type]
     parts = NightParts(backends={"command": backend}, ledger=ledger, admission=Admission(0))
-    summary = run_night_plain(
+    summary = run_night(
         catalogue, parts, plan_night(catalogue), night=NIGHT, run_dir=tmp_path / "run"
     )
     assert (summary.severity, summary.exit_code) == (Severity.PARTIAL, 2)
     assert [r.to_state for r in ledger.dwells(NIGHT, "d")] == EXPECTED_STATES["d"]
+
+
+RETRYING = """\
+name: test
+defaults: {poll: {initial: 1s, max: 2s}, stagger: 0s, retries: 2, retry_delay: 10s, deadline: 24h}
+jobs:
+  - {label: flaky, backend: command, argv: [x]}
+  - {label: down, backend: command, argv: [x]}
+  - {label: buggy, backend: command, argv: [x]}
+"""
+
+
+class Flaky(ScriptedBackend):
+    """Each job's submit raises its scripted errors first, then goes through."""
+
+    def __init__(self, errors: dict[str, list[Exception]]) -> None:
+        super().__init__(name="command", scripts={"flaky": [S]})
+        self.errors = errors
+        self.tries: dict[str, int] = {}
+
+    def submit(self, spec: JobSpec) -> str:
+        self.tries[spec.label] = self.tries.get(spec.label, 0) + 1
+        if self.errors.get(spec.label):
+            raise self.errors[spec.label].pop(0)
+        return super().submit(spec)
+
+
+def test_a_job_is_retried_as_its_task_is_on_transient_errors_only(tmp_path, ledger) -> None:
+    catalogue = parse_catalogue(RETRYING, tmp_path / "nightshift.yaml")
+    clock = FakeClock(epoch=EPOCH)
+    backend = Flaky(
+        {
+            "flaky": [TransientBackendError("agy: connection reset")] * 2,
+            "down": [TransientBackendError("agy: unreachable")] * 5,
+            "buggy": [RuntimeError("a bug"), RuntimeError("a bug")],
+        }
+    )
+    parts = NightParts(
+        backends={"command": backend},  # type: ignore[dict-item]
+        ledger=ledger,
+        admission=Admission(0, clock=clock),
+        clock=clock,
+        wall=clock.wall,
+        budgets=None,
+    )
+    waits: list[float] = []
+    summary = run_night(
+        catalogue,
+        parts,
+        plan_night(catalogue),
+        night=NIGHT,
+        run_dir=tmp_path / "run",
+        clock=clock,
+        waits=waits,
+    )
+    jobs = {j.label: j for j in summary.jobs}
+    assert jobs["flaky"].state is Outcome.SUCCEEDED
+    # its retries resumed the attempt whose submit may have gone through: never a second one
+    assert (jobs["flaky"].attempts, backend.submitted) == (1, ["flaky"])
+    assert jobs["down"].state is Outcome.FAILED
+    assert jobs["down"].detail == "TransientBackendError: agy: unreachable"
+    assert jobs["buggy"].state is Outcome.FAILED  # a bug is not retried
+    assert jobs["buggy"].detail == "RuntimeError: a bug"
+    assert backend.tries == {"flaky": 3, "down": 3, "buggy": 1}
+    # retry_delay, doubling, after each of the two retried jobs' first and second tries
+    assert sorted(waits) == [10.0, 10.0, 20.0, 20.0]
+    assert clock() >= 1000.0 + 30.0  # the waits passed on the fake clock, not the real one
 
 
 def test_a_publisher_tells_every_sink_in_order_and_logs_to_the_logger_handed_in() -> None:

@@ -13,8 +13,8 @@ from nightshift.budgets.current import current_budgets
 from nightshift.engine.events import ExpectedDurations, LevelChanged
 from nightshift.store.alert_log import AlertLog
 from nightshift.store.ledger import Ledger
-from tests.dwell_night import EPOCH, NIGHT, Clocks, Q, R, S, budgets, dwell_night, rows
-from tests.support import wait_until
+from tests.dwell_night import NIGHT, Q, R, S, budgets, dwell_night, rows
+from tests.support import EPOCH, FakeClock, wait_until
 
 WATCH = ("slow", "queued", "watch")
 ALERT = ("slow", "queued", "alert")
@@ -55,9 +55,10 @@ def test_a_rerun_re_attaching_repeats_nothing(tmp_path: Path, ledger: Ledger) ->
     assert ledger.get_job(NIGHT, "slow").state == "queued"
 
     again = Ledger(ledger.url, "test")
-    later = Clocks(EPOCH + timedelta(minutes=5))  # before its queued_timeout (15m) runs out
+    # before its queued_timeout (15m) runs out
+    later = FakeClock(epoch=EPOCH + timedelta(minutes=5))
     try:
-        with dwell_night(tmp_path, again, [Q, Q, S], load, clocks=later) as second:
+        with dwell_night(tmp_path, again, [Q, Q, S], load, clock=later) as second:
             assert second.ctx.dwell is not None
             assert second.ctx.dwell.detector.raised == {WATCH, ALERT}  # seeded from the log
             second.run_out(5.0)  # queued for 200 s: far past both levels, polled and ticked

@@ -11,9 +11,10 @@ from nightshift.backends.base import ExternalState, JobSpec
 from nightshift.engine.context import NightContext
 from nightshift.engine.events import JobChanged
 from nightshift.engine.outcomes import Outcome
-from nightshift.engine.runner import LOST, end_job, run_one_job
+from nightshift.engine.runner import LOST, end_job
 from nightshift.engine.watcher import Watcher
 from nightshift.errors import PermanentBackendError, TransientBackendError
+from tests.night_kit import run_job
 from tests.support import ScriptedBackend, night_context
 
 R, S = ExternalState.RUNNING, ExternalState.SUCCEEDED
@@ -45,14 +46,14 @@ def test_a_job_whose_cancel_failed_stays_live_and_a_rerun_reattaches(timing_out)
     ctx, backend = timing_out
     backend.scripts["a"] = [R] * 2000 + [S]  # at least 20 s of polls: the 0.1 s timeout wins
     backend.cancel_error = PermanentBackendError("agy: permission denied")
-    first = run_one_job(ctx, "a")
+    first = run_job(ctx, "a")
     assert first.state is Outcome.TIMEOUT
     assert "cancel failed" in (first.detail or "")
     assert ctx.ledger.get_job("2026-11-29", "a").state == LOST
     assert Path(first.log_tail_path).read_text() == "log of a\n"
 
     backend.scripts["a"] = [S]  # meanwhile it finished out there
-    second = run_one_job(ctx, "a")
+    second = run_job(ctx, "a")
     assert second.state is Outcome.SUCCEEDED
     assert backend.submitted == ["a"]  # re-attached, never submitted twice
 
@@ -65,14 +66,14 @@ def test_a_job_lost_to_errors_stays_live_for_the_rerun(night) -> None:
     assert lost.state is Outcome.FAILED
     assert ctx.ledger.get_job("2026-11-29", "a").state == LOST
     backend.scripts["a"] = [S]
-    assert run_one_job(ctx, "a").state is Outcome.SUCCEEDED
+    assert run_job(ctx, "a").state is Outcome.SUCCEEDED
     assert backend.submitted == []
 
 
 def test_nothing_is_submitted_once_the_lease_is_lost(night) -> None:
     ctx, backend = night
     ctx.stop_reason = lambda: "not submitted: another night took the lease"
-    outcome = run_one_job(ctx, "a")
+    outcome = run_job(ctx, "a")
     assert outcome.state is Outcome.FAILED
     assert outcome.detail == "not submitted: another night took the lease"
     assert backend.submitted == []
@@ -81,8 +82,8 @@ def test_nothing_is_submitted_once_the_lease_is_lost(night) -> None:
 def test_a_succeeded_job_is_not_run_again(night) -> None:
     ctx, backend = night
     backend.scripts["a"] = [S]
-    assert run_one_job(ctx, "a").state is Outcome.SUCCEEDED
-    again = run_one_job(ctx, "a")
+    assert run_job(ctx, "a").state is Outcome.SUCCEEDED
+    again = run_job(ctx, "a")
     assert again.detail.startswith("kept: succeeded earlier tonight")
     assert backend.submitted == ["a"]
 
@@ -105,7 +106,7 @@ def test_a_night_that_died_during_the_fallback_is_finished_by_the_rerun(night) -
     ctx.backends["command"] = backend
     ctx.ledger.record_submit("2026-11-29", "a", "command", "a", 1)
     ctx.ledger.record_state("2026-11-29", "a", "fallback")  # where the crashed night stopped
-    outcome = run_one_job(ctx, "a")
+    outcome = run_job(ctx, "a")
     assert outcome.state is Outcome.SUCCEEDED
     assert outcome.detail == "rows 3/3 ok, 3 via fallback"
     assert backend.fallbacks == ["a"]
@@ -118,7 +119,7 @@ def test_a_night_that_lost_its_lease_leaves_the_ledger_to_the_new_holder(night) 
     ctx.ledger.record_submit("2026-11-29", "a", "command", "a", 1)
     backend.scripts["a"] = [S]
     ctx.owns_night = lambda: False  # another night took over while this one stalled
-    assert run_one_job(ctx, "a").state is Outcome.SUCCEEDED  # it still reports what it saw
+    assert run_job(ctx, "a").state is Outcome.SUCCEEDED  # it still reports what it saw
     assert ctx.ledger.get_job("2026-11-29", "a").state == "queued"  # but wrote nothing
     assert ctx.ledger.dwells("2026-11-29", "a") == []  # not even the final transition
 
@@ -147,10 +148,10 @@ def test_a_retried_submit_resumes_the_same_attempt_and_never_creates_twice(tmp_p
     backend = LostAnswer()
     with night_context(tmp_path, CATALOGUE, {"command": backend}) as ctx:
         with pytest.raises(TransientBackendError):
-            run_one_job(ctx, "a")  # the task fails; Prefect retries it
+            run_job(ctx, "a")  # the task fails; Prefect retries it
         record = ctx.ledger.get_job("2026-11-29", "a")
         assert (record.state, record.attempts, record.external_id) == ("submitting", 1, None)
-        outcome = run_one_job(ctx, "a")  # the retry
+        outcome = run_job(ctx, "a")  # the retry
     assert outcome.state is Outcome.SUCCEEDED
     assert (outcome.attempts, backend.submitted) == (1, ["a"])
     first, retry = backend.specs
@@ -175,7 +176,7 @@ def test_a_batch_with_missing_rows_is_recorded_partial_never_succeeded(night) ->
     ctx.events.add(lambda e: seen.append((e.label, e.state)) if isinstance(e, JobChanged) else None)
     ctx.watcher.stop()
     ctx.watcher = Watcher(on_change=ctx.seen)
-    outcome = run_one_job(ctx, "a")
+    outcome = run_job(ctx, "a")
     assert outcome.state is Outcome.PARTIAL
     states = [t.to_state for t in ctx.ledger.dwells("2026-11-29", "a")]
     assert states == ["submitting", "submitted", "running", "partial"]

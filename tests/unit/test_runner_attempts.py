@@ -10,7 +10,7 @@ import pytest
 from nightshift.backends.base import ExternalState
 from nightshift.engine.context import NightContext
 from nightshift.engine.outcomes import Outcome
-from nightshift.engine.runner import run_one_job
+from tests.night_kit import run_job
 from tests.support import ScriptedBackend, night_context
 
 R, S, F = ExternalState.RUNNING, ExternalState.SUCCEEDED, ExternalState.FAILED
@@ -31,10 +31,10 @@ def night(tmp_path: Path) -> Iterator[tuple[NightContext, ScriptedBackend]]:
 def test_a_resubmission_starts_a_new_attempt_with_no_dwell_for_the_gap(night) -> None:
     ctx, backend = night
     backend.scripts["a"] = [R, F]
-    assert run_one_job(ctx, "a").state is Outcome.FAILED
+    assert run_job(ctx, "a").state is Outcome.FAILED
     backend.scripts["a"] = [R, S]
 
-    assert run_one_job(ctx, "a").state is Outcome.SUCCEEDED
+    assert run_job(ctx, "a").state is Outcome.SUCCEEDED
 
     rows = ctx.ledger.dwells(ctx.night, "a")
     attempts = [r.attempt for r in rows]

@@ -19,9 +19,9 @@ from nightshift.config.catalogue import parse_catalogue
 from nightshift.engine.admission import Admission
 from nightshift.engine.context import NightContext
 from nightshift.engine.outcomes import Outcome
-from nightshift.engine.runner import run_one_job
 from nightshift.engine.watcher import Watcher
 from nightshift.store.ledger import Ledger
+from tests.night_kit import run_job
 from tests.support import FakeClock
 
 Q, R, S = ExternalState.QUEUED, ExternalState.RUNNING, ExternalState.SUCCEEDED
@@ -113,7 +113,7 @@ def test_a_state_seen_late_is_dated_when_it_began(night) -> None:
     # seen queued 29 s late, running 20 s late, finished 5 s late
     backend.polls = [(30, reported(Q, 1)), (60, reported(R, 40)), (90, reported(S, 85))]
 
-    assert run_one_job(ctx, "a").state is Outcome.SUCCEEDED
+    assert run_job(ctx, "a").state is Outcome.SUCCEEDED
 
     assert chain(ctx) == [
         ("submitting", 0, None),
@@ -128,7 +128,7 @@ def test_a_backend_that_says_nothing_is_dated_by_the_poll(night) -> None:
     ctx, backend = night
     backend.polls = [(30, reported(Q, None)), (60, reported(R, None)), (90, reported(S, None))]
 
-    assert run_one_job(ctx, "a").state is Outcome.SUCCEEDED
+    assert run_job(ctx, "a").state is Outcome.SUCCEEDED
 
     assert [(s, at) for s, at, _ in chain(ctx)] == [
         ("submitting", 0),
@@ -145,7 +145,7 @@ def test_a_time_before_the_previous_transition_is_kept_after_it(night) -> None:
     # and finished before the start we recorded
     backend.polls = [(30, reported(R, -100)), (90, reported(S, -50))]
 
-    run_one_job(ctx, "a")
+    run_job(ctx, "a")
 
     assert chain(ctx)[2:] == [("running", 0, 0), ("succeeded", 0, 0)]
 
@@ -155,7 +155,7 @@ def test_a_time_after_now_is_taken_as_now(night) -> None:
     # the backend's clock runs ahead of ours: the states began "in the future"
     backend.polls = [(30, reported(R, 45)), (60, reported(S, 500))]
 
-    run_one_job(ctx, "a")
+    run_job(ctx, "a")
 
     assert chain(ctx)[2:] == [("running", 30, 30), ("succeeded", 60, 30)]
 
@@ -165,7 +165,7 @@ def test_a_job_seen_only_final_records_its_run_from_its_start(night) -> None:
     # one slow poll finds it done: the backend says when it ran
     backend.polls = [(60, reported(S, 50, started=20))]
 
-    run_one_job(ctx, "a")
+    run_job(ctx, "a")
 
     assert chain(ctx)[2:] == [("running", 20, 20), ("succeeded", 50, 30)]
 
@@ -174,7 +174,7 @@ def test_a_job_seen_only_final_with_no_start_goes_straight_to_its_end(night) -> 
     ctx, backend = night
     backend.polls = [(60, reported(S, 50))]
 
-    run_one_job(ctx, "a")
+    run_job(ctx, "a")
 
     assert chain(ctx)[2:] == [("succeeded", 50, 50)]
 
@@ -184,6 +184,6 @@ def test_a_time_without_a_zone_is_taken_as_utc(night) -> None:
     naive = t(40).replace(tzinfo=None)
     backend.polls = [(60, JobStatus(R, started_at=naive)), (90, reported(S, 85))]
 
-    run_one_job(ctx, "a")
+    run_job(ctx, "a")
 
     assert chain(ctx)[2:] == [("running", 40, 40), ("succeeded", 85, 45)]

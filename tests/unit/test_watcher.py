@@ -11,7 +11,7 @@ from nightshift.backends.base import ExternalState, JobStatus
 from nightshift.backoff import Backoff
 from nightshift.engine.watcher import Watcher, WatchRequest
 from nightshift.errors import PermanentBackendError, TransientBackendError
-from tests.support import BatchScriptedBackend, ScriptedBackend
+from tests.support import BatchScriptedBackend, FakeClock, ScriptedBackend
 
 Q, R, S, F = (
     ExternalState.QUEUED,
@@ -54,12 +54,12 @@ def test_final_state_ends_watching_and_is_never_asked_again(watcher, changes) ->
 
 
 def test_a_backend_that_lists_many_jobs_is_asked_once_per_tick() -> None:
-    now = [100.0]  # a clock that stands still until told: all six jobs fall due in one tick
-    watcher = Watcher(lambda *_: None, clock=lambda: now[0])
+    clock = FakeClock(100.0)  # stands still until told: all six jobs fall due in one tick
+    watcher = Watcher(lambda *_: None, clock=clock)
     try:
         backend = BatchScriptedBackend(scripts={label: [S] for label in "abcdef"})
         futures = [watcher.watch(request(backend, label)) for label in "abcdef"]
-        now[0] += 1.0
+        clock.advance(1.0)
         assert {f.result(timeout=5).reason for f in futures} == {"final"}
     finally:
         watcher.stop()

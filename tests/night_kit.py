@@ -1,0 +1,198 @@
+"""The night's one execution path, driven by a test without Prefect.
+
+What the nightly flow's tasks run (``tasks/jobs.py``, ``flows/nightly.py``): a job's tries go
+through ``run_job_step_async`` on the night's ``JobPools``, retried as the job task is
+(transient backend errors only, ``retry_delay`` doubling), and end in ``settle_job_async``; a
+chain's steps go through ``run_chain_steps_async``; every job and chain is awaited together on
+one event loop. Time is the test's one ``FakeClock`` (``tests/support.py``): a ``ClockDriver``
+moves it while jobs are in flight, and a retry's wait moves it instead of sleeping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import replace
+from pathlib import Path
+from types import TracebackType
+
+from nightshift.config.catalogue import Catalogue, Defaults
+from nightshift.engine.backoff import JOB_RETRY
+from nightshift.engine.context import NightContext
+from nightshift.engine.night import NightParts, finish_night, open_night
+from nightshift.engine.outcomes import JobOutcome, NightSummary
+from nightshift.engine.plan import Plan
+from nightshift.engine.steps import (
+    JobPools,
+    run_chain_steps_async,
+    run_job_step_async,
+    settle_job_async,
+)
+from nightshift.engine.watcher import Watcher
+from nightshift.errors import TransientBackendError
+from tests.support import FakeClock
+
+__all__ = [
+    "ClockDriver",
+    "job_with_retries",
+    "night_jobs",
+    "retry_delays",
+    "run_job",
+    "run_jobs",
+    "run_night",
+    "start_jobs",
+]
+
+
+def run_job(ctx: NightContext, label: str, attempt: int = 1) -> JobOutcome:
+    """One try of one job, as the job task's body runs it: a transient error propagates."""
+
+    async def one() -> JobOutcome:
+        with _pools() as pools:
+            return await run_job_step_async(ctx, label, pools, attempt)
+
+    return asyncio.run(one())
+
+
+async def job_with_retries(
+    ctx: NightContext,
+    label: str,
+    pools: JobPools,
+    *,
+    clock: FakeClock | None = None,
+    waits: list[float] | None = None,
+) -> JobOutcome:
+    """One job as the job task runs it: tries, transient errors retried, then its outcome.
+
+    Each retry waits the catalogue's ``retry_delay``, doubling, as Prefect's delays for the task
+    (without their jitter): noted in ``waits`` and moved on ``clock``, never slept.
+    """
+    defaults = ctx.catalogue.defaults
+    delays = retry_delays(defaults)
+    error: BaseException | None = None
+    for attempt in range(1, defaults.retries + 2):
+        try:
+            await run_job_step_async(ctx, label, pools, attempt=attempt)
+        except TransientBackendError as exc:
+            error = exc
+            if attempt > defaults.retries:
+                break
+            if waits is not None:
+                waits.append(delays[attempt - 1])
+            if clock is not None:
+                clock.advance(delays[attempt - 1])
+        except Exception as exc:  # not retried: the job ends failed, the night goes on
+            error = exc
+            break
+        else:
+            error = None
+            break
+    return await settle_job_async(ctx, label, error, pools)
+
+
+def retry_delays(defaults: Defaults) -> list[float]:
+    """The waits before a job's retries: ``retry_delay``, doubling (the job task's, unjittered)."""
+    return replace(JOB_RETRY, initial=defaults.retry_delay).delays(defaults.retries)
+
+
+async def night_jobs(
+    ctx: NightContext,
+    plan: Plan,
+    pools: JobPools,
+    *,
+    clock: FakeClock | None = None,
+    waits: list[float] | None = None,
+) -> None:
+    """Every job and chain of the night, awaited together on this event loop."""
+
+    async def job(label: str) -> JobOutcome:
+        return await job_with_retries(ctx, label, pools, clock=clock, waits=waits)
+
+    chains = [run_chain_steps_async(ctx, chain, job, pools) for chain in plan.chains]
+    await asyncio.gather(*(job(label) for label in plan.independent), *chains)
+
+
+def run_jobs(
+    ctx: NightContext,
+    plan: Plan,
+    *,
+    clock: FakeClock | None = None,
+    waits: list[float] | None = None,
+) -> None:
+    """The night's jobs on an event loop of their own, until every one has its outcome."""
+
+    async def night() -> None:
+        with _pools() as pools:
+            await night_jobs(ctx, plan, pools, clock=clock, waits=waits)
+
+    asyncio.run(night())
+
+
+def start_jobs(ctx: NightContext, plan: Plan, **kwargs: object) -> threading.Thread:
+    """``run_jobs`` on a thread of its own, started: the test moves the clock meanwhile."""
+    thread = threading.Thread(target=run_jobs, args=(ctx, plan), kwargs=kwargs, name="night-loop")
+    thread.start()
+    return thread
+
+
+def run_night(
+    catalogue: Catalogue,
+    parts: NightParts,
+    plan: Plan,
+    *,
+    night: str,
+    run_dir: Path,
+    run_id: str = "kit",
+    clock: FakeClock | None = None,
+    waits: list[float] | None = None,
+) -> NightSummary:
+    """A whole night: opened, its jobs run (the ``clock`` driven while any is in flight),
+    joined. Without a ``clock`` the night runs on ``parts``' own clocks."""
+    started_at = parts.wall().isoformat(timespec="seconds")
+    with open_night(catalogue, parts, plan, night=night, run_id=run_id, run_dir=run_dir) as ctx:
+        driver: AbstractContextManager[object] = (
+            nullcontext() if clock is None else ClockDriver(clock, ctx.watcher)
+        )
+        with driver:
+            run_jobs(ctx, plan, clock=clock, waits=waits)
+    return finish_night(ctx, plan, started_at)
+
+
+class ClockDriver:
+    """While the watcher has jobs in flight, move the clock a second at a time, then settle."""
+
+    def __init__(self, clock: FakeClock, watcher: Watcher) -> None:
+        self._clock, self._watcher = clock, watcher
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="clock-driver")
+
+    def __enter__(self) -> ClockDriver:
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self, _t: type[BaseException] | None, _e: BaseException | None, _b: TracebackType | None
+    ) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            if not self._watcher.in_flight():
+                self._stop.wait(0.001)  # nothing to time: let the jobs' steps go on
+                continue
+            self._clock.advance(1.0)
+            self._watcher.poke()
+            self._watcher.wait_idle(timeout=10)
+
+
+@contextmanager
+def _pools() -> Iterator[JobPools]:
+    """The night's job pools, shut down on the way out."""
+    pools = JobPools()
+    try:
+        yield pools
+    finally:
+        pools.shutdown()
