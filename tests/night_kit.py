@@ -18,8 +18,8 @@ from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 
-from nightshift.config.catalogue import Catalogue, Defaults
 from nightshift.backoff import JOB_RETRY
+from nightshift.config.catalogue import Catalogue, Defaults
 from nightshift.engine.context import NightContext
 from nightshift.engine.night import NightParts, finish_night, open_night
 from nightshift.engine.outcomes import JobOutcome, NightSummary
