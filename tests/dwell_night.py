@@ -10,13 +10,12 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from nightshift.backends.base import ExternalState
 from nightshift.budgets.lookup import Budget, Budgets
-from nightshift.config.catalogue import parse_catalogue
+from nightshift.config.loader import parse_catalogue
 from nightshift.engine.admission import Admission
 from nightshift.engine.alerts import Alert
 from nightshift.engine.context import NightContext
@@ -27,11 +26,10 @@ from nightshift.engine.plan import plan_night
 from nightshift.engine.steps import run_jobs_plain
 from nightshift.store.alert_log import AlertLog
 from nightshift.store.ledger import Ledger
-from tests.support import ScriptedBackend, wait_until
+from tests.support import FakeClock, ScriptedBackend, wait_until
 
 Q, R, S = ExternalState.QUEUED, ExternalState.RUNNING, ExternalState.SUCCEEDED
 NIGHT = "2030-01-01"
-EPOCH = datetime(2030, 1, 1, 22, 0, tzinfo=UTC)
 CATALOGUE = """\
 name: test
 defaults: {{poll: {{initial: {poll}, max: {poll}}}, stagger: 0s, retries: 0, deadline: 24h}}
@@ -46,26 +44,6 @@ def budgets(*states: str, job_p50: float | None = None) -> Budgets:
     """The budget above for job ``slow`` in each of ``states``; a whole-job p50 if given."""
     jobs = {("test", "slow"): Budget(job_p50, job_p50, 20)} if job_p50 is not None else {}
     return Budgets(states={("test", "slow", s): BUDGET for s in states}, jobs=jobs)
-
-
-class Clocks:
-    """The watcher's monotonic seconds and the wall clock, moved together by the test."""
-
-    def __init__(self, start: datetime = EPOCH) -> None:
-        self._t = 1000.0
-        self._start = start
-        self._lock = threading.Lock()
-
-    def __call__(self) -> float:
-        with self._lock:
-            return self._t
-
-    def advance(self, seconds: float) -> None:
-        with self._lock:
-            self._t += seconds
-
-    def wall(self) -> datetime:
-        return self._start + timedelta(seconds=self() - 1000.0)
 
 
 @dataclass
@@ -83,7 +61,7 @@ class Night:
     """A running night and what the test watches of it."""
 
     ctx: NightContext
-    clocks: Clocks
+    clocks: FakeClock
     backend: ScriptedBackend
     events: list[NightEvent]
     alerts: Recorder
@@ -134,7 +112,7 @@ def dwell_night(
     load: BudgetLoader | None,
     *,
     poll: str = "100s",
-    clocks: Clocks | None = None,
+    clocks: FakeClock | None = None,
     real_clocks: bool = False,
     owns_night: Callable[[], bool] = lambda: True,
 ) -> Iterator[Night]:
@@ -143,7 +121,7 @@ def dwell_night(
     ``real_clocks``: the night runs on the real clocks (``Night.clocks`` is then unused).
     """
     catalogue = parse_catalogue(CATALOGUE.format(poll=poll), tmp_path / "nightshift.yaml")
-    clocks = clocks or Clocks()
+    clocks = clocks or FakeClock()
     timing: dict[str, Any] = {} if real_clocks else {"clock": clocks, "wall": clocks.wall}
     backend = ScriptedBackend(name="command", scripts={"slow": list(script)})
     events: list[NightEvent] = []

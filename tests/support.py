@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from nightshift.engine.context import NightContext
 
 __all__ = [
+    "EPOCH",
     "BatchScriptedBackend",
     "FakeClock",
     "ScriptedBackend",
@@ -40,12 +41,22 @@ REPO = Path(__file__).resolve().parents[1]
 T = TypeVar("T")
 
 
-class FakeClock:
-    """A clock that moves only when a test moves it: monotonic seconds, or a given datetime."""
+# where a fake clock's wall time starts unless a test says otherwise
+EPOCH = datetime(2030, 1, 1, 22, 0, tzinfo=UTC)
 
-    def __init__(self, now: Any = 1000.0) -> None:
+
+class FakeClock:
+    """The tests' one clock: it moves only when a test moves it.
+
+    Called, it gives monotonic seconds (or, started at a datetime, that datetime); ``wall()`` is
+    the wall clock on the same fake time, from ``wall_start``. Thread-safe: the watcher's thread
+    reads it while the test advances it.
+    """
+
+    def __init__(self, now: Any = 1000.0, wall_start: datetime = EPOCH) -> None:
         self.now = now
-        self._lock = threading.Lock()  # read from the watcher's thread while the test advances
+        self._start, self._wall_start = now, wall_start
+        self._lock = threading.Lock()
 
     def __call__(self) -> Any:
         with self._lock:
@@ -55,6 +66,13 @@ class FakeClock:
         with self._lock:
             step = timedelta(seconds=seconds) if isinstance(self.now, datetime) else seconds
             self.now += step
+
+    def wall(self) -> datetime:
+        """The wall clock on the same fake time."""
+        with self._lock:
+            if isinstance(self.now, datetime):
+                return self.now
+            return self._wall_start + timedelta(seconds=self.now - self._start)
 
 
 def eventually(
@@ -193,7 +211,7 @@ def night_context(
     tmp_path: Path, catalogue: str, backends: dict[str, Backend]
 ) -> Iterator[NightContext]:
     """A night's context on a SQLite ledger under ``tmp_path``; watcher and ledger closed after."""
-    from nightshift.config.catalogue import parse_catalogue
+    from nightshift.config.loader import parse_catalogue
     from nightshift.engine.admission import Admission
     from nightshift.engine.context import NightContext
     from nightshift.engine.watcher import Watcher

@@ -10,8 +10,8 @@ import pytest
 
 from nightshift.store.alert_log import DWELL, AlertLog
 from nightshift.store.ledger import Ledger
-from tests.dwell_night import EPOCH, NIGHT, S, budgets, dwell_night, rows
-from tests.support import wait_until
+from tests.dwell_night import NIGHT, S, budgets, dwell_night, rows
+from tests.support import EPOCH, wait_until
 
 WATCH = ("slow", "submitted", "watch")
 ALERT = ("slow", "submitted", "alert")

@@ -5,14 +5,14 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, timedelta
 from pathlib import Path
 from types import TracebackType
 
 import pytest
 
 from nightshift.backends.base import ExternalState
-from nightshift.config.catalogue import parse_catalogue
+from nightshift.config.loader import parse_catalogue
 from nightshift.engine.admission import Admission
 from nightshift.engine.events import (
     JobChanged,
@@ -29,12 +29,11 @@ from nightshift.engine.steps import run_jobs_plain
 from nightshift.engine.watcher import Watcher
 from nightshift.errors import TransientBackendError
 from nightshift.store.ledger import Ledger
-from tests.support import ScriptedBackend
+from tests.support import EPOCH, FakeClock, ScriptedBackend
 
 Q, R = ExternalState.QUEUED, ExternalState.RUNNING
 S, F = ExternalState.SUCCEEDED, ExternalState.FAILED
 NIGHT = "2030-01-01"
-EPOCH = datetime(2030, 1, 1, 22, 0, tzinfo=UTC)  # the fake wall clock's start
 CATALOGUE = """\
 name: test
 defaults: {poll: {initial: 1s, max: 2s}, stagger: 0s, retries: 1, deadline: 24h}
@@ -53,26 +52,6 @@ SCRIPTS: dict[str, list[ExternalState | Exception]] = {
     "d": [R, S],
     "e": [F],
 }
-
-
-class FakeClock:
-    """Monotonic seconds that move only when the driver moves them."""
-
-    def __init__(self) -> None:
-        self._t = 1000.0
-        self._lock = threading.Lock()
-
-    def __call__(self) -> float:
-        with self._lock:
-            return self._t
-
-    def advance(self, seconds: float) -> None:
-        with self._lock:
-            self._t += seconds
-
-    def wall(self) -> datetime:
-        """The wall clock on the same fake time."""
-        return EPOCH + timedelta(seconds=self() - 1000.0)
 
 
 class ClockDriver:
@@ -126,7 +105,7 @@ def _parts(ledger: Ledger, clock: FakeClock, sinks: list) -> tuple[NightParts, S
 def _run(tmp_path: Path, ledger: Ledger, sinks: list) -> tuple[NightSummary, ScriptedBackend]:
     """The whole night on the fake clock: the same pieces `run_night_plain` joins."""
     catalogue = parse_catalogue(CATALOGUE, tmp_path / "nightshift.yaml")
-    clock = FakeClock()
+    clock = FakeClock(wall_start=EPOCH)
     parts, backend = _parts(ledger, clock, sinks)
     plan = plan_night(catalogue)
     started = clock.wall().isoformat(timespec="seconds")

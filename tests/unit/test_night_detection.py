@@ -13,8 +13,8 @@ from nightshift.budgets.current import current_budgets
 from nightshift.engine.events import ExpectedDurations, LevelChanged
 from nightshift.store.alert_log import AlertLog
 from nightshift.store.ledger import Ledger
-from tests.dwell_night import EPOCH, NIGHT, Clocks, Q, R, S, budgets, dwell_night, rows
-from tests.support import wait_until
+from tests.dwell_night import NIGHT, Q, R, S, budgets, dwell_night, rows
+from tests.support import EPOCH, FakeClock, wait_until
 
 WATCH = ("slow", "queued", "watch")
 ALERT = ("slow", "queued", "alert")
@@ -55,7 +55,9 @@ def test_a_rerun_re_attaching_repeats_nothing(tmp_path: Path, ledger: Ledger) ->
     assert ledger.get_job(NIGHT, "slow").state == "queued"
 
     again = Ledger(ledger.url, "test")
-    later = Clocks(EPOCH + timedelta(minutes=5))  # before its queued_timeout (15m) runs out
+    later = FakeClock(
+        wall_start=EPOCH + timedelta(minutes=5)
+    )  # before its queued_timeout (15m) runs out
     try:
         with dwell_night(tmp_path, again, [Q, Q, S], load, clocks=later) as second:
             assert second.ctx.dwell is not None
