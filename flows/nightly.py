@@ -16,7 +16,8 @@ from prefect.context import AsyncClientContext
 from prefect.runtime import flow_run
 from prefect.states import Completed, Failed, State
 
-from nightshift.config.catalogue import Catalogue, load_catalogue
+from nightshift.config.catalogue import Catalogue
+from nightshift.config.loader import load_catalogue
 from nightshift.config.settings import Settings, load_settings
 from nightshift.engine.admission import Admission
 from nightshift.engine.context import NightContext

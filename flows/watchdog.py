@@ -6,8 +6,8 @@ from typing import Any
 
 from prefect import flow, get_run_logger
 
-from nightshift.config.catalogue import load_catalogue
 from nightshift.config.durations import parse_duration
+from nightshift.config.loader import load_catalogue
 from nightshift.config.settings import load_settings
 from nightshift.watchdog.checks import Rules
 from nightshift.watchdog.full_pass import watchdog_pass

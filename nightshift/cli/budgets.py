@@ -40,7 +40,7 @@ def register(sub: Any) -> None:
 
 
 def _command(args: argparse.Namespace) -> int:
-    from nightshift.config.catalogue import load_catalogue
+    from nightshift.config.loader import load_catalogue
     from nightshift.config.settings import load_settings
 
     def show() -> int:

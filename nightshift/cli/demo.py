@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from nightshift.cli.args import add_command
 from nightshift.cli.demo_slack import SLACK_TOKEN, SLACK_TOKEN_ENV, notify_section, slack_report
-from nightshift.config.catalogue import Catalogue, CliJob, CommandJob, load_catalogue
+from nightshift.config.catalogue import Catalogue, CliJob, CommandJob
+from nightshift.config.loader import load_catalogue
 
 if TYPE_CHECKING:
     from sandbox.history import Usual

@@ -53,7 +53,7 @@ def run_notify(url: str, *, flush: bool, catalogue_path: str | None = None) -> i
     With ``catalogue_path``, only that catalogue's messages, sent with its current ``notify.slack``.
     Raises CatalogueError for an invalid catalogue.
     """
-    from nightshift.config.catalogue import load_catalogue
+    from nightshift.config.loader import load_catalogue
     from nightshift.notify.notifier import flush_outbox
     from nightshift.notify.send import Delivery
     from nightshift.store.ledger import Ledger

@@ -43,7 +43,7 @@ def run_catalogue(
     """Run one night of ``path`` in this process and return the exit code."""
     from rich.console import Console
 
-    from nightshift.config.catalogue import load_catalogue
+    from nightshift.config.loader import load_catalogue
     from nightshift.engine.plan import parse_night, plan_night, tonight
     from nightshift.errors import CatalogueError, NightshiftError
 

@@ -31,7 +31,7 @@ def _command(args: argparse.Namespace) -> int:
 def validate(path: str) -> int:
     """Print ``FILE: ok, N jobs`` (and any warnings) and return 0, or the problems and 4."""
     from nightshift.backends.gemini.batch_input import catalogue_input_problems
-    from nightshift.config.catalogue import load_catalogue
+    from nightshift.config.loader import load_catalogue
     from nightshift.config.timers import schedule_warnings
     from nightshift.errors import CatalogueError
 

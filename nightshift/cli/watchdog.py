@@ -57,8 +57,8 @@ def register(sub: Any) -> None:
 
 
 def _command(args: argparse.Namespace) -> int:
-    from nightshift.config.catalogue import load_catalogue
     from nightshift.config.durations import parse_duration
+    from nightshift.config.loader import load_catalogue
     from nightshift.config.settings import load_settings
     from nightshift.watchdog.checks import Rules
 

@@ -52,7 +52,8 @@ def retention_scope(path: str | None) -> tuple[str | None, list[Path] | None]:
     (None, None) without a catalogue: every catalogue's rows, and no manifests. Raises
     CatalogueError for an invalid catalogue.
     """
-    from nightshift.config.catalogue import GeminiBatchJob, load_catalogue
+    from nightshift.config.catalogue import GeminiBatchJob
+    from nightshift.config.loader import load_catalogue
 
     if path is None:
         return None, None

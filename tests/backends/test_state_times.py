@@ -20,7 +20,7 @@ from nightshift.backends.cli import CliBackend
 from nightshift.backends.command.backend import CommandBackend
 from nightshift.backends.gemini.batch import GeminiBatchBackend, RetryPolicy, build_gemini_client
 from nightshift.backoff import Backoff
-from nightshift.config.catalogue import parse_catalogue
+from nightshift.config.loader import parse_catalogue
 from nightshift.config.settings import Settings
 from nightshift.engine.admission import Admission
 from nightshift.engine.context import NightContext

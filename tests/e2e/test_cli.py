@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from nightshift.cli.main import main
-from nightshift.config.catalogue import load_catalogue
+from nightshift.config.loader import load_catalogue
 from nightshift.config.settings import load_settings
 from nightshift.store.lease import Lease
 from nightshift.store.ledger import Ledger

@@ -21,7 +21,8 @@ from nightshift.budgets.current import current_budgets
 from nightshift.budgets.lookup import Budgets
 from nightshift.cli.demo import demo_catalogue, usual_nights
 from nightshift.cli.demo_slack import ALERTS, DIGEST, SLACK_TOKEN
-from nightshift.config.catalogue import Catalogue, CliJob, load_catalogue
+from nightshift.config.catalogue import Catalogue, CliJob
+from nightshift.config.loader import load_catalogue
 from nightshift.engine.plan import tonight
 from nightshift.store.alert_log import AlertLog, AlertRecord
 from nightshift.store.ledger import Ledger

@@ -121,7 +121,7 @@ def test_uncapped_backends_take_no_slot() -> None:
 def test_a_catalogue_may_have_limits_of_its_own(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from prefect.client.orchestration import get_client
 
-    from nightshift.config.catalogue import load_catalogue
+    from nightshift.config.loader import load_catalogue
     from nightshift.orchestration.limits import limit_scope
 
     jobs = "jobs:\n  - {label: a, backend: cli, task: t}\n"

@@ -75,7 +75,7 @@ def test_the_key_can_come_from_a_prefect_secret_block_named_in_the_catalogue(
     from prefect.blocks.system import Secret
 
     from nightshift.backends import build_backends
-    from nightshift.config.catalogue import parse_catalogue
+    from nightshift.config.loader import parse_catalogue
     from nightshift.config.settings import load_settings
 
     Secret(value="test-key").save("nightshift-gemini-key", overwrite=True)

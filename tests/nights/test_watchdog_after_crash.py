@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from flows.watchdog import watchdog
-from nightshift.config.catalogue import load_catalogue
+from nightshift.config.loader import load_catalogue
 from nightshift.config.settings import load_settings
 from nightshift.store.alert_log import DWELL, STOPPED, AlertLog, AlertRecord
 from nightshift.store.lease import Lease

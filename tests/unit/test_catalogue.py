@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from nightshift.config.catalogue import load_catalogue, parse_catalogue
 from nightshift.config.durations import format_duration, parse_duration
+from nightshift.config.loader import load_catalogue, parse_catalogue
 from nightshift.errors import CatalogueError
 
 GOOD = """\

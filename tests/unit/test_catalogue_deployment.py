@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from nightshift.config.catalogue import DeploymentJob, load_catalogue, parse_catalogue
+from nightshift.config.catalogue import DeploymentJob
+from nightshift.config.loader import load_catalogue, parse_catalogue
 from nightshift.engine.jobspec import job_spec
 from nightshift.errors import CatalogueError
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from nightshift.config.catalogue import parse_catalogue
 from nightshift.config.limits import format_rate, parse_rate
+from nightshift.config.loader import parse_catalogue
 from nightshift.errors import CatalogueError
 
 JOBS = "jobs:\n  - {label: a, backend: cli, task: t}\n"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from nightshift.config.catalogue import load_catalogue, parse_catalogue
+from nightshift.config.loader import load_catalogue, parse_catalogue
 from nightshift.config.timers import schedule_interval, schedule_warnings
 from nightshift.errors import CatalogueError
 from tests.unit.test_catalogue import problems

@@ -22,7 +22,7 @@ def test_import_nightshift_pulls_in_nothing_heavy() -> None:
 
 
 def test_reading_a_catalogue_pulls_in_nothing_heavy() -> None:
-    code = "from nightshift.config.catalogue import parse_catalogue\n"
+    code = "from nightshift.config.loader import parse_catalogue\n"
     code += "parse_catalogue('jobs: [{label: a, backend: command, argv: [x]}]')"
     assert loaded_after(code) == []
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from nightshift.config.catalogue import parse_catalogue
+from nightshift.config.loader import parse_catalogue
 from nightshift.config.notify import NotifyConfig
 from nightshift.engine.alerts import Alert
 from nightshift.engine.outcomes import JobOutcome, NightSummary, Outcome, Severity

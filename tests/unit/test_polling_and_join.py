@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from nightshift.backoff import Backoff
-from nightshift.config.catalogue import parse_catalogue
+from nightshift.config.loader import parse_catalogue
 from nightshift.engine.outcomes import JobOutcome, Outcome, Severity, join
 from nightshift.engine.plan import plan_night
 

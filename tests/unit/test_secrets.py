@@ -117,7 +117,7 @@ def test_the_job_cli_gets_what_the_catalogue_cli_section_names_on_every_call(
     secret_env: dict[str, str], tmp_path: Path
 ) -> None:
     from nightshift.backends import build_backends
-    from nightshift.config.catalogue import parse_catalogue
+    from nightshift.config.loader import parse_catalogue
     from nightshift.config.settings import load_settings
     from nightshift.engine.jobspec import job_spec
 
@@ -155,7 +155,7 @@ def test_the_job_cli_sees_no_secret_but_what_the_job_names(
 
 
 def test_the_catalogue_names_what_a_job_may_inherit(tmp_path: Path) -> None:
-    from nightshift.config.catalogue import parse_catalogue
+    from nightshift.config.loader import parse_catalogue
     from nightshift.engine.jobspec import job_spec
     from nightshift.errors import CatalogueError
 

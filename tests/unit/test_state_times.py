@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from nightshift.backends.base import ExternalState, JobSpec, JobStatus
-from nightshift.config.catalogue import parse_catalogue
+from nightshift.config.loader import parse_catalogue
 from nightshift.engine.admission import Admission
 from nightshift.engine.context import NightContext
 from nightshift.engine.outcomes import Outcome

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from nightshift.config.catalogue import parse_catalogue
+from nightshift.config.loader import parse_catalogue
 from nightshift.engine.timers import job_timers
 
 NIGHT_END = datetime(2026, 11, 29, 3, 0, tzinfo=UTC)
