@@ -190,29 +190,26 @@ class CliBackend:
         return _to_status(self._json(["jobs", "get", self._check(external_id), "--json"], dict))
 
     def status_many(self, external_ids: Iterable[str]) -> dict[str, JobStatus | BackendError]:
-        """Many jobs in one ``agy jobs list --json``; ids it does not list are asked one by one.
+        """The jobs one ``agy jobs list --json`` shows; ids it does not list are left out.
 
-        Only listed entries whose job_id was asked for are parsed (other users' jobs are none of
-        our business). Each id maps to its JobStatus or to the BackendError for that id alone (an
-        off-contract entry, an unknown id); this raises only when the listing itself fails.
+        The caller asks those one by one, each on a call of its own with its own deadline, so
+        a hung ``jobs get`` holds only its own job, never an answer this listing has in hand.
+        Only listed entries whose job_id was asked for are parsed (other users' jobs are none
+        of our business). Each maps to its JobStatus or to its own BackendError (an
+        off-contract entry); this raises only when the listing itself fails.
         """
         wanted = dict.fromkeys(external_ids)
         if not wanted:
             return {}
-        listed: dict[str, Any] = {}
+        out: dict[str, JobStatus | BackendError] = {}
         for obj in self._json(["jobs", "list", "--json"], list):
             job_id = obj.get("job_id") if isinstance(obj, dict) else None
-            if isinstance(job_id, str) and job_id in wanted and job_id not in listed:
-                listed[job_id] = obj
-        out: dict[str, JobStatus | BackendError] = {}
-        for job_id in wanted:
-            try:
-                out[job_id] = (
-                    _to_status(listed[job_id]) if job_id in listed else self.status(job_id)
-                )
-            except BackendError as exc:
-                out[job_id] = exc
-        return out
+            if isinstance(job_id, str) and job_id in wanted and job_id not in out:
+                try:
+                    out[job_id] = _to_status(obj)
+                except BackendError as exc:
+                    out[job_id] = exc
+        return {job_id: out[job_id] for job_id in wanted if job_id in out}
 
     def cancel(self, external_id: str) -> None:
         """``agy jobs cancel ID``; the CLI leaves final jobs alone."""
