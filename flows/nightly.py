@@ -38,12 +38,13 @@ from nightshift.metrics.export import export_ledger_metrics
 from nightshift.notify.notifier import Notifier, SlackAlertSink
 from nightshift.notify.sinks import NoticeSink
 from nightshift.orchestration.leases import slot_lease_s
-from nightshift.orchestration.limits import limit_scope, prefect_slots
+from nightshift.orchestration.limits import limit_scope, night_slots
 from nightshift.orchestration.progress import ProgressSink
 from nightshift.orchestration.report import not_run, report, why
 from nightshift.store.lease import Lease
 from nightshift.store.ledger import Ledger
 from nightshift.store.outbox import Outbox
+from nightshift.store.slot_holders import SlotHolders
 from tasks.jobs import NIGHTS, Night, outcome_of, run_chain, with_retries
 from tasks.notify import notify
 
@@ -167,8 +168,13 @@ def _run_night(
         logger=logger,
         # caps as Prefect global concurrency limits; both by this module's names, which a
         # test of the flow may swap
-        slots=lambda caps: prefect_slots(
-            caps, scope=limit_scope(catalogue), lease_s=slot_lease_s(settings.lease_ttl)
+        # each slot lease written down with this night's lease owner: the next night gives
+        # back the slots of a night killed holding them (store/slot_holders.py)
+        slots=lambda caps: night_slots(
+            caps,
+            limit_scope(catalogue),
+            slot_lease_s(settings.lease_ttl),
+            lambda server: SlotHolders(ledger.engine, lease.owner, catalogue.key, server),
         ),
         admission=Admission,
     )

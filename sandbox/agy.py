@@ -12,6 +12,10 @@ durations), ``AGY_FAIL_CALLS=N`` (the first N invocations against a state dir ex
 exit 75, or with ``AGY_LOSE_AS=hang`` hang for ``AGY_HANG_S`` seconds, default 600).
 
 ``run --name KEY`` names a job; job objects carry ``name`` (null if unnamed) and ``created_at``.
+Per-job faults, as directives too: ``[unlisted]`` (``jobs list`` never shows the job) and
+``[hang_get]`` (``jobs get`` of it hangs until the file ``<state>/release-hang`` exists).
+``AGY_BUSY_RUNS=N``: the first N ``run`` invocations are refused before any job is made (exit
+75, "429 Too Many Requests", the way a rate-limited service answers).
 """
 
 from __future__ import annotations
@@ -48,6 +52,8 @@ class Plan:
     run_s: float = 1.0
     exit_code: int = 0
     stuck: bool = False
+    unlisted: bool = False
+    hang_get: bool = False
 
 
 def parse_plan(task: str) -> Plan:
@@ -57,8 +63,8 @@ def parse_plan(task: str) -> Plan:
         for token in re.split(r"[\s,]+", group.strip()):
             key, _, value = token.partition("=")
             try:
-                if key == "stuck" and not value:
-                    values["stuck"] = True
+                if key in ("stuck", "unlisted", "hang_get") and not value:
+                    values[key] = True
                 elif key in ("queue", "run") and value:
                     values[f"{key}_s"] = max(0.0, float(value))
                 elif key == "exit" and value:
@@ -174,6 +180,8 @@ class _Store:
             "steps": max(1, math.ceil(plan.run_s)),
             "exit_code": plan.exit_code,
             "stuck": plan.stuck,
+            "unlisted": plan.unlisted,
+            "hang_get": plan.hang_get,
             "cancelled_at": None,
         }
         self.jobs.mkdir(parents=True, exist_ok=True)
@@ -252,8 +260,18 @@ def _lose_answer() -> int:
     return EX_TEMPFAIL
 
 
+def _hang_until(release: Path, limit_s: float = 600.0) -> None:
+    """A hung call: no answer until ``release`` exists (or ``limit_s`` passed)."""
+    end = time.monotonic() + limit_s
+    while not release.exists() and time.monotonic() < end:
+        time.sleep(0.1)
+
+
 def _dispatch(args: argparse.Namespace, store: _Store) -> int:
     if args.command == "run":
+        if _inject_fault(store.jobs.parent, "AGY_BUSY_RUNS"):
+            print("agy: 429 Too Many Requests: slow down, try again later", file=sys.stderr)
+            return EX_TEMPFAIL
         rec = store.create(args.task, args.model, args.name)
         if _inject_fault(store.jobs.parent, "AGY_LOSE_RUNS"):
             return _lose_answer()
@@ -263,9 +281,12 @@ def _dispatch(args: argparse.Namespace, store: _Store) -> int:
             view = _view(rec, time.time())
         _emit(view, args.json)
     elif args.action == "list":
-        _emit([_view(rec, time.time()) for rec in store.all()], args.json)
+        listed = [rec for rec in store.all() if not rec.get("unlisted")]
+        _emit([_view(rec, time.time()) for rec in listed], args.json)
     else:
         rec = store.load(args.job_id)
+        if args.action == "get" and rec.get("hang_get"):
+            _hang_until(store.jobs.parent / "release-hang")
         now = time.time()
         if args.action == "cancel" and _view(rec, now)["state"] in ("queued", "running"):
             rec["cancelled_at"] = now

@@ -56,7 +56,7 @@ class GeminiEmulator:
         self.last_body: dict[str, Any] = {}  # endpoint -> last JSON body it received
         self._host, self._port, self._clock = host, port, clock
         self._scripts: dict[str, BatchScript] = {}
-        self._errors: dict[str, deque[tuple[int, str | None]]] = {}
+        self._errors: dict[str, deque[tuple[int, str | None, float | None]]] = {}
         self._faults: dict[str, deque[str]] = {}
         self._release = threading.Event()  # ends every hanging answer (stop, reset)
         self._batches: dict[str, Batch] = {}
@@ -118,12 +118,17 @@ class GeminiEmulator:
             self._scripts[display_name] = script
 
     def inject_errors(
-        self, statuses: Iterable[int], endpoint: str = "*", message: str | None = None
+        self,
+        statuses: Iterable[int],
+        endpoint: str = "*",
+        message: str | None = None,
+        retry_after: float | None = None,
     ) -> None:
-        """Answer the next requests (to ``endpoint`` or any) with these HTTP statuses."""
+        """Answer the next requests (to ``endpoint`` or any) with these HTTP statuses, before
+        doing any work (a refused create makes no batch), with a ``Retry-After`` if given."""
         with self._lock:
             queue = self._errors.setdefault(endpoint, deque())
-            queue.extend((s, message) for s in statuses)
+            queue.extend((s, message, retry_after) for s in statuses)
 
     def inject_faults(self, kind: str, endpoint: str = "*", times: int = 1) -> None:
         """Answer the next ``times`` requests to ``endpoint`` (or any) with a fault.
@@ -270,8 +275,10 @@ class GeminiEmulator:
         for queue_name in (endpoint, "*"):
             queue = self._errors.get(queue_name)
             if queue:
-                code, message = queue.popleft()
+                code, message, retry_after = queue.popleft()
                 extra = {"x-goog-upload-status": "final"} if "upload" in endpoint else {}
+                if retry_after is not None:
+                    extra["retry-after"] = f"{retry_after:g}"
                 return (*error_reply(code, message or f"emulated HTTP {code}"), extra)
         try:
             data = json.loads(body) if body and endpoint != "files.upload_bytes" else {}

@@ -93,7 +93,12 @@ def _cli(catalogue: Catalogue, settings: Settings) -> Backend:
     # catalogue wins over NIGHTSHIFT_AGY; either may carry arguments ("python -m sandbox.agy")
     cli = catalogue.cli
     executable = cli.executable or settings.agy
-    return CliBackend(shlex.split(executable), env=cli.env, pass_env=cli.pass_env)
+    from nightshift.backends.patience import Patience
+
+    patience = Patience(catalogue.submit_patience("cli"))
+    return CliBackend(
+        shlex.split(executable), env=cli.env, pass_env=cli.pass_env, patience=patience
+    )
 
 
 def _gemini(catalogue: Catalogue, settings: Settings) -> Backend:
@@ -106,8 +111,10 @@ def _gemini(catalogue: Catalogue, settings: Settings) -> Backend:
         overrides["gemini_api_key_block"] = catalogue.gemini.api_key_block
     if catalogue.gemini.api_version:
         overrides["gemini_api_version"] = catalogue.gemini.api_version
+    from nightshift.backends.patience import Patience
+
     client = build_gemini_client(settings.model_copy(update=overrides))
-    return GeminiBatchBackend(client)
+    return GeminiBatchBackend(client, patience=Patience(catalogue.submit_patience("gemini_batch")))
 
 
 def _deployment(catalogue: Catalogue) -> Backend:

@@ -123,7 +123,11 @@ class ListsStatus(Protocol):
     """A backend that answers for many jobs in one call (``agy jobs list``, ``batches.list``)."""
 
     def status_many(self, external_ids: Iterable[str]) -> dict[str, JobStatus | BackendError]:
-        """States by id; an id it could not read maps to its error."""
+        """States by id from one listing; an id it could not read maps to its error.
+
+        An id the listing does not show may be left out: the watcher then asks it with
+        ``status`` on a call of its own, so one hung call never holds another job's answer.
+        """
         ...
 
 

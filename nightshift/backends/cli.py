@@ -5,8 +5,9 @@ Contract: ``run --detach --json --task T [--model M] [--name KEY]`` prints ``{"j
 started_at, finished_at, task, model, created_at, name}`` (``created_at`` and ``name`` optional);
 exit code 75 means "temporarily unavailable". Human output is never parsed.
 
-A ``run`` is never repeated blindly: after a ``run`` whose answer was lost (exit 75, timeout)
-or when the runner says an earlier try may have run it (``resume_since``), the job is looked for
+A ``run`` is never repeated blindly: after a ``run`` whose answer was lost or refused (exit 75,
+timeout), before it is sent again within ``patience`` (backoff, a "retry after N" honoured), or
+when the runner says an earlier try may have run it (``resume_since``), the job is looked for
 in ``jobs list``: by ``name`` (``names=True``, for an agy that takes ``--name``), else the same
 task and model created since the try began. One is re-attached, none is run (or retried), several
 fail the job: a duplicate may exist.
@@ -24,6 +25,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from nightshift.backends.base import ExternalState, JobSpec, JobStatus
+from nightshift.backends.patience import Patience, retry_after_in, submit_patiently
 from nightshift.backends.submission import resume_since, submission_key
 from nightshift.config.settings import child_environment
 from nightshift.errors import BackendError, PermanentBackendError, TransientBackendError
@@ -116,6 +118,7 @@ class CliBackend:
         pass_env: Sequence[str] = (),
         names: bool = False,
         clock_skew_s: float = 5.0,
+        patience: Patience | None = None,
     ) -> None:
         self.command = [executable] if isinstance(executable, str) else list(executable)
         if not self.command:
@@ -127,6 +130,8 @@ class CliBackend:
         self.names = names  # the agy takes ``run --name KEY`` and lists ``name``
         # how much earlier than our clock the CLI's created_at of our job may read
         self.clock_skew = timedelta(seconds=clock_skew_s)
+        # how long a refused `run` is tried again (none: one try, the runner's retry decides)
+        self.patience = patience or Patience()
 
     def submit(self, spec: JobSpec) -> str:
         """``agy run --detach --json --task T --model M``, at most once per submission key."""
@@ -143,27 +148,25 @@ class CliBackend:
         if self.names and want.key:
             args += ["--name", want.key]
         began = datetime.now(UTC)
-        try:
-            obj = self._json(args, dict, spec.options)
-        except TransientBackendError as exc:  # the job may exist: look, never run it again
-            return self._after_lost_answer(want, began, exc)
-        job_id = obj.get("job_id")
-        if not isinstance(job_id, str) or not job_id:
-            raise PermanentBackendError(f"agy run printed no job_id: {obj!r:.200}")
-        return job_id
 
-    def _after_lost_answer(self, want: _Wanted, began: datetime, lost: BackendError) -> str:
-        try:
-            found = self._find(want, began)
+        def send() -> str:
+            obj = self._json(args, dict, spec.options)
+            job_id = obj.get("job_id")
+            if not isinstance(job_id, str) or not job_id:
+                raise PermanentBackendError(f"agy run printed no job_id: {obj!r:.200}")
+            return job_id
+
+        try:  # the job may exist after a lost answer: look before every resend
+            return submit_patiently(
+                send,
+                lambda: self._find(want, began),
+                self.patience,
+                lambda exc: retry_after_in(str(exc)),
+            )
         except TransientBackendError as exc:
             raise TransientBackendError(
-                f"{lost}; looking for its job failed too ({exc}): the retry looks again first"
+                f"{exc}; `jobs list` shows no job of it yet: the retry looks again first"
             ) from None
-        if found is None:
-            raise TransientBackendError(
-                f"{lost}; `jobs list` shows no job of it: the retry looks again first"
-            )
-        return found
 
     def _find(self, want: _Wanted, since: datetime) -> str | None:
         """The job ``want`` describes, started since ``since``; several are permanent."""
@@ -190,29 +193,26 @@ class CliBackend:
         return _to_status(self._json(["jobs", "get", self._check(external_id), "--json"], dict))
 
     def status_many(self, external_ids: Iterable[str]) -> dict[str, JobStatus | BackendError]:
-        """Many jobs in one ``agy jobs list --json``; ids it does not list are asked one by one.
+        """The jobs one ``agy jobs list --json`` shows; ids it does not list are left out.
 
-        Only listed entries whose job_id was asked for are parsed (other users' jobs are none of
-        our business). Each id maps to its JobStatus or to the BackendError for that id alone (an
-        off-contract entry, an unknown id); this raises only when the listing itself fails.
+        The caller asks those one by one, each on a call of its own with its own deadline, so
+        a hung ``jobs get`` holds only its own job, never an answer this listing has in hand.
+        Only listed entries whose job_id was asked for are parsed (other users' jobs are none
+        of our business). Each maps to its JobStatus or to its own BackendError (an
+        off-contract entry); this raises only when the listing itself fails.
         """
         wanted = dict.fromkeys(external_ids)
         if not wanted:
             return {}
-        listed: dict[str, Any] = {}
+        out: dict[str, JobStatus | BackendError] = {}
         for obj in self._json(["jobs", "list", "--json"], list):
             job_id = obj.get("job_id") if isinstance(obj, dict) else None
-            if isinstance(job_id, str) and job_id in wanted and job_id not in listed:
-                listed[job_id] = obj
-        out: dict[str, JobStatus | BackendError] = {}
-        for job_id in wanted:
-            try:
-                out[job_id] = (
-                    _to_status(listed[job_id]) if job_id in listed else self.status(job_id)
-                )
-            except BackendError as exc:
-                out[job_id] = exc
-        return out
+            if isinstance(job_id, str) and job_id in wanted and job_id not in out:
+                try:
+                    out[job_id] = _to_status(obj)
+                except BackendError as exc:
+                    out[job_id] = exc
+        return {job_id: out[job_id] for job_id in wanted if job_id in out}
 
     def cancel(self, external_id: str) -> None:
         """``agy jobs cancel ID``; the CLI leaves final jobs alone."""

@@ -40,6 +40,8 @@ DEPLOYMENT_PATTERN = r"^[^/\s][^/]*/[^/]*[^/\s]$"  # "flow-name/deployment-name"
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 # a timer of 0 would fire at once: never what the catalogue means
 Timer = Annotated[Duration, Field(gt=0)]
+# how long a submit refused for now (429, 503, a timeout) keeps trying; 0: one try
+Patience = Annotated[Duration, Field(ge=0, le=86400)]
 
 
 def _number_to_str(value: Any) -> Any:
@@ -84,6 +86,7 @@ class Defaults(_Strict):
     queued_timeout: Timer = 900.0
     sla: Timer = 86400.0
     sla_fallback_at: float = Field(0.8, gt=0, le=1)
+    submit_patience: Patience = 300.0  # every backend's, unless its own section says
 
 
 class _JobBase(_Strict):
@@ -147,6 +150,7 @@ class CliSettings(_Strict):
     # what every call of the job CLI may see beyond our environment minus secrets (its login)
     env: dict[EnvName, Arg] = {}
     pass_env: list[EnvName] = []
+    submit_patience: Patience | None = None  # None: the defaults'
 
 
 class ModelPrice(_Strict):
@@ -162,6 +166,7 @@ class GeminiSettings(_Strict):
     base_url: str | None = None
     api_version: str | None = None
     api_key_block: str | None = None  # name of a Prefect Secret block holding the key
+    submit_patience: Patience | None = None  # None: the defaults'
 
 
 class DeploymentSettings(_Strict):
@@ -204,6 +209,13 @@ class Catalogue(_Strict):
     def rates(self) -> dict[str, float]:
         """Backend -> submissions a second (backends with a `rate` only)."""
         return {str(b): lim.rate for b, lim in self.limits.items() if lim.rate}
+
+    def submit_patience(self, backend: str) -> float:
+        """Seconds a refused submit to ``backend`` keeps trying: its section's, else the
+        defaults'."""
+        own = {"cli": self.cli.submit_patience, "gemini_batch": self.gemini.submit_patience}
+        value = own.get(backend)
+        return self.defaults.submit_patience if value is None else value
 
     def line(self, *at: Any) -> int | None:
         """The line of ``at`` (e.g. ``"jobs", 0, "timeout"``) in the file, when known."""

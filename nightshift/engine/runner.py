@@ -113,8 +113,10 @@ def _run(ctx: NightContext, label: str, job: Any, backend: Backend) -> JobSteps:
                 external_id = backend.submit(spec)
             except (PermanentBackendError, InputFileError) as exc:  # nothing (more) to watch
                 return _finish(ctx, label, None, Outcome.FAILED, started_wall, attempts, str(exc))
+            # a patient submit may have waited out a burst of 429s: its timers start now
+            started_wall = ctx.wall()
             ctx.ledger.record_submit(
-                ctx.night, label, job.backend, external_id, attempts, at=ctx.wall()
+                ctx.night, label, job.backend, external_id, attempts, at=started_wall
             )
             ctx.mark(label, "submitted", external_id)
         if reattach and record is not None and record.state == FALLBACK:

@@ -2,7 +2,9 @@
 
 Each job keeps its own backoff and timers. A due backend that can list many jobs at once
 (``status_many``) is asked once per tick; otherwise each due job gets its own status call, side
-by side (bounded per backend), so a hung call costs only its own job. Timers are checked by the
+by side (bounded per backend), so a hung call costs only its own job. A job the listing does not
+show (or every job, when the listing fails for good) is asked at once on a call of its own:
+the answers the listing had in hand go on without waiting for it. Timers are checked by the
 loop itself: they fire on time whatever a status call is doing. A job is never asked again once
 it is final.
 
@@ -72,6 +74,7 @@ class WatchRequest:
     next_at: float = 0.0
     last_status: JobStatus | None = None
     checking: bool = False  # a status call for this job is in flight
+    single: bool = False  # the last listing did not show it: ask it on a call of its own
     closing: bool = False  # watching is ending: no more checks, results ignored
     future: Future[WatchResult] = field(default_factory=Future)
 
@@ -235,19 +238,21 @@ class Watcher:
                 due.setdefault(id(entry.backend), []).append(entry)
         for key, entries in due.items():
             backend = entries[0].backend
-            if capabilities(backend).lists_status is not None and len(entries) > 1:
-                if key in self._listing:
-                    continue  # one listing at a time; its end wakes the loop for these
-                self._listing.add(key)
-                for entry in entries:
-                    entry.checking = True
-                work.append((self._run_listing, (key, entries)))
-                continue
-            for entry in entries:
+            singles = [e for e in entries if e.single]
+            listed = [e for e in entries if not e.single]
+            if capabilities(backend).lists_status is not None and len(listed) > 1:
+                if key not in self._listing:  # one listing at a time; its end wakes the loop
+                    self._listing.add(key)
+                    for entry in listed:
+                        entry.checking = True
+                    work.append((self._run_listing, (key, listed)))
+                listed = []
+            for entry in [*singles, *listed]:
                 if self._calls.get(key, 0) >= self._calls_per_backend:
                     break  # bounded: the rest wait for a free call
                 self._calls[key] = self._calls.get(key, 0) + 1
                 entry.checking = True
+                entry.single = False
                 work.append((self._run_single, (key, entry)))
         for entry in self._entries:
             if entry.closing:
@@ -279,21 +284,28 @@ class Watcher:
                 self._cond.notify_all()
 
     def _run_listing(self, key: int, entries: list[WatchRequest]) -> None:
+        unlisted: list[WatchRequest] = []
         try:
             statuses = self._list(entries)
             for entry in entries:
-                self._advance(entry, statuses.get(entry.external_id))
+                if entry.external_id in statuses:
+                    self._advance(entry, statuses[entry.external_id])
+                else:
+                    unlisted.append(entry)
         finally:
             with self._cond:
                 self._listing.discard(key)
                 for entry in entries:
                     entry.checking = False
+                for entry in unlisted:  # asked at once, each on a call of its own
+                    entry.single = True
+                    entry.next_at = min(entry.next_at, self._clock())
                 self._cond.notify_all()
 
     @staticmethod
-    def _list(entries: list[WatchRequest]) -> dict[str, JobStatus | BaseException]:
-        backend = entries[0].backend
-        lister = capabilities(backend).lists_status
+    def _list(entries: list[WatchRequest]) -> Mapping[str, JobStatus | BaseException]:
+        """What one listing says; a job it leaves out is asked singly (all, if it broke)."""
+        lister = capabilities(entries[0].backend).lists_status
         assert lister is not None  # only a backend that lists gets here
         try:
             found: Mapping[str, JobStatus | BaseException] = lister.status_many(
@@ -302,15 +314,8 @@ class Watcher:
         except TransientBackendError as exc:
             return {e.external_id: exc for e in entries}
         except Exception:  # listing is a convenience, not the contract: ask one by one
-            out: dict[str, JobStatus | BaseException] = {}
-            for entry in entries:
-                try:
-                    out[entry.external_id] = backend.status(entry.external_id)
-                except Exception as exc:
-                    out[entry.external_id] = exc
-            return out
-        missing = PermanentBackendError("job not listed by its backend")
-        return {e.external_id: found.get(e.external_id, missing) for e in entries}
+            return {}
+        return found
 
     def _advance(self, entry: WatchRequest, seen: JobStatus | BaseException | None) -> None:
         """Take one status call's answer; ignored once a timer (or stop) ended the job."""

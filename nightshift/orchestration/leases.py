@@ -6,6 +6,11 @@ end, its lease goes straight to the next job the night's gate lets in: no releas
 round trip, no wait on Prefect's retry timer. A lease nobody takes within ``grace`` seconds is
 released; all are released when the night ends. A limit that is full is asked again on a short
 poll of our own. Slot leases are renewed by one thread for the whole night.
+
+With a ``book`` (``store/slot_holders.py``) each lease taken and given back is written down with
+the night that holds it; ``heal_orphans`` gives back, when a night starts, the slots of nights
+that died holding them (kill -9): by lease id, and on Prefect's temporary server, whose leases
+died with it, by decrementing the limit's ``active_slots``.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from prefect.client.orchestration import SyncPrefectClient
@@ -28,8 +33,10 @@ __all__ = [
     "MIN_LEASE_S",
     "SLOT_POLL",
     "PrefectLeaseApi",
+    "SlotBook",
     "SlotLeaseApi",
     "SlotLeases",
+    "heal_orphans",
     "slot_lease_s",
 ]
 
@@ -64,6 +71,14 @@ class SlotLeaseApi(Protocol):
         ...
 
 
+class SlotBook(Protocol):
+    """Where a night writes down the slot leases it holds (``store/slot_holders.SlotHolders``)."""
+
+    def taken(self, limit_name: str, lease_id: str) -> None: ...
+
+    def given_back(self, lease_id: str) -> None: ...
+
+
 class SlotLeases:
     """Per limit name: leases in use by jobs, and spare ones waiting for the next job."""
 
@@ -76,8 +91,10 @@ class SlotLeases:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         renew_every: float = LEASE_S * 0.75,
+        book: SlotBook | None = None,
     ) -> None:
         self._api = api
+        self._book = book
         self._renew_every = renew_every
         self._grace = grace
         self._poll = poll
@@ -126,6 +143,7 @@ class SlotLeases:
             if got != FULL:
                 with self._lock:
                     self._in_use.setdefault(name, []).append(got)
+                self._write_down("taken", name, got)
                 self._start_renewing()
                 return got
             left = end - self._clock()
@@ -178,6 +196,17 @@ class SlotLeases:
             self._api.release(lease)
         except Exception as exc:  # it expires on its own
             log.warning("could not release a Prefect concurrency lease: %s", exc)
+            return
+        self._write_down("given_back", lease)
+
+    def _write_down(self, what: str, *args: str) -> None:
+        """Keep the book; a failure (the database is down) costs only the healing of a crash."""
+        if self._book is None:
+            return
+        try:
+            getattr(self._book, what)(*args)
+        except Exception as exc:
+            log.warning("could not write down a Prefect slot lease: %s", exc)
 
     def _start_renewing(self) -> None:
         with self._lock:
@@ -200,6 +229,49 @@ class SlotLeases:
                     log.warning("could not renew a Prefect concurrency lease: %s", exc)
 
 
+class Orphans(Protocol):
+    """Slot leases of dead nights (``store/slot_holders.SlotHolders``)."""
+
+    def orphans(self) -> list[Any]: ...
+
+    def claim(self, orphan: Any) -> bool: ...
+
+
+class SlotHealer(Protocol):
+    """What healing needs of the server: release a lease, or take slots back outright."""
+
+    temporary: bool
+
+    def release(self, lease: str) -> None: ...
+
+    def release_slots(self, name: str, slots: int) -> None: ...
+
+
+def heal_orphans(book: Orphans, api: SlotHealer) -> int:
+    """Give back the slots of nights that died holding them; how many were given back.
+
+    A real server still holds a dead night's lease (until it expires): released by id. The
+    temporary server a dead night ran on died with it, and its leases (kept in its memory)
+    with them, while ``active_slots`` stays taken in the database: taken back one by one.
+    """
+    healed = 0
+    for orphan in book.orphans():
+        if not book.claim(orphan):
+            continue  # another night starting now heals this one
+        try:
+            if api.temporary:
+                api.release_slots(orphan.limit_name, 1)
+            else:
+                api.release(orphan.lease_id)
+        except Exception as exc:  # it may expire on its own (a real server)
+            log.warning("could not give back a dead night's slot of %s: %s", orphan.limit_name, exc)
+            continue
+        log.info("gave back a slot of %s held by a night that died (%s)", orphan.limit_name,
+                 orphan.holder)  # fmt: skip
+        healed += 1
+    return healed
+
+
 class PrefectLeaseApi:
     """``SlotLeaseApi`` on the Prefect server's global concurrency limits.
 
@@ -209,6 +281,10 @@ class PrefectLeaseApi:
 
     def __init__(self, lease_s: float = LEASE_S) -> None:
         self.lease_s = lease_s
+        from prefect.settings import PREFECT_API_URL
+
+        # no API URL: Prefect's temporary server, whose slot leases live in its memory only
+        self.temporary = not PREFECT_API_URL.value()
         self._client: SyncPrefectClient | None = None
         self._lock = threading.Lock()
 
@@ -245,6 +321,16 @@ class PrefectLeaseApi:
         from uuid import UUID
 
         self._api().release_concurrency_slots_with_lease(lease_id=UUID(lease))
+
+    def release_slots(self, name: str, slots: int) -> None:
+        """Take ``slots`` of ``name`` back without a lease (its lease died with its server)."""
+        self._api().release_concurrency_slots(names=[name], slots=slots, occupancy_seconds=1.0)
+
+    def server(self) -> str:
+        """Which server this is: its API URL, or ``temporary:<PREFECT_HOME>``."""
+        from prefect.settings import PREFECT_API_URL, PREFECT_HOME
+
+        return PREFECT_API_URL.value() or f"temporary:{PREFECT_HOME.value()}"
 
     def close(self) -> None:
         with self._lock:

@@ -14,24 +14,36 @@ from a job that ended to the next one itself (``leases.py``): no wait on Prefect
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 import re
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
+from typing import Protocol
 
 from prefect.client.orchestration import get_client
 from prefect.concurrency.sync import rate_limit
 
 from nightshift.config.catalogue import Catalogue
 from nightshift.config.limits import BackendLimit
-from nightshift.orchestration.leases import LEASE_S, PrefectLeaseApi, SlotLeases
+from nightshift.orchestration.leases import (
+    LEASE_S,
+    Orphans,
+    PrefectLeaseApi,
+    SlotBook,
+    SlotLeases,
+    heal_orphans,
+)
+
+log = logging.getLogger("nightshift.limits")
 
 __all__ = [
     "PrefectHold",
     "catalogue_scope",
     "limit_name",
     "limit_scope",
+    "night_slots",
     "prefect_slots",
     "rate_limit_name",
 ]
@@ -137,6 +149,28 @@ def prefect_slots(
     if leases is None:  # ``lease_s``: how long a slot outlives a night that died holding it
         leases = SlotLeases(PrefectLeaseApi(lease_s), renew_every=lease_s * 0.75)
     return PrefectHold(caps, rates, scope, leases)
+
+
+class _Book(SlotBook, Orphans, Protocol):
+    """A book of slot leases that also finds dead nights' ones (``store.slot_holders``)."""
+
+
+def night_slots(
+    limits: Mapping[str, int | BackendLimit],
+    scope: str | None,
+    lease_s: float,
+    book_for: Callable[[str], _Book],
+) -> PrefectHold:
+    """``prefect_slots`` for a night: each slot lease written down in ``book_for(server)``,
+    and the slots of nights that died holding them given back first."""
+    api = PrefectLeaseApi(lease_s)
+    book = book_for(api.server())
+    hold = prefect_slots(limits, scope, SlotLeases(api, renew_every=lease_s * 0.75, book=book))
+    try:
+        heal_orphans(book, api)
+    except Exception as exc:  # the ledger is down: the dead night's slots expire on their own
+        log.warning("could not look for slots of nights that died: %s", exc)
+    return hold
 
 
 def limit_scope(catalogue: Catalogue) -> str | None:

@@ -24,7 +24,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from nightshift.errors import LockHeldError
 from nightshift.store.db import UTCDateTime, make_engine
 
-__all__ = ["Clock", "Lease", "default_owner"]
+__all__ = ["LEASES_TABLE", "Clock", "Lease", "default_owner"]
 
 Clock = Callable[[], datetime]
 
@@ -39,6 +39,8 @@ _leases = Table(
     Column("owner", String(300), nullable=False),
     Column("expires_at", UTCDateTime(), nullable=False),
 )
+
+LEASES_TABLE = _leases  # for readers (store/slot_holders.py); writes go through Lease
 
 _INSERTS: dict[str, Any] = {"sqlite": sqlite.insert, "postgresql": postgresql.insert}
 

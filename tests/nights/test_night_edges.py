@@ -117,10 +117,10 @@ def test_a_refused_night_leaves_a_summary_saying_why(sandbox: Path) -> None:
 def test_a_failed_prefect_limit_call_leaves_a_summary_and_no_threads(
     sandbox: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def unreachable(limits: dict[str, int], **_: Any) -> Any:
+    def unreachable(limits: dict[str, int], *_: Any, **__: Any) -> Any:
         raise ConnectionError("Prefect API unreachable (injected)")
 
-    monkeypatch.setattr(nightly_module, "prefect_slots", unreachable)
+    monkeypatch.setattr(nightly_module, "night_slots", unreachable)
     path = write(sandbox, command("hello"), head="limits: {command: 1}\n")
     before = night_threads()
     run_dir = sandbox / "run"

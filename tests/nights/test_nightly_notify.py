@@ -193,10 +193,10 @@ def test_a_night_that_ends_early_still_sends_its_digest(
 ) -> None:
     import flows.nightly as nightly_module
 
-    def unreachable(limits: dict[str, int], **_: Any) -> Any:
+    def unreachable(limits: dict[str, int], *_: Any, **__: Any) -> Any:
         raise ConnectionError("Prefect API unreachable (injected)")
 
-    monkeypatch.setattr(nightly_module, "prefect_slots", unreachable)
+    monkeypatch.setattr(nightly_module, "night_slots", unreachable)
     state = night(sandbox, slack, OK, head="limits: {command: 1}\n")
 
     assert state.is_failed()

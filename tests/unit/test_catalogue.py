@@ -209,3 +209,21 @@ def test_a_bad_price_names_its_line_and_field() -> None:
     [line] = problems(text)
 
     assert line.startswith("night.yaml:3") and "gemini.prices.gemini-x.input" in line
+
+
+def test_submit_patience_per_catalogue_and_per_backend() -> None:
+    catalogue = parse_catalogue(GOOD)
+    assert catalogue.submit_patience("cli") == 300.0  # a few minutes unless it says
+    text = GOOD.replace("  sla: 24h\n", "  sla: 24h\n  submit_patience: 10m\n")
+    text = text.replace("limits: {cli: 4}\n", "limits: {cli: 4}\ncli: {submit_patience: 90s}\n")
+    catalogue = parse_catalogue(text)
+    assert catalogue.submit_patience("cli") == 90.0
+    assert catalogue.submit_patience("gemini_batch") == 600.0
+
+
+def test_bad_submit_patience_names_file_line_and_field() -> None:
+    text = GOOD.replace("limits: {cli: 4}\n", "limits: {cli: 4}\ngemini:\n  submit_patience: -5s\n")
+    found = problems(text)
+    assert found[0].startswith("night.yaml:10: field 'gemini.submit_patience':"), found
+    found = problems(GOOD.replace("  sla: 24h\n", "  sla: 24h\n  submit_patience: forever\n"))
+    assert found[0].startswith("night.yaml:8: field 'defaults.submit_patience': not a duration")

@@ -43,6 +43,7 @@ from nightshift.backends.gemini.wait import (
     is_final_state,
     settle,
 )
+from nightshift.backends.patience import Patience
 from nightshift.backends.submission import resume_since, submission_key
 from nightshift.errors import BackendError, PermanentBackendError, TransientBackendError
 
@@ -71,13 +72,15 @@ class GeminiBatchBackend:
         cancel_wait: CancelWait | None = None,
         sleep: Callable[[float], None] = time.sleep,
         rand: Callable[[], float] = random.random,
+        patience: Patience | None = None,
     ) -> None:
         self._client = client
         self._sdk = SdkCaller(client, retry or RetryPolicy(), sleep, rand)
         self._fallback_concurrency = max(1, fallback_concurrency)
         self._list_limit = list_limit  # batches status_many reads before asking one by one
         self._cancel_wait = cancel_wait or CancelWait()
-        self._creator = BatchCreator(client, self._sdk, list_limit)
+        # patience: how long a create refused for now (429, 5xx) is tried again; none: once
+        self._creator = BatchCreator(client, self._sdk, list_limit, patience or Patience())
         self._sleep = sleep
         self._history: dict[str, list[str]] = {}
         self._submitted_rows: dict[str, int] = {}

@@ -121,6 +121,16 @@ def build_gemini_client(
     return genai.Client(vertexai=False, api_key=_resolve_api_key(settings), http_options=options)
 
 
+def _retry_after(exc: Exception) -> float | None:
+    """The seconds an API error's ``Retry-After`` header asks for (not its HTTP-date form)."""
+    headers = getattr(getattr(exc, "response", None), "headers", None)
+    value = headers.get("retry-after") if headers is not None else None
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
 def sdk_state_name(state: Any) -> str:
     """A batch or job state enum as its bare name (``SUCCEEDED``, not ``JOB_STATE_SUCCEEDED``)."""
     raw = getattr(state, "value", state) or "UNSPECIFIED"
@@ -138,6 +148,7 @@ class Failure:
 
     error: BackendError
     code: int | None = None
+    retry_after: float | None = None  # seconds the API's Retry-After header asked for
 
     @property
     def auth(self) -> bool:
@@ -210,7 +221,7 @@ class SdkCaller:
             return fn()
         except _SDK_ERRORS as exc:
             code = exc.code if isinstance(exc, genai_errors.APIError) else None
-            return Failure(self.translate(what, exc), code or None)
+            return Failure(self.translate(what, exc), code or None, _retry_after(exc))
         except RuntimeError:  # as in call()
             if not self.closed.is_set():
                 raise

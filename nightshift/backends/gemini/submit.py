@@ -3,12 +3,14 @@ for by that name before a create is repeated.
 
 Gotcha: google-genai retries a ``batches.create`` POST itself (HttpRetryOptions), so a batch
 made by a request whose answer was lost is made again. Creates go out with SDK retries off;
-only the lookup below decides whether to create again.
+only the lookup below decides whether to create again. A create refused for now (429, 5xx, a
+timeout) is tried again within ``patience``, honouring Retry-After, the batch looked for by
+its display name before every resend.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -19,6 +21,7 @@ from nightshift.backends.gemini.batch_input import BatchRow
 from nightshift.backends.gemini.client import Failure, SdkCaller
 from nightshift.backends.gemini.options import GeminiJobOptions
 from nightshift.backends.gemini.results import inline_request
+from nightshift.backends.patience import Patience, submit_patiently
 from nightshift.errors import PermanentBackendError, TransientBackendError
 
 __all__ = ["LOOKUP_SKEW", "BatchCreator"]
@@ -36,6 +39,7 @@ class BatchCreator:
     client: genai.Client
     sdk: SdkCaller
     list_limit: int = 500  # batches one lookup reads, newest first
+    patience: Patience = field(default_factory=Patience)  # how long a refused create retries
 
     def find(self, name: str, since: datetime) -> Any | None:
         """The batch named ``name`` created since ``since``; None if there is none.
@@ -79,31 +83,32 @@ class BatchCreator:
         """Create the batch once; a lost answer is resolved by looking, never by re-sending."""
         began = datetime.now(UTC)
         config = types.CreateBatchJobConfig(display_name=name, http_options=_NO_RETRY)
-        result = self.sdk.attempt(
-            "create batch", lambda: self.client.batches.create(model=model, src=src, config=config)
-        )
-        if not isinstance(result, Failure):
+        asked: dict[int, float | None] = {}
+
+        def send() -> Any:
+            result = self.sdk.attempt(
+                "create batch",
+                lambda: self.client.batches.create(model=model, src=src, config=config),
+            )
+            if isinstance(result, Failure):
+                asked[id(result.error)] = result.retry_after
+                raise result.error
             return result
-        if not result.maybe_served:  # refused (4xx, 429): no batch was made
-            raise result.error
+
         try:
-            found = self.find(name, began)
+            return submit_patiently(
+                send, lambda: self.find(name, began), self.patience, lambda e: asked.get(id(e))
+            )
         except TransientBackendError as exc:
             raise TransientBackendError(
-                f"{result.error}; looking for batch {name!r} failed too ({exc}): "
-                "the retry looks again before creating"
+                f"{exc}; no batch named {name!r} found: the retry looks again before creating"
             ) from None
         except PermanentBackendError as exc:
+            if "a duplicate may exist" not in str(exc):
+                raise
             raise PermanentBackendError(
-                f"{result.error}; a batch named {name!r} may exist, check `batches.list` "
-                f"before rerunning: {exc}"
+                f"a batch named {name!r} may exist, check `batches.list` before rerunning: {exc}"
             ) from None
-        if found is None:
-            raise TransientBackendError(
-                f"{result.error}; no batch named {name!r} found: "
-                "the retry looks again before creating"
-            )
-        return found
 
 
 def _aware(moment: datetime) -> datetime:

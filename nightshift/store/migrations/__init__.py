@@ -24,13 +24,14 @@ from nightshift.errors import NightshiftError
 
 __all__ = ["HEAD", "VERSION_TABLE", "SchemaTooNewError", "current_revision", "upgrade"]
 
-HEAD = "0005"  # the newest revision under versions/; a test checks they agree
+HEAD = "0006"  # the newest revision under versions/; a test checks they agree
 KNOWN = (
     None,
     "0001",
     "0002",
     "0003",
     "0004",
+    "0005",
     HEAD,
 )  # oldest first; None: no revision kept (new, or before migrations)
 VERSION_TABLE = "nightshift_alembic_version"  # where the ledger keeps its revision
