@@ -7,6 +7,7 @@ import contextvars
 import threading
 import uuid
 from collections.abc import Coroutine
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -28,9 +29,10 @@ from nightshift.engine.night import (
     open_night,
     watcher_stopped,
 )
-from nightshift.engine.outcomes import JobOutcome, NightSummary, join
+from nightshift.engine.outcomes import JobOutcome, NightSummary, Outcome, join
 from nightshift.engine.plan import Plan, parse_night, plan_night, tonight
 from nightshift.engine.steps import JobPools
+from nightshift.engine.stopping import INTERRUPTED, NightStop
 from nightshift.engine.watcher import Watcher
 from nightshift.errors import LockHeldError
 from nightshift.metrics.export import export_ledger_metrics
@@ -39,18 +41,22 @@ from nightshift.notify.sinks import NoticeSink
 from nightshift.orchestration.leases import slot_lease_s
 from nightshift.orchestration.limits import limit_scope, prefect_slots
 from nightshift.orchestration.progress import ProgressSink
-from nightshift.orchestration.report import not_run, report, why
+from nightshift.orchestration.report import not_run, publish_summary, report, why
 from nightshift.store.lease import Lease
 from nightshift.store.ledger import Ledger
 from nightshift.store.outbox import Outbox
 from tasks.jobs import NIGHTS, Night, outcome_of, run_chain, with_retries
 from tasks.notify import notify
 
-__all__ = ["LIVE_SINKS", "nightly", "run_dir_for"]
+__all__ = ["LIVE_SINKS", "NIGHT_STOP", "nightly", "run_dir_for"]
 
 # the local CLI adds its live table here: a sink of the night's events
 LIVE_SINKS: list[Sink] = []
+# the local CLI's Ctrl-C/SIGTERM: the night stops submitting and watching, and says when it
+# is over (summary written, lease given back); without one the night makes its own
+NIGHT_STOP: ContextVar[NightStop | None] = ContextVar("nightshift_night_stop", default=None)
 EXIT_LOCKED = 3  # as the CLI's: another night of the catalogue holds its lease
+PROGRESS_FLUSH_S = 2.0
 
 
 @flow(name="nightly")
@@ -78,13 +84,23 @@ def nightly(
     logger.info("state folder %s, run folder %s", settings.state_dir, run_path)
     ledger = Ledger(settings.ledger_url(), catalogue.key)
     notifier = _notifier(catalogue, ledger, logger)
+    stop = NIGHT_STOP.get() or NightStop()
     try:
         # a deployment's tags are on the flow run only: jobs and chains carry them too
         with tags(*(flow_run.tags or [])):
             lease = Lease(ledger.engine, catalogue.key, ttl_s=settings.lease_ttl)
             with lease:
                 summary = _run_night(
-                    catalogue, only, night, run_path, ledger, settings, lease, results, notifier
+                    catalogue,
+                    only,
+                    night,
+                    run_path,
+                    ledger,
+                    settings,
+                    lease,
+                    results,
+                    stop,
+                    notifier,
                 )
     except Exception as exc:
         # a night that ends early still says why, where a finished night says how it went
@@ -96,17 +112,34 @@ def nightly(
             _stamp(),
         )
         code = EXIT_LOCKED if isinstance(exc, LockHeldError) else summary.exit_code
-        report(run_path, summary, reason=reason, exit_code=code)
+        report(run_path, summary, reason=reason, exit_code=code, publish=False)
         logger.warning("the night ended early: %s", reason)
-        if not isinstance(exc, LockHeldError):  # a refused second night is not a bad night
-            _night_end(notifier, summary, night, ledger, settings)
-        ledger.close()
+        try:
+            if not isinstance(exc, LockHeldError):  # a refused second night is not a bad night
+                _night_end(notifier, summary, night, ledger, settings)
+        finally:
+            ledger.close()
+            stop.over.set()
+        publish_summary(summary, reason)
         raise  # the CLI reads a LockHeldError from the flow run's result (exit 3)
-    report(run_path, summary)  # the headline and bad jobs were logged by the night's LogSink
+    # summary.json first: what follows may wait on the Prefect API, which may be gone
+    ended: str | None = None
+    if stop.requested:
+        left = [o for o in summary.jobs if o.state is Outcome.LEFT_RUNNING]
+        ended = INTERRUPTED
+        logger.warning("interrupted: %d job(s) left running, a rerun re-attaches", len(left))
+        report(run_path, summary, reason=ended, exit_code=stop.exit_code, publish=False)
+    else:
+        report(run_path, summary, publish=False)  # the night's LogSink logged its jobs
     try:
-        _night_end(notifier, summary, night, ledger, settings)
+        if not stop.requested:  # an interrupted night has no verdict to send
+            _night_end(notifier, summary, night, ledger, settings)
     finally:
         ledger.close()
+        stop.over.set()
+    publish_summary(summary, ended)
+    if stop.requested:
+        return Failed(name="Interrupted", message=f"{ended}: {summary.headline()}")
     if summary.severity.value == "ok":
         return Completed(message=summary.headline())
     # a list of states makes the run Failed without the engine raising FailedRun on the way out
@@ -150,12 +183,14 @@ def _run_night(
     settings: Settings,
     lease: Lease,
     results: dict[str, JobOutcome],
+    stop: NightStop,
     notifier: Notifier | None = None,
 ) -> NightSummary:
     logger = get_run_logger()
     started_at = _stamp()
     plan = plan_night(catalogue, only, expected_durations(catalogue, ledger))
-    sinks: list[Sink] = [*LIVE_SINKS, ProgressSink(plan.labels), LogSink(logger)]
+    progress = ProgressSink(plan.labels)
+    sinks: list[Sink] = [*LIVE_SINKS, progress, LogSink(logger)]
     if notifier is not None:
         sinks.append(NoticeSink(notifier))  # fallbacks, stuck queues, timeouts, as they happen
     parts = build_parts(
@@ -187,6 +222,7 @@ def _run_night(
         stop_reason=lambda watcher: _stop_reason(lease, watcher),
         owns_night=lambda: lease.lost_reason is None,
         outcomes=results,
+        stop=stop,
     ) as ctx:
         pools = JobPools()
         NIGHTS[key] = Night(ctx, pools)
@@ -202,7 +238,10 @@ def _run_night(
         finally:
             NIGHTS.pop(key, None)
             pools.shutdown()
-    return finish_night(ctx, plan, started_at)
+    summary = finish_night(ctx, plan, started_at)
+    if not stop.requested:  # the UI's progress reaches its end (bounded: the API may be gone)
+        progress.flush(timeout=PROGRESS_FLUSH_S)
+    return summary
 
 
 async def _run_jobs(ctx: NightContext, plan: Plan, key: str, pools: JobPools) -> None:

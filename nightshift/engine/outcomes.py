@@ -36,17 +36,22 @@ class Outcome(StrEnum):
     TIMEOUT = "timeout"
     STUCK_QUEUED = "stuck_queued"
     SKIPPED = "skipped"
+    # not an outcome: an interrupted night stopped watching it, it still runs out there
+    LEFT_RUNNING = "left_running"
 
     @property
     def final(self) -> bool:
-        """Always: an outcome is a job's last state tonight (a rerun may still re-attach)."""
+        """An outcome is a job's last state tonight (a rerun may still re-attach); a job left
+        running is not final."""
         return self.value in FINAL_OUTCOMES
 
 
 # The one definition of "final" for the state names a night records and shows (ledger, live
 # table): the outcomes. Every other name (waiting, submitting, submitted, queued, running,
 # lost, fallback) is a job still on its way. External states have their own: ExternalState.final.
-FINAL_OUTCOMES: frozenset[str] = frozenset(outcome.value for outcome in Outcome)
+FINAL_OUTCOMES: frozenset[str] = frozenset(
+    outcome.value for outcome in Outcome if outcome is not Outcome.LEFT_RUNNING
+)
 _OF_EXTERNAL = {
     ExternalState.SUCCEEDED: Outcome.SUCCEEDED,
     ExternalState.FAILED: Outcome.FAILED,

@@ -25,13 +25,24 @@ from nightshift.engine.outcomes import (
     outcome_of,
     status_detail,
 )
+from nightshift.engine.stopping import LEFT_RUNNING_DETAIL, NOT_SUBMITTED_DETAIL
 from nightshift.engine.timers import JobTimers, job_timers
 from nightshift.engine.watcher import WatchRequest, WatchResult
 from nightshift.errors import BackendError, InputFileError, PermanentBackendError
 from nightshift.files import label_filename
 from nightshift.store.ledger import JobRecord
 
-__all__ = ["FALLBACK", "LOST", "SUBMITTING", "JobSteps", "end_job", "job_steps", "run_one_job"]
+__all__ = [
+    "FALLBACK",
+    "LIVE_STATES",
+    "LOST",
+    "SUBMITTING",
+    "JobSteps",
+    "end_job",
+    "job_steps",
+    "run_one_job",
+    "stopped_outcome",
+]
 
 LOG_TAIL_LINES = 40
 # ledger states of a job that may still be alive out there: a rerun re-attaches, never re-submits
@@ -40,6 +51,7 @@ FALLBACK = "fallback"  # the batch was given up on; its missing rows are being a
 # a submit began but its answer was not recorded: the next try looks for the job before creating
 SUBMITTING = "submitting"
 _LIVE = {"submitted", LOST, FALLBACK} | {s.value for s in ExternalState if not s.final}
+LIVE_STATES = frozenset(_LIVE)  # a job in these states with an id may still run out there
 # a job's run as steps: it yields the watcher's future while the job is in flight (holding no
 # thread), is sent the future's result (or thrown its error), and returns the job's outcome
 JobSteps = Generator["Future[WatchResult]", Any, JobOutcome]
@@ -103,8 +115,12 @@ def _run(ctx: NightContext, label: str, job: Any, backend: Backend) -> JobSteps:
             held.enter_context(slot)
             held.enter_context(ctx.hold(job.backend, max(0.0, ctx.deadline_at - ctx.watcher.now())))
         except Deadline:
+            if ctx.stop.requested:  # interrupted while it waited for its turn
+                return stopped_outcome(ctx, label)
             return end_job(ctx, label, Outcome.TIMEOUT, "night deadline before submit")
         except TimeoutError:  # the Prefect limit stayed full: other nights, or a dead one's
+            if ctx.stop.requested:
+                return stopped_outcome(ctx, label)
             why = (
                 f"night deadline before submit: no free Prefect concurrency slot for "
                 f"{job.backend} (a night that died holds its slots until their lease ends)"
@@ -118,6 +134,8 @@ def _run(ctx: NightContext, label: str, job: Any, backend: Backend) -> JobSteps:
             started_wall = record.submitted_at or started_wall
             ctx.external_ids[label] = external_id
         else:
+            if ctx.stop.requested:
+                return stopped_outcome(ctx, label)
             if (reason := ctx.stop_reason()) is not None:
                 return _finish(ctx, label, None, Outcome.FAILED, started_wall, attempts - 1, reason)
             if not resume and ctx.owns_night():
@@ -214,6 +232,8 @@ def _conclude(
     timers: JobTimers,
 ) -> JobOutcome:
     end = (ctx, label, external_id)
+    if not isinstance(result, Exception) and result.reason == "detached":
+        return _left_running(ctx, label, external_id, started, attempts)
     if isinstance(result, Exception):
         return _finish(*end, Outcome.FAILED, started, attempts, str(result), None, backend)
     data: dict[str, Any] = {}
@@ -270,6 +290,38 @@ def _collect(
     except (BackendError, InputFileError) as exc:
         return {}, f"collecting results failed: {exc}"
     return data, data.get("summary")
+
+
+def stopped_outcome(ctx: NightContext, label: str) -> JobOutcome:
+    """A job the interrupted night lets go of: left running if it is out there (it stays in
+    flight in the ledger, with its id), else not submitted. Nothing is written."""
+    record = ctx.ledger.get_job(ctx.night, label)
+    external_id = ctx.external_ids.get(label) or (record.external_id if record else None)
+    attempts = record.attempts if record else 0
+    if external_id is not None and (record is None or record.state in _LIVE):
+        started = (record.submitted_at if record else None) or ctx.wall()
+        attempts = ctx.attempts.get(label) or attempts
+        return _left_running(ctx, label, external_id, started, attempts)
+    job = ctx.catalogue.job(label)
+    outcome = JobOutcome(
+        label, Outcome.SKIPPED, attempts=attempts, backend=job.backend, detail=NOT_SUBMITTED_DETAIL
+    )
+    return _report(ctx, outcome)
+
+
+def _left_running(
+    ctx: NightContext, label: str, external_id: str, started: datetime, attempts: int
+) -> JobOutcome:
+    outcome = JobOutcome(
+        label=label,
+        state=Outcome.LEFT_RUNNING,
+        duration_s=max(0.0, (ctx.wall() - started).total_seconds()),
+        attempts=attempts,
+        external_id=external_id,
+        backend=ctx.catalogue.job(label).backend,
+        detail=LEFT_RUNNING_DETAIL,
+    )
+    return _report(ctx, outcome)
 
 
 def end_job(ctx: NightContext, label: str, outcome: Outcome, detail: str | None) -> JobOutcome:

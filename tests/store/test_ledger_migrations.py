@@ -18,6 +18,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
 from nightshift.store import alert_log as alert_log_module
+from nightshift.store import cancel_requests as cancel_requests_module
 from nightshift.store import lease as lease_module
 from nightshift.store import ledger as ledger_module
 from nightshift.store import migrations
@@ -156,7 +157,7 @@ def test_head_is_the_last_revision_on_disk() -> None:
 
     chain = [rev.revision for rev in script.walk_revisions()]
 
-    assert chain == [migrations.HEAD, "0004", "0003", "0002", "0001"]
+    assert chain == [migrations.HEAD, "0005", "0004", "0003", "0002", "0001"]
     assert script.get_current_head() == migrations.HEAD
 
 
@@ -169,6 +170,7 @@ def test_a_new_database_gets_exactly_the_schema_the_code_declares(db_url: str) -
         alert_log_module._metadata,
         snapshots_module._metadata,
         outbox_module._metadata,
+        cancel_requests_module._metadata,
     ]
     with ledger.engine.connect() as conn:
         context = MigrationContext.configure(conn, opts={"version_table": migrations.VERSION_TABLE})
@@ -253,7 +255,7 @@ def test_a_schema_newer_than_the_code_is_refused_in_one_line(db_url: str) -> Non
         Ledger(db_url)
 
     assert str(caught.value) == (
-        "ledger schema is at revision 0099, newer than this Nightshift knows (up to 0005): "
+        "ledger schema is at revision 0099, newer than this Nightshift knows (up to 0006): "
         "upgrade Nightshift"
     )
 
