@@ -42,7 +42,7 @@ from nightshift.orchestration.leases import slot_lease_s
 from nightshift.orchestration.limits import limit_scope, prefect_slots
 from nightshift.orchestration.progress import ProgressSink
 from nightshift.orchestration.report import not_run, publish_summary, report, why
-from nightshift.store.lease import Lease
+from nightshift.store.lease import Lease, default_owner
 from nightshift.store.ledger import Ledger
 from nightshift.store.outbox import Outbox
 from tasks.jobs import NIGHTS, Night, outcome_of, run_chain, with_retries
@@ -88,7 +88,9 @@ def nightly(
     try:
         # a deployment's tags are on the flow run only: jobs and chains carry them too
         with tags(*(flow_run.tags or [])):
-            lease = Lease(ledger.engine, catalogue.key, ttl_s=settings.lease_ttl)
+            # the owner names the flow run too: `nightshift status` shows it
+            owner = default_owner() + (f":{flow_run.id}" if flow_run.id else "")
+            lease = Lease(ledger.engine, catalogue.key, owner=owner, ttl_s=settings.lease_ttl)
             with lease:
                 summary = _run_night(
                     catalogue,

@@ -12,8 +12,10 @@ from typing import Any, NoReturn
 from sqlalchemy.exc import SQLAlchemyError
 
 from nightshift.cli.budgets import BUDGET_EXIT_CODES
+from nightshift.cli.cancel import CANCEL_EXIT_CODES
 from nightshift.cli.notify import NOTIFY_EXIT_CODES
 from nightshift.cli.prune import PRUNE_EXIT_CODES
+from nightshift.cli.status import STATUS_EXIT_CODES
 from nightshift.cli.watchdog import WATCHDOG_EXIT_CODES
 
 __all__ = ["main"]
@@ -75,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         return _watchdog(args.catalogue, args.json, args.stale_after, args.streak)
     if args.command == "notify":
         return _notify(args.catalogue, args.flush)
+    if args.command in ("status", "cancel"):
+        return _night_command(args)
     if args.command == "demo":
         from nightshift.cli.demo import run_demo
 
@@ -161,7 +165,26 @@ def _parser() -> argparse.ArgumentParser:
     notify.add_argument("--flush", action="store_true", help="deliver them, oldest first")
     shown = "only this catalogue's messages, sent with its notify.slack setting"
     _catalogue_flag(notify, shown, default=None)
-    for p in (run, check, demo, budgets, prune, watchdog, notify):
+    status = sub.add_parser(
+        "status",
+        help="a night's jobs from the ledger, and whether a night holds its lease now",
+        epilog=STATUS_EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _catalogue_flag(status)
+    status.add_argument("--night", help="the night's date (default: today)")
+    status.add_argument("--json", action="store_true", help="print one object")
+    cancel = sub.add_parser(
+        "cancel",
+        help="cancel a night's external jobs still in flight (Ctrl-C only stops watching them)",
+        epilog=CANCEL_EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _catalogue_flag(cancel)
+    cancel.add_argument("--night", help="the night's date (default: today)")
+    cancel.add_argument("--only", nargs="+", metavar="LABEL", help="cancel only these jobs")
+    cancel.add_argument("--json", action="store_true", help="print one object")
+    for p in (run, check, demo, budgets, prune, watchdog, notify, status, cancel):
         p.add_argument("-v", "--verbose", action="store_true", help="show Prefect's logs")
     return parser
 
@@ -259,6 +282,41 @@ def _notify(path: str | None, flush: bool) -> int:
         return run_notify(url, flush=flush, catalogue_path=path)
     except CatalogueError as exc:
         _say(str(exc))
+        return EXIT_BAD_CATALOGUE
+    except _DATABASE_ERRORS as exc:
+        _say(_ledger_problem(url, exc))
+        return EXIT_NO_LEDGER
+
+
+def _night_command(args: argparse.Namespace) -> int:
+    """``status`` and ``cancel``: one night of one catalogue, from the ledger."""
+    from nightshift.cli.cancel import run_cancel
+    from nightshift.cli.status import NoSuchNight, show_status
+    from nightshift.config.catalogue import load_catalogue
+    from nightshift.config.settings import load_settings
+    from nightshift.engine.plan import parse_night, plan_night, tonight
+    from nightshift.errors import CatalogueError
+
+    try:
+        catalogue = load_catalogue(args.catalogue)
+        night = parse_night(args.night) if args.night else tonight()
+        only = getattr(args, "only", None)
+        if only:
+            plan_night(catalogue, only)  # an unknown label is bad input
+    except CatalogueError as exc:  # one line, however many problems it names
+        _say(" ".join(line.strip() for line in str(exc).splitlines()))
+        return EXIT_BAD_CATALOGUE
+    except ValueError as exc:  # a bad --night, an unknown --only label
+        _say(f"{args.catalogue}: {exc}")
+        return EXIT_BAD_CATALOGUE
+    settings = load_settings()
+    url = settings.ledger_url()
+    try:
+        if args.command == "status":
+            return show_status(url, catalogue, night, as_json=args.json)
+        return run_cancel(settings, catalogue, night, only, as_json=args.json)
+    except NoSuchNight as exc:
+        _say(f"{args.catalogue}: {exc}")
         return EXIT_BAD_CATALOGUE
     except _DATABASE_ERRORS as exc:
         _say(_ledger_problem(url, exc))

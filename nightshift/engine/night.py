@@ -21,6 +21,7 @@ from nightshift.config.catalogue import Catalogue
 from nightshift.config.limits import BackendLimit
 from nightshift.engine.admission import Admission
 from nightshift.engine.alerts import AlertSink, LogAlertSink
+from nightshift.engine.cancelling import CancelWatch
 from nightshift.engine.context import NightContext, utcnow
 from nightshift.engine.dwell_watch import BudgetLoader, watch_dwells
 from nightshift.engine.events import Logger, NightFinished, Sink
@@ -31,6 +32,7 @@ from nightshift.engine.runner import end_job, stopped_outcome
 from nightshift.engine.steps import run_jobs_plain
 from nightshift.engine.stopping import NightStop
 from nightshift.engine.watcher import Watcher
+from nightshift.store.cancel_requests import CancelRequests
 from nightshift.store.ledger import Ledger
 
 if TYPE_CHECKING:
@@ -91,6 +93,7 @@ class NightParts:
     budgets: BudgetLoader | None = current_budgets
     alerts: AlertSink = field(default_factory=LogAlertSink)
     poll_hints: PollHints | None = ledger_poll_hints  # None: jobs are polled on backoff only
+    cancel_poll_s: float | None = 2.0  # how often `nightshift cancel`'s requests are read
 
 
 def build_parts(
@@ -229,6 +232,13 @@ def open_night(
             if listener is not None:
                 cleanup.callback(ctx.stop.on_request(listener))
         cleanup.callback(ctx.stop.on_request(watcher.detach))
+        if parts.cancel_poll_s is not None:
+            requests = CancelRequests(parts.ledger.engine, catalogue.key)
+            cancels = CancelWatch(
+                requests, night, watcher.look_now, since=parts.wall(), every=parts.cancel_poll_s
+            )
+            cleanup.callback(cancels.start().stop)
+            ctx.cancel_reason = cancels.reason
         if (dwell := watch_dwells(ctx, parts.budgets, parts.alerts)) is not None:
             cleanup.callback(dwell.stop)
             ctx.dwell = dwell

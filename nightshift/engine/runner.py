@@ -136,6 +136,8 @@ def _run(ctx: NightContext, label: str, job: Any, backend: Backend) -> JobSteps:
         else:
             if ctx.stop.requested:
                 return stopped_outcome(ctx, label)
+            if (cancelled := ctx.cancel_reason(label)) is not None:
+                return end_job(ctx, label, Outcome.CANCELLED, f"not submitted: {cancelled}")
             if (reason := ctx.stop_reason()) is not None:
                 return _finish(ctx, label, None, Outcome.FAILED, started_wall, attempts - 1, reason)
             if not resume and ctx.owns_night():
@@ -270,7 +272,9 @@ def _conclude(
     else:
         assert result.status is not None
         outcome = outcome_of(result.status.state)
-        if result.status.state is not ExternalState.CANCELLED:
+        if result.status.state is ExternalState.CANCELLED:
+            detail = join_details(ctx.cancel_reason(label), detail)  # nightshift cancel's
+        else:
             data, note = _collect(backend, spec, external_id)
             if outcome is Outcome.SUCCEEDED and not data.get("ok", True):
                 outcome = Outcome.PARTIAL

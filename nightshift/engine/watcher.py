@@ -161,6 +161,16 @@ class Watcher:
         with self._cond:
             return [e.label for e in self._entries]
 
+    def look_now(self, labels: list[str]) -> None:
+        """Ask about these jobs at once (someone cancelled them out there)."""
+        wanted = set(labels)
+        with self._cond:
+            now = self._clock()
+            for entry in self._entries:
+                if entry.label in wanted:
+                    entry.next_at = min(entry.next_at, now)
+            self._cond.notify_all()
+
     def poke(self) -> None:
         """Look at the clock again now (a test moved its fake clock)."""
         with self._cond:
