@@ -14,12 +14,14 @@ from typing import Any
 
 from prefect import flow, get_run_logger, tags
 from prefect.context import AsyncClientContext
+from prefect.logging.loggers import flow_run_logger
 from prefect.runtime import flow_run
 from prefect.states import Completed, Failed, State
 
 from nightshift.config.catalogue import Catalogue, load_catalogue
 from nightshift.config.settings import Settings, load_settings
 from nightshift.engine.admission import Admission
+from nightshift.engine.cancelling import cancel_night
 from nightshift.engine.context import NightContext
 from nightshift.engine.events import LogSink, Sink
 from nightshift.engine.night import (
@@ -48,7 +50,7 @@ from nightshift.store.outbox import Outbox
 from tasks.jobs import NIGHTS, Night, outcome_of, run_chain, with_retries
 from tasks.notify import notify
 
-__all__ = ["LIVE_SINKS", "NIGHT_STOP", "nightly", "run_dir_for"]
+__all__ = ["LIVE_SINKS", "NIGHT_STOP", "cancel_in_flight", "nightly", "run_dir_for"]
 
 # the local CLI adds its live table here: a sink of the night's events
 LIVE_SINKS: list[Sink] = []
@@ -57,9 +59,32 @@ LIVE_SINKS: list[Sink] = []
 NIGHT_STOP: ContextVar[NightStop | None] = ContextVar("nightshift_night_stop", default=None)
 EXIT_LOCKED = 3  # as the CLI's: another night of the catalogue holds its lease
 PROGRESS_FLUSH_S = 2.0
+STOP_GRACE_S = 3.0  # a signalled night's jobs let go of, before the signal goes on
 
 
-@flow(name="nightly")
+def cancel_in_flight(flow: Any, flow_run: Any, state: State) -> None:
+    """``on_cancellation`` (the UI's Cancel): the night's external jobs still in flight are
+    cancelled (they cost money), from the ledger, whatever became of the night's process."""
+    logger = flow_run_logger(flow_run, flow)
+    params = flow_run.parameters or {}
+    settings = load_settings()
+    catalogue = load_catalogue(params.get("catalog") or "nightshift.yaml")
+    night = params.get("night")
+    night = parse_night(night) if night else tonight(flow_run.expected_start_time)
+    reason = f"cancelled in Prefect: flow run {flow_run.name} was cancelled"
+    ledger = Ledger(settings.ledger_url(), catalogue.key)
+    try:
+        done = cancel_night(
+            catalogue, settings, ledger, night, only=params.get("only"), reason=reason
+        )
+    finally:
+        ledger.close()
+    for job in done.jobs:
+        what = f"not cancelled: {job.error}" if job.error else "cancelled"
+        logger.warning("%s (%s %s): %s", job.label, job.backend, job.external_id, what)
+
+
+@flow(name="nightly", on_cancellation=[cancel_in_flight])
 def nightly(
     catalog: str = "nightshift.yaml",
     only: list[str] | None = None,
@@ -92,7 +117,7 @@ def nightly(
             owner = default_owner() + (f":{flow_run.id}" if flow_run.id else "")
             lease = Lease(ledger.engine, catalogue.key, owner=owner, ttl_s=settings.lease_ttl)
             with lease:
-                summary = _run_night(
+                summary, progress = _run_night(
                     catalogue,
                     only,
                     night,
@@ -139,6 +164,8 @@ def nightly(
     finally:
         ledger.close()
         stop.over.set()
+    if not stop.requested:  # the UI's progress reaches its end (bounded: the API may be gone)
+        progress.flush(timeout=PROGRESS_FLUSH_S)
     publish_summary(summary, ended)
     if stop.requested:
         return Failed(name="Interrupted", message=f"{ended}: {summary.headline()}")
@@ -187,7 +214,7 @@ def _run_night(
     results: dict[str, JobOutcome],
     stop: NightStop,
     notifier: Notifier | None = None,
-) -> NightSummary:
+) -> tuple[NightSummary, ProgressSink]:
     logger = get_run_logger()
     started_at = _stamp()
     plan = plan_night(catalogue, only, expected_durations(catalogue, ledger))
@@ -236,14 +263,11 @@ def _run_night(
                 len(plan.independent),
                 len(plan.chains),
             )
-            _on_a_loop(_run_jobs(ctx, plan, key, pools))
+            _on_a_loop(_run_jobs(ctx, plan, key, pools), stop)
         finally:
             NIGHTS.pop(key, None)
             pools.shutdown()
-    summary = finish_night(ctx, plan, started_at)
-    if not stop.requested:  # the UI's progress reaches its end (bounded: the API may be gone)
-        progress.flush(timeout=PROGRESS_FLUSH_S)
-    return summary
+    return finish_night(ctx, plan, started_at), progress
 
 
 async def _run_jobs(ctx: NightContext, plan: Plan, key: str, pools: JobPools) -> None:
@@ -259,14 +283,11 @@ async def _run_jobs(ctx: NightContext, plan: Plan, key: str, pools: JobPools) ->
         await asyncio.gather(*(job(label) for label in plan.independent), *chains)
 
 
-def _on_a_loop(work: Coroutine[Any, Any, None]) -> None:
-    """Run ``work`` on an event loop of its own (the flow run's context goes with it); on a
-    thread of its own if this one already runs a loop."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        asyncio.run(work)
-        return
+def _on_a_loop(work: Coroutine[Any, Any, None], stop: NightStop) -> None:
+    """Run ``work`` on an event loop of its own, on a thread of its own (the flow run's context
+    goes with it). A signal raised on this thread while it waits (a worker's SIGTERM when the
+    run is cancelled, a Ctrl-C) stops the night first: its jobs are let go, nothing more is
+    submitted or written, then the signal goes on (the cancel hook cancels the jobs)."""
     errors: list[BaseException] = []
 
     def run() -> None:
@@ -276,9 +297,14 @@ def _on_a_loop(work: Coroutine[Any, Any, None]) -> None:
             errors.append(exc)
 
     context = contextvars.copy_context()
-    thread = threading.Thread(target=context.run, args=(run,), name="night-loop")
+    thread = threading.Thread(target=context.run, args=(run,), name="night-loop", daemon=True)
     thread.start()
-    thread.join()
+    try:
+        thread.join()
+    except BaseException:
+        stop.request(INTERRUPTED, 143)
+        thread.join(STOP_GRACE_S)
+        raise
     if errors:
         raise errors[0]
 

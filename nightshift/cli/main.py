@@ -406,7 +406,7 @@ def run_catalogue(
         summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
         _say(stop_line(summary.get("left_running", []), str(path), night))
     if ran.exit_early:  # interrupted, or the Prefect API is gone: don't wait on it
-        exit_now(code)
+        exit_now(code, drain=ran.api_alive)
     return code
 
 

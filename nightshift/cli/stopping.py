@@ -40,6 +40,7 @@ class Ran:
     state: Any = None
     lingering: bool = False  # the night is over but its thread still waits on the Prefect API
     exit_early: bool = False  # leave with ``exit_now``: interrupted, or the API is gone
+    api_alive: bool = True  # as seen when the night was over
 
 
 def run_stoppable(
@@ -72,15 +73,17 @@ def run_stoppable(
                 continue
             if over_since is None:
                 over_since = time.monotonic()
-                alive = stop.requested or api_alive()
-            if (stop.requested or not alive) and time.monotonic() - over_since >= grace:
+                alive = api_alive()
+            if not alive:
+                break  # nothing it still has to say can reach the API
+            if stop.requested and time.monotonic() - over_since >= grace:
                 break
     finally:
         restore()
     if "error" in box:
         raise box["error"]
     lingering = thread.is_alive()
-    return Ran(box.get("state"), lingering, exit_early=stop.requested or lingering or not alive)
+    return Ran(box.get("state"), lingering, stop.requested or lingering or not alive, alive)
 
 
 def stop_line(left: list[dict[str, Any]], catalogue: str, night: str) -> str:
@@ -92,16 +95,15 @@ def stop_line(left: list[dict[str, Any]], catalogue: str, night: str) -> str:
     )
 
 
-def exit_now(code: int) -> None:
-    """Leave now: Prefect's queued events and logs get ``DRAIN_S``, then the process ends.
-
-    The temporary server is stopped by its reaper when we are gone.
-    """
+def exit_now(code: int, *, drain: bool = True) -> None:
+    """Leave now: Prefect's queued events and logs get ``DRAIN_S`` (with ``drain``; pointless
+    when the API is gone), then the process ends. The reaper stops the temporary server."""
     sys.stdout.flush()
     sys.stderr.flush()
-    drain = threading.Thread(target=_drain_prefect, name="nightshift-drain", daemon=True)
-    drain.start()
-    drain.join(DRAIN_S)
+    if drain:
+        drainer = threading.Thread(target=_drain_prefect, name="nightshift-drain", daemon=True)
+        drainer.start()
+        drainer.join(DRAIN_S)
     os._exit(code)
 
 
