@@ -39,6 +39,7 @@ exit codes:
   5   the Prefect API could not be reached
   6   the ledger database could not be opened (NIGHTSHIFT_DATABASE_URL)
   64  bad command line (usage)
+  130 stopped by Ctrl-C (143: by SIGTERM); jobs in flight keep running, a rerun re-attaches
 """
 
 
