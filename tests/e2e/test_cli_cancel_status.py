@@ -18,6 +18,7 @@ import pytest
 
 from nightshift.cli.main import main
 from nightshift.config.settings import load_settings
+from nightshift.engine.runner import LIVE_STATES
 from nightshift.store.lease import Lease
 from nightshift.store.ledger import Ledger
 from tests.support import start_run, wait_until
@@ -108,6 +109,7 @@ def test_cancel_with_no_night_alive_cancels_and_records_the_jobs(catalogue: Path
         ledger.close()
 
 
+@pytest.mark.timeout(900)
 @pytest.mark.usefixtures("prefect_server")
 def test_a_live_night_sees_its_jobs_cancelled_with_the_reason(catalogue: Path, capsys) -> None:
     night = start_run(catalogue, NIGHT)
@@ -117,9 +119,9 @@ def test_a_live_night_sees_its_jobs_cancelled_with_the_reason(catalogue: Path, c
         def long_in_flight() -> bool:
             record = ledger.get_job(NIGHT, "long")
             assert night.poll() is None, "the night ended before its job ran"
-            return record is not None and record.state == "running"
+            return record is not None and record.state in LIVE_STATES and bool(record.external_id)
 
-        wait_until(long_in_flight, 240, "the long job to run", interval=0.2)
+        wait_until(long_in_flight, 400, "the long job in flight", interval=0.2)
         record = ledger.get_job(NIGHT, "long")
         assert record is not None and record.external_id
         assert main(["cancel", "--catalogue", str(catalogue), "--night", NIGHT]) == 0

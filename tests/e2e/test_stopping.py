@@ -32,7 +32,10 @@ NIGHT = "2026-11-30"
 START_S = 300  # the temporary server's first start on a busy 2-core machine, and the submits
 STOP_S = 5.0  # the promise: stopped this long after the signal at most
 
-pytestmark = pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc")
+pytestmark = [
+    pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc"),
+    pytest.mark.timeout(900),  # two server starts on a busy 2-core machine
+]
 
 
 class Night:

@@ -38,7 +38,10 @@ jobs:
   - {{label: c, backend: command, argv: [sleep, '600']}}
 """
 
-pytestmark = pytest.mark.skipif(not Path("/proc").is_dir(), reason="kills its jobs by pid")
+pytestmark = [
+    pytest.mark.skipif(not Path("/proc").is_dir(), reason="kills its jobs by pid"),
+    pytest.mark.timeout(900),  # a server, a worker and a deploy on a busy 2-core machine
+]
 
 
 def _jobs(url: str) -> dict[str, tuple[str, str | None]]:
