@@ -81,19 +81,20 @@ def cancel_night(
     except LockHeldError:  # a live night: it sees the requests and records the ends itself
         alive = True
     try:
-        done = _cancel_all(catalogue, settings, backends, targets)
         at = now()
+        if alive:  # asked first: the night may see a job cancelled before the next line ends
+            labels = [j.label for j in catalogue.jobs if not wanted or j.label in wanted]
+            seen = {j.label for j in jobs if is_final(j.state)} | {j.label for j in targets}
+            waiting = [label for label in labels if label not in seen]
+            asked = [CancelRequest(j.label, j.external_id, reason, at) for j in targets]
+            asked += [CancelRequest(label, None, reason, at) for label in waiting]
+            CancelRequests(ledger.engine, catalogue.key).add(night, asked)
+        done = _cancel_all(catalogue, settings, backends, targets)
+        if alive:
+            return NightCancel(done, night_alive=True, not_submitted=waiting)
         ok = [job for job, c in zip(targets, done, strict=True) if c.error is None]
-        if not alive:
-            _record(ledger, night, ok, reason, at)
-            return NightCancel(done, night_alive=False, not_submitted=[])
-        labels = [j.label for j in catalogue.jobs if not wanted or j.label in wanted]
-        seen = {j.label for j in jobs if is_final(j.state)} | {j.label for j in targets}
-        waiting = [label for label in labels if label not in seen]
-        asked = [CancelRequest(j.label, j.external_id, reason, at) for j in ok]
-        asked += [CancelRequest(label, None, reason, at) for label in waiting]
-        CancelRequests(ledger.engine, catalogue.key).add(night, asked)
-        return NightCancel(done, night_alive=True, not_submitted=waiting)
+        _record(ledger, night, ok, reason, at)
+        return NightCancel(done, night_alive=False, not_submitted=[])
     finally:
         if not alive:
             lease.release()
@@ -169,8 +170,10 @@ class CancelWatch:
     def stop(self) -> None:
         self._stop.set()
 
-    def reason(self, label: str) -> str | None:
-        """Why the job was asked to cancel, if it was."""
+    def reason(self, label: str, *, fresh: bool = False) -> str | None:
+        """Why the job was asked to cancel, if it was (``fresh``: read the requests first)."""
+        if fresh:
+            self.read()
         with self._lock:
             request = self._seen.get(label)
         return request.reason if request is not None else None

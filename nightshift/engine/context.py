@@ -67,8 +67,8 @@ class NightContext:
     dwell: DwellWatch | None = None  # tonight's dwell watch (None: no budgets to watch with)
     # asked when the night is interrupted: no more submits, jobs in flight are left running
     stop: NightStop = field(default_factory=NightStop)
-    # why `nightshift cancel` asked to cancel a job of this night, if it did
-    cancel_reason: Callable[[str], str | None] = lambda _label: None
+    # why `nightshift cancel` asked to cancel a job of this night, if it did; (label, fresh=)
+    cancel_reason: Callable[..., str | None] = lambda _label, fresh=False: None
     events: Publisher = field(init=False)
     _since: Since = field(init=False, default_factory=Since)
 

@@ -273,7 +273,8 @@ def _conclude(
         assert result.status is not None
         outcome = outcome_of(result.status.state)
         if result.status.state is ExternalState.CANCELLED:
-            detail = join_details(ctx.cancel_reason(label), detail)  # nightshift cancel's
+            # nightshift cancel's reason: its request may be newer than the night's last read
+            detail = join_details(ctx.cancel_reason(label, fresh=True), detail)
         else:
             data, note = _collect(backend, spec, external_id)
             if outcome is Outcome.SUCCEEDED and not data.get("ok", True):

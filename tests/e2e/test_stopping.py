@@ -41,13 +41,16 @@ pytestmark = [
 class Night:
     """One catalogue in its own folders, run by the real CLI in a session of its own."""
 
-    def __init__(self, tmp: Path, jobs: list[str], name: str = "stopping") -> None:
+    def __init__(
+        self, tmp: Path, jobs: list[str], name: str = "stopping", limits: str | None = None
+    ) -> None:
         self.tmp = tmp
         self.name = name
         self.catalogue = tmp / "n.yaml"
         head = [
             f"name: {name}",
             "defaults: {poll: {initial: 0.5s, factor: 2, max: 1s}, stagger: 0s, deadline: 900s}",
+            *([f"limits: {limits}"] if limits else []),
             "jobs:",
         ]
         self.catalogue.write_text("\n".join([*head, *jobs]) + "\n")
@@ -117,6 +120,14 @@ class Night:
         finally:
             ledger.close()
 
+    def slots_taken(self) -> dict[str, int]:
+        """The Prefect limits' taken slots, in the temporary server's database."""
+        import sqlite3
+
+        with sqlite3.connect(self.tmp / "prefect" / "prefect.db") as db:
+            rows = db.execute("select name, active_slots from concurrency_limit_v2").fetchall()
+        return {str(name): int(n) for name, n in rows}
+
     def agy(self, *argv: str) -> Any:
         out = subprocess.run(
             [sys.executable, "-m", "sandbox.agy", *argv, "--json"],
@@ -166,6 +177,7 @@ def test_a_signal_to_the_group_stops_the_night_and_a_rerun_re_attaches(
             "  - {label: b, backend: cli, task: 'b [queue=0 run=40]'}",
             "  - {label: c, backend: command, argv: [sleep, '40']}",
         ],
+        limits="{cli: 3}",  # a Prefect limit: its slots must be given back
     )
     first = night.start(1)
     try:
@@ -186,6 +198,7 @@ def test_a_signal_to_the_group_stops_the_night_and_a_rerun_re_attaches(
         assert {s for s, _ in night.jobs().values()} <= LIVE_STATES
         assert {label: i for label, (_, i) in night.jobs().items()} == left
         assert night.lease_holder() is None
+        assert set(night.slots_taken().values()) == {0}, night.slots_taken()
         submitted = night.submits()
         assert submitted == 3
         # the rerun starts at once, re-attaches to the three and submits nothing
