@@ -7,12 +7,14 @@ import contextvars
 import threading
 import uuid
 from collections.abc import Coroutine
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from prefect import flow, get_run_logger, tags
 from prefect.context import AsyncClientContext
+from prefect.logging.loggers import flow_run_logger
 from prefect.runtime import flow_run
 from prefect.states import Completed, Failed, State
 
@@ -20,6 +22,7 @@ from nightshift.config.catalogue import Catalogue
 from nightshift.config.loader import load_catalogue
 from nightshift.config.settings import Settings, load_settings
 from nightshift.engine.admission import Admission
+from nightshift.engine.cancelling import cancel_night
 from nightshift.engine.context import NightContext
 from nightshift.engine.events import LogSink, Sink
 from nightshift.engine.night import (
@@ -29,9 +32,10 @@ from nightshift.engine.night import (
     open_night,
     watcher_stopped,
 )
-from nightshift.engine.outcomes import JobOutcome, NightSummary, join
+from nightshift.engine.outcomes import JobOutcome, NightSummary, Outcome, join
 from nightshift.engine.plan import Plan, parse_night, plan_night, tonight
 from nightshift.engine.steps import JobPools
+from nightshift.engine.stopping import INTERRUPTED, NightStop
 from nightshift.engine.watcher import Watcher
 from nightshift.errors import LockHeldError
 from nightshift.metrics.export import export_ledger_metrics
@@ -40,22 +44,49 @@ from nightshift.notify.sinks import NoticeSink
 from nightshift.orchestration.leases import slot_lease_s
 from nightshift.orchestration.limits import limit_scope, night_slots
 from nightshift.orchestration.progress import ProgressSink
-from nightshift.orchestration.report import not_run, report, why
-from nightshift.store.lease import Lease
+from nightshift.orchestration.report import not_run, publish_summary, report, why
+from nightshift.store.lease import Lease, default_owner
 from nightshift.store.ledger import Ledger
 from nightshift.store.outbox import Outbox
 from nightshift.store.slot_holders import SlotHolders
 from tasks.jobs import NIGHTS, Night, outcome_of, run_chain, with_retries
 from tasks.notify import notify
 
-__all__ = ["LIVE_SINKS", "nightly", "run_dir_for"]
+__all__ = ["LIVE_SINKS", "NIGHT_STOP", "cancel_in_flight", "nightly", "run_dir_for"]
 
 # the local CLI adds its live table here: a sink of the night's events
 LIVE_SINKS: list[Sink] = []
+# the local CLI's Ctrl-C/SIGTERM: the night stops submitting and watching, and says when it
+# is over (summary written, lease given back); without one the night makes its own
+NIGHT_STOP: ContextVar[NightStop | None] = ContextVar("nightshift_night_stop", default=None)
 EXIT_LOCKED = 3  # as the CLI's: another night of the catalogue holds its lease
+PROGRESS_FLUSH_S = 2.0
+STOP_GRACE_S = 3.0  # a signalled night's jobs let go of, before the signal goes on
 
 
-@flow(name="nightly")
+def cancel_in_flight(flow: Any, flow_run: Any, state: State) -> None:
+    """``on_cancellation`` (the UI's Cancel): the night's external jobs still in flight are
+    cancelled (they cost money), from the ledger, whatever became of the night's process."""
+    logger = flow_run_logger(flow_run, flow)
+    params = flow_run.parameters or {}
+    settings = load_settings()
+    catalogue = load_catalogue(params.get("catalog") or "nightshift.yaml")
+    night = params.get("night")
+    night = parse_night(night) if night else tonight(flow_run.expected_start_time)
+    reason = f"cancelled in Prefect: flow run {flow_run.name} was cancelled"
+    ledger = Ledger(settings.ledger_url(), catalogue.key)
+    try:
+        done = cancel_night(
+            catalogue, settings, ledger, night, only=params.get("only"), reason=reason
+        )
+    finally:
+        ledger.close()
+    for job in done.jobs:
+        what = f"not cancelled: {job.error}" if job.error else "cancelled"
+        logger.warning("%s (%s %s): %s", job.label, job.backend, job.external_id, what)
+
+
+@flow(name="nightly", on_cancellation=[cancel_in_flight])
 def nightly(
     catalog: str = "nightshift.yaml",
     only: list[str] | None = None,
@@ -80,13 +111,25 @@ def nightly(
     logger.info("state folder %s, run folder %s", settings.state_dir, run_path)
     ledger = Ledger(settings.ledger_url(), catalogue.key)
     notifier = _notifier(catalogue, ledger, logger)
+    stop = NIGHT_STOP.get() or NightStop()
     try:
         # a deployment's tags are on the flow run only: jobs and chains carry them too
         with tags(*(flow_run.tags or [])):
-            lease = Lease(ledger.engine, catalogue.key, ttl_s=settings.lease_ttl)
+            # the owner names the flow run too: `nightshift status` shows it
+            owner = default_owner() + (f":{flow_run.id}" if flow_run.id else "")
+            lease = Lease(ledger.engine, catalogue.key, owner=owner, ttl_s=settings.lease_ttl)
             with lease:
-                summary = _run_night(
-                    catalogue, only, night, run_path, ledger, settings, lease, results, notifier
+                summary, progress = _run_night(
+                    catalogue,
+                    only,
+                    night,
+                    run_path,
+                    ledger,
+                    settings,
+                    lease,
+                    results,
+                    stop,
+                    notifier,
                 )
     except Exception as exc:
         # a night that ends early still says why, where a finished night says how it went
@@ -98,17 +141,36 @@ def nightly(
             _stamp(),
         )
         code = EXIT_LOCKED if isinstance(exc, LockHeldError) else summary.exit_code
-        report(run_path, summary, reason=reason, exit_code=code)
+        report(run_path, summary, reason=reason, exit_code=code, publish=False)
         logger.warning("the night ended early: %s", reason)
-        if not isinstance(exc, LockHeldError):  # a refused second night is not a bad night
-            _night_end(notifier, summary, night, ledger, settings)
-        ledger.close()
+        try:
+            if not isinstance(exc, LockHeldError):  # a refused second night is not a bad night
+                _night_end(notifier, summary, night, ledger, settings)
+        finally:
+            ledger.close()
+            stop.over.set()
+        publish_summary(summary, reason)
         raise  # the CLI reads a LockHeldError from the flow run's result (exit 3)
-    report(run_path, summary)  # the headline and bad jobs were logged by the night's LogSink
+    # summary.json first: what follows may wait on the Prefect API, which may be gone
+    ended: str | None = None
+    if stop.requested:
+        left = [o for o in summary.jobs if o.state is Outcome.LEFT_RUNNING]
+        ended = INTERRUPTED
+        logger.warning("interrupted: %d job(s) left running, a rerun re-attaches", len(left))
+        report(run_path, summary, reason=ended, exit_code=stop.exit_code, publish=False)
+    else:
+        report(run_path, summary, publish=False)  # the night's LogSink logged its jobs
     try:
-        _night_end(notifier, summary, night, ledger, settings)
+        if not stop.requested:  # an interrupted night has no verdict to send
+            _night_end(notifier, summary, night, ledger, settings)
     finally:
         ledger.close()
+        stop.over.set()
+    if not stop.requested:  # the UI's progress reaches its end (bounded: the API may be gone)
+        progress.flush(timeout=PROGRESS_FLUSH_S)
+    publish_summary(summary, ended)
+    if stop.requested:
+        return Failed(name="Interrupted", message=f"{ended}: {summary.headline()}")
     if summary.severity.value == "ok":
         return Completed(message=summary.headline())
     # a list of states makes the run Failed without the engine raising FailedRun on the way out
@@ -152,12 +214,14 @@ def _run_night(
     settings: Settings,
     lease: Lease,
     results: dict[str, JobOutcome],
+    stop: NightStop,
     notifier: Notifier | None = None,
-) -> NightSummary:
+) -> tuple[NightSummary, ProgressSink]:
     logger = get_run_logger()
     started_at = _stamp()
     plan = plan_night(catalogue, only, expected_durations(catalogue, ledger))
-    sinks: list[Sink] = [*LIVE_SINKS, ProgressSink(plan.labels), LogSink(logger)]
+    progress = ProgressSink(plan.labels)
+    sinks: list[Sink] = [*LIVE_SINKS, progress, LogSink(logger)]
     if notifier is not None:
         sinks.append(NoticeSink(notifier))  # fallbacks, stuck queues, timeouts, as they happen
     parts = build_parts(
@@ -194,6 +258,7 @@ def _run_night(
         stop_reason=lambda watcher: _stop_reason(lease, watcher),
         owns_night=lambda: lease.lost_reason is None,
         outcomes=results,
+        stop=stop,
     ) as ctx:
         pools = JobPools()
         NIGHTS[key] = Night(ctx, pools)
@@ -205,11 +270,11 @@ def _run_night(
                 len(plan.independent),
                 len(plan.chains),
             )
-            _on_a_loop(_run_jobs(ctx, plan, key, pools))
+            _on_a_loop(_run_jobs(ctx, plan, key, pools), stop)
         finally:
             NIGHTS.pop(key, None)
             pools.shutdown()
-    return finish_night(ctx, plan, started_at)
+    return finish_night(ctx, plan, started_at), progress
 
 
 async def _run_jobs(ctx: NightContext, plan: Plan, key: str, pools: JobPools) -> None:
@@ -225,14 +290,11 @@ async def _run_jobs(ctx: NightContext, plan: Plan, key: str, pools: JobPools) ->
         await asyncio.gather(*(job(label) for label in plan.independent), *chains)
 
 
-def _on_a_loop(work: Coroutine[Any, Any, None]) -> None:
-    """Run ``work`` on an event loop of its own (the flow run's context goes with it); on a
-    thread of its own if this one already runs a loop."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        asyncio.run(work)
-        return
+def _on_a_loop(work: Coroutine[Any, Any, None], stop: NightStop) -> None:
+    """Run ``work`` on an event loop of its own, on a thread of its own (the flow run's context
+    goes with it). A signal raised on this thread while it waits (a worker's SIGTERM when the
+    run is cancelled, a Ctrl-C) stops the night first: its jobs are let go, nothing more is
+    submitted or written, then the signal goes on (the cancel hook cancels the jobs)."""
     errors: list[BaseException] = []
 
     def run() -> None:
@@ -242,9 +304,14 @@ def _on_a_loop(work: Coroutine[Any, Any, None]) -> None:
             errors.append(exc)
 
     context = contextvars.copy_context()
-    thread = threading.Thread(target=context.run, args=(run,), name="night-loop")
+    thread = threading.Thread(target=context.run, args=(run,), name="night-loop", daemon=True)
     thread.start()
-    thread.join()
+    try:
+        thread.join()
+    except BaseException:
+        stop.request(INTERRUPTED, 143)
+        thread.join(STOP_GRACE_S)
+        raise
     if errors:
         raise errors[0]
 

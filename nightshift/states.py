@@ -32,6 +32,9 @@ class JobState(StrEnum):
     TIMEOUT = "timeout"
     STUCK_QUEUED = "stuck_queued"
     SKIPPED = "skipped"
+    # shown and summed up only, never stored: an interrupted night stopped watching the job,
+    # which still runs out there (in flight in the ledger, with its id; a rerun re-attaches)
+    LEFT_RUNNING = "left_running"
 
     @property
     def final(self) -> bool:
@@ -49,15 +52,20 @@ class Outcome(StrEnum):
     TIMEOUT = JobState.TIMEOUT.value
     STUCK_QUEUED = JobState.STUCK_QUEUED.value
     SKIPPED = JobState.SKIPPED.value
+    # not an outcome: the night was interrupted while the job ran out there
+    LEFT_RUNNING = JobState.LEFT_RUNNING.value
 
     @property
     def final(self) -> bool:
-        """Always: an outcome is a job's last state tonight (a rerun may still re-attach)."""
+        """An outcome is a job's last state tonight (a rerun may still re-attach); a job left
+        running is not final."""
         return self.value in FINAL
 
 
 # The one definition of "final" for the state names a night records and shows: the outcomes.
-FINAL: frozenset[JobState] = frozenset(JobState(outcome.value) for outcome in Outcome)
+FINAL: frozenset[JobState] = frozenset(
+    JobState(outcome.value) for outcome in Outcome if outcome is not Outcome.LEFT_RUNNING
+)
 # An external job may still be out there: a rerun re-attaches to a job left in one of these.
 LIVE: frozenset[JobState] = frozenset(
     {JobState.SUBMITTED, JobState.QUEUED, JobState.RUNNING, JobState.LOST, JobState.FALLBACK}

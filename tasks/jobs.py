@@ -107,9 +107,16 @@ def with_retries(ctx: NightContext) -> Any:
     defaults = ctx.catalogue.defaults
     # `retries: 0` as one retry that never fires: see run_chain on Prefect's empty traceback
     retries = max(defaults.retries, 1)
+
+    async def retry(task: Any, task_run: Any, state: State) -> bool:
+        # an interrupted night submits nothing more, a retry included
+        if ctx.stop.requested or not defaults.retries:
+            return False
+        return await _transient_only(task, task_run, state)
+
     return run_job.with_options(
         retries=retries,
-        retry_condition_fn=_transient_only if defaults.retries else _never,
+        retry_condition_fn=retry,
         retry_delay_seconds=replace(JOB_RETRY, initial=defaults.retry_delay).delays(retries),
     )
 

@@ -5,6 +5,10 @@ only at a clean exit. We start it through a subclass (Prefect keeps one instance
 later ``SubprocessASGIServer()`` call returns) that also starts a small reaper: it reads a pipe
 only we write to, and when the pipe closes (we are gone, however we died) it stops the server.
 
+The server also runs in a session of its own: a terminal's Ctrl-C (or GNU ``timeout``) signals
+the whole process group, and the night still needs its server while it stops (its summary, its
+slots); the reaper stops it when we are gone, ``temporary_server_alive`` says if it still runs.
+
 Run as ``python -m nightshift.cli.reaper PID START`` (stdlib only apart from the identity helpers).
 """
 
@@ -21,7 +25,7 @@ from typing import Any
 
 from nightshift.backends.command.supervisor import identity_alive, process_identity
 
-__all__ = ["install", "main"]
+__all__ = ["install", "main", "temporary_server_alive"]
 
 _GRACE_S = 5.0
 
@@ -32,11 +36,38 @@ def install() -> None:
 
     class _ReapedServer(SubprocessASGIServer):
         def _run_uvicorn_command(self) -> subprocess.Popen[Any]:
-            proc = super()._run_uvicorn_command()
+            proc = _own_session(super()._run_uvicorn_command)
             self._reaper = _start_reaper(proc.pid)  # kept: its pipe must stay open until we die
             return proc
 
     _ReapedServer()  # registers itself as the instance Prefect's own calls get
+
+
+def temporary_server_alive() -> bool | None:
+    """Whether the temporary server we started still runs; None if we started none."""
+    from prefect.server.api.server import SubprocessASGIServer
+
+    proc = getattr(SubprocessASGIServer._instances.get(None), "server_process", None)
+    if proc is None:
+        return None
+    return proc.poll() is None
+
+
+def _own_session(start: Any) -> subprocess.Popen[Any]:
+    """``start()``'s ``subprocess.Popen`` in a new session (Prefect offers no such option)."""
+    popen = subprocess.Popen
+
+    def in_own_session(*args: Any, **kwargs: Any) -> subprocess.Popen[Any]:
+        kwargs.setdefault("start_new_session", True)
+        return popen(*args, **kwargs)
+
+    # only while the server starts, on the thread that starts it (before the night's threads)
+    subprocess.Popen = in_own_session  # type: ignore[misc,assignment]
+    try:
+        proc: subprocess.Popen[Any] = start()
+    finally:
+        subprocess.Popen = popen  # type: ignore[misc]
+    return proc
 
 
 def _start_reaper(pid: int) -> subprocess.Popen[bytes]:

@@ -15,6 +15,8 @@ __all__ = ["RUN_EXIT_CODES", "register", "run_catalogue"]
 
 RUN_EXIT_CODES = exits.epilog(
     0, 1, 2, 3, 4, 5, 6, 64, c4="invalid catalogue, batch input, --only or --night"
+) + (
+    "  130 stopped by Ctrl-C (143: by SIGTERM); jobs in flight keep running, a rerun re-attaches\n"
 )
 
 
@@ -45,7 +47,7 @@ def run_catalogue(
 
     from nightshift.config.loader import load_catalogue
     from nightshift.engine.plan import parse_night, plan_night, tonight
-    from nightshift.errors import CatalogueError, NightshiftError
+    from nightshift.errors import CatalogueError
 
     err = Console(stderr=True)
     try:
@@ -63,10 +65,11 @@ def run_catalogue(
         say(f"{path}: {exc}")
         return exits.BAD_CATALOGUE
 
-    from flows.nightly import LIVE_SINKS, nightly, run_dir_for
+    from flows.nightly import LIVE_SINKS, NIGHT_STOP, nightly, run_dir_for
     from nightshift.cli.live import LiveTable
+    from nightshift.cli.stopping import exit_now, prefect_api_alive, run_stoppable, stop_line
     from nightshift.config.settings import load_settings
-    from nightshift.errors import LockHeldError
+    from nightshift.engine.stopping import NightStop
 
     settings = load_settings()
     # the ledger and the lease first: a clear line now, not a traceback from inside the flow
@@ -80,15 +83,34 @@ def run_catalogue(
     run_dir = run_dir_for(settings, night)
     table = LiveTable(labels, err)
     LIVE_SINKS.append(table.on_event)
+    stop = NightStop()
+
+    def night_run() -> Any:
+        NIGHT_STOP.set(stop)  # the night's thread: Ctrl-C and SIGTERM reach it through this
+        return nightly(
+            catalog=str(path), only=only, night=night, run_dir=str(run_dir), return_state=True
+        )
+
     try:
         with table.shown(enabled=err.is_terminal):
-            state = nightly(
-                catalog=str(path), only=only, night=night, run_dir=str(run_dir), return_state=True
-            )
+            ran = run_stoppable(night_run, stop, prefect_api_alive)
     finally:
         LIVE_SINKS.remove(table.on_event)
+    code = _after_night(ran.state, run_dir, catalogue, settings, as_json)
+    if stop.requested and (run_dir / "summary.json").exists():
+        summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+        say(stop_line(summary.get("left_running", []), str(path), night))
+    if ran.exit_early:  # interrupted, or the Prefect API is gone: don't wait on it
+        exit_now(code, drain=ran.api_alive)
+    return code
+
+
+def _after_night(state: Any, run_dir: Path, catalogue: Any, settings: Any, as_json: bool) -> int:
+    """The night's exit code, its summary printed (or one line saying why there is none)."""
+    from nightshift.errors import CatalogueError, LockHeldError, NightshiftError
+
     summary_file = run_dir / "summary.json"
-    error: Any = state.result(raise_on_failure=False)
+    error: Any = state.result(raise_on_failure=False) if state is not None else None
     if isinstance(error, LockHeldError):  # a refused night leaves a summary too: say it in a line
         say(f"refused: {error}")
         return exits.LOCKED
@@ -102,7 +124,7 @@ def run_catalogue(
         if isinstance(error, NightshiftError):
             say(f"error: {error}")
             return exits.FAILED
-        say(f"the night crashed: {state.message}")
+        say(f"the night crashed: {state.message if state is not None else 'no state'}")
         return exits.FAILED
     summary = json.loads(summary_file.read_text(encoding="utf-8"))
     if as_json:

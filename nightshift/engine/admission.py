@@ -82,6 +82,7 @@ class Admission:
         self._ticket = 0
         # priorities of jobs announced but not arrived yet: later ones must not overtake them
         self._expected: dict[str, list[float]] = {}
+        self._interrupted = False
 
     @property
     def caps(self) -> dict[str, int]:
@@ -100,6 +101,12 @@ class Admission:
             if priority in expected:
                 expected.remove(priority)
                 self._cond.notify_all()
+
+    def interrupt(self) -> None:
+        """The night stops: every job waiting for its turn or a slot gets ``Deadline`` now."""
+        with self._cond:
+            self._interrupted = True
+            self._cond.notify_all()
 
     def holds(self, backend: str, priority: float) -> bool:
         """Whether the job of ``priority`` holds a slot of ``backend`` (not freed yet)."""
@@ -145,8 +152,12 @@ class Admission:
                 raise Deadline()
             if stagger:
                 self._pace.reserve(backend, now)
-            while self._clock() < at:
+            while self._clock() < at and not self._interrupted:
                 self._cond.wait(timeout=at - self._clock())
+            if self._interrupted:
+                if held is not None:
+                    self._release(held)
+                raise Deadline()
         try:
             yield
         finally:
@@ -189,6 +200,8 @@ class Admission:
         return held
 
     def _wait(self, deadline: float | None) -> None:
+        if self._interrupted:
+            raise Deadline()
         if deadline is None:
             self._cond.wait()
             return

@@ -15,6 +15,7 @@ from nightshift.engine.admission import Admission
 from nightshift.engine.events import JobChanged, Logger, PollFailed, Publisher, Since, Sink
 from nightshift.engine.ledger_sink import LedgerSink
 from nightshift.engine.outcomes import JobOutcome
+from nightshift.engine.stopping import NightStop
 from nightshift.engine.watcher import Watcher
 from nightshift.store.ledger import Ledger
 
@@ -64,6 +65,10 @@ class NightContext:
     final_seen: dict[str, datetime] = field(default_factory=dict)
     attempts: dict[str, int] = field(default_factory=dict)  # each job's attempt, for its events
     dwell: DwellWatch | None = None  # tonight's dwell watch (None: no budgets to watch with)
+    # asked when the night is interrupted: no more submits, jobs in flight are left running
+    stop: NightStop = field(default_factory=NightStop)
+    # why `nightshift cancel` asked to cancel a job of this night, if it did; (label, fresh=)
+    cancel_reason: Callable[..., str | None] = lambda _label, fresh=False: None
     events: Publisher = field(init=False)
     _since: Since = field(init=False, default_factory=Since)
 

@@ -21,14 +21,17 @@ from nightshift.config.catalogue import Catalogue
 from nightshift.config.limits import BackendLimit
 from nightshift.engine.admission import Admission
 from nightshift.engine.alerts import AlertSink, LogAlertSink
+from nightshift.engine.cancelling import CancelWatch
 from nightshift.engine.context import NightContext, utcnow
 from nightshift.engine.dwell_watch import BudgetLoader, watch_dwells
 from nightshift.engine.events import Logger, NightFinished, Sink
 from nightshift.engine.outcomes import JobOutcome, NightSummary, Outcome, join
 from nightshift.engine.plan import Plan
 from nightshift.engine.poll_hints import ledger_poll_hints
-from nightshift.engine.runner import end_job
+from nightshift.engine.runner import end_job, stopped_outcome
+from nightshift.engine.stopping import NightStop
 from nightshift.engine.watcher import Watcher
+from nightshift.store.cancel_requests import CancelRequests
 from nightshift.store.ledger import Ledger
 
 if TYPE_CHECKING:
@@ -88,6 +91,7 @@ class NightParts:
     budgets: BudgetLoader | None = current_budgets
     alerts: AlertSink = field(default_factory=LogAlertSink)
     poll_hints: PollHints | None = ledger_poll_hints  # None: jobs are polled on backoff only
+    cancel_poll_s: float | None = 2.0  # how often `nightshift cancel`'s requests are read
 
 
 def build_parts(
@@ -153,12 +157,14 @@ def open_night(
     stop_reason: Callable[[Watcher], str | None] | None = None,
     owns_night: Callable[[], bool] = lambda: True,
     outcomes: dict[str, JobOutcome] | None = None,
+    stop: NightStop | None = None,
 ) -> Iterator[NightContext]:
     """The night's context, its watcher running; on the way out everything is closed.
 
     ``stop_reason`` says why no more jobs may be submitted (default: the watcher stopped);
     ``owns_night`` is False once the night lost its lease (then it writes no ledger rows).
     ``outcomes`` receives each job's outcome as it comes (the caller's, for an early end).
+    ``stop`` interrupts the night: no more submits, jobs in flight are left running unwatched.
     With learned budgets, each job's time in its state is watched (``engine/dwell_watch.py``).
     """
     with ExitStack() as cleanup:  # whatever fails below, everything built so far is closed
@@ -217,7 +223,20 @@ def open_night(
             hold=parts.hold,
             stop_reason=lambda: (stop_reason or watcher_stopped)(watcher),
             owns_night=owns_night,
+            stop=stop if stop is not None else NightStop(),
         )
+        # on a stop: waits for a turn or a slot end at once, every watched job is let go
+        for listener in (ctx.admission.interrupt, getattr(parts.hold, "interrupt", None)):
+            if listener is not None:
+                cleanup.callback(ctx.stop.on_request(listener))
+        cleanup.callback(ctx.stop.on_request(watcher.detach))
+        if parts.cancel_poll_s is not None:
+            requests = CancelRequests(parts.ledger.engine, catalogue.key)
+            cancels = CancelWatch(
+                requests, night, watcher.look_now, since=parts.wall(), every=parts.cancel_poll_s
+            )
+            cleanup.callback(cancels.start().stop)
+            ctx.cancel_reason = cancels.reason
         if (dwell := watch_dwells(ctx, parts.budgets, parts.alerts)) is not None:
             cleanup.callback(dwell.stop)
             ctx.dwell = dwell
@@ -233,7 +252,11 @@ def open_night(
 def finish_night(ctx: NightContext, plan: Plan, started_at: str) -> NightSummary:
     """Join the night (a job with no outcome failed) and tell the sinks its verdict."""
     for label in plan.labels:
-        if label not in ctx.outcomes:
+        if label in ctx.outcomes:
+            continue
+        if ctx.stop.requested:  # a job the stop caught between two steps
+            stopped_outcome(ctx, label)
+        else:
             end_job(ctx, label, Outcome.FAILED, "no outcome recorded (internal error)")
     finished = ctx.wall()
     summary = join(

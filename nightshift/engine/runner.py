@@ -25,6 +25,7 @@ from nightshift.engine.outcomes import (
     outcome_from_record,
     status_detail,
 )
+from nightshift.engine.stopping import LEFT_RUNNING_DETAIL, NOT_SUBMITTED_DETAIL
 from nightshift.engine.timers import JobTimers, job_timers
 from nightshift.engine.watcher import WatchRequest, WatchResult
 from nightshift.errors import BackendError, InputFileError, PermanentBackendError
@@ -32,7 +33,7 @@ from nightshift.files import label_filename
 from nightshift.states import LIVE, JobState
 from nightshift.store.ledger import JobRecord
 
-__all__ = ["FALLBACK", "LOST", "SUBMITTING", "JobSteps", "end_job", "job_steps"]
+__all__ = ["FALLBACK", "LOST", "SUBMITTING", "JobSteps", "end_job", "job_steps", "stopped_outcome"]
 
 LOG_TAIL_LINES = 40
 LOST = JobState.LOST.value
@@ -86,8 +87,12 @@ def _run(ctx: NightContext, label: str, job: Any, backend: Backend) -> JobSteps:
             held.enter_context(slot)
             held.enter_context(ctx.hold(job.backend, max(0.0, ctx.deadline_at - ctx.watcher.now())))
         except Deadline:
+            if ctx.stop.requested:  # interrupted while it waited for its turn
+                return stopped_outcome(ctx, label)
             return end_job(ctx, label, Outcome.TIMEOUT, "night deadline before submit")
         except TimeoutError:  # the Prefect limit stayed full: other nights, or a dead one's
+            if ctx.stop.requested:
+                return stopped_outcome(ctx, label)
             why = (
                 f"night deadline before submit: no free Prefect concurrency slot for "
                 f"{job.backend} (a night that died holds its slots until their lease ends)"
@@ -101,6 +106,10 @@ def _run(ctx: NightContext, label: str, job: Any, backend: Backend) -> JobSteps:
             started_wall = record.submitted_at or started_wall
             ctx.external_ids[label] = external_id
         else:
+            if ctx.stop.requested:
+                return stopped_outcome(ctx, label)
+            if (cancelled := ctx.cancel_reason(label)) is not None:
+                return end_job(ctx, label, Outcome.CANCELLED, f"not submitted: {cancelled}")
             if (reason := ctx.stop_reason()) is not None:
                 return _finish(ctx, label, None, Outcome.FAILED, started_wall, attempts - 1, reason)
             if not resume and ctx.owns_night():
@@ -199,6 +208,8 @@ def _conclude(
     timers: JobTimers,
 ) -> JobOutcome:
     end = (ctx, label, external_id)
+    if not isinstance(result, Exception) and result.reason == "detached":
+        return _left_running(ctx, label, external_id, started, attempts)
     if isinstance(result, Exception):
         return _finish(*end, Outcome.FAILED, started, attempts, str(result), None, backend)
     data: dict[str, Any] = {}
@@ -235,7 +246,10 @@ def _conclude(
     else:
         assert result.status is not None
         outcome = outcome_from_external(result.status.state)
-        if result.status.state is not ExternalState.CANCELLED:
+        if result.status.state is ExternalState.CANCELLED:
+            # nightshift cancel's reason: its request may be newer than the night's last read
+            detail = join_details(ctx.cancel_reason(label, fresh=True), detail)
+        else:
             data, note = _collect(backend, spec, external_id)
             if outcome is Outcome.SUCCEEDED and not data.get("ok", True):
                 outcome = Outcome.PARTIAL
@@ -255,6 +269,38 @@ def _collect(
     except (BackendError, InputFileError) as exc:
         return {}, f"collecting results failed: {exc}"
     return data, data.get("summary")
+
+
+def stopped_outcome(ctx: NightContext, label: str) -> JobOutcome:
+    """A job the interrupted night lets go of: left running if it is out there (it stays in
+    flight in the ledger, with its id), else not submitted. Nothing is written."""
+    record = ctx.ledger.get_job(ctx.night, label)
+    external_id = ctx.external_ids.get(label) or (record.external_id if record else None)
+    attempts = record.attempts if record else 0
+    if external_id is not None and (record is None or record.state in LIVE):
+        started = (record.submitted_at if record else None) or ctx.wall()
+        attempts = ctx.attempts.get(label) or attempts
+        return _left_running(ctx, label, external_id, started, attempts)
+    job = ctx.catalogue.job(label)
+    outcome = JobOutcome(
+        label, Outcome.SKIPPED, attempts=attempts, backend=job.backend, detail=NOT_SUBMITTED_DETAIL
+    )
+    return _report(ctx, outcome)
+
+
+def _left_running(
+    ctx: NightContext, label: str, external_id: str, started: datetime, attempts: int
+) -> JobOutcome:
+    outcome = JobOutcome(
+        label=label,
+        state=Outcome.LEFT_RUNNING,
+        duration_s=max(0.0, (ctx.wall() - started).total_seconds()),
+        attempts=attempts,
+        external_id=external_id,
+        backend=ctx.catalogue.job(label).backend,
+        detail=LEFT_RUNNING_DETAIL,
+    )
+    return _report(ctx, outcome)
 
 
 def end_job(ctx: NightContext, label: str, outcome: Outcome, detail: str | None) -> JobOutcome:

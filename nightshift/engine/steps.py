@@ -18,7 +18,7 @@ from typing import Any
 
 from nightshift.engine.context import NightContext
 from nightshift.engine.outcomes import JobOutcome, Outcome
-from nightshift.engine.runner import JobSteps, end_job, job_steps
+from nightshift.engine.runner import JobSteps, end_job, job_steps, stopped_outcome
 
 __all__ = [
     "JobPools",
@@ -146,11 +146,18 @@ async def run_chain_steps_async(
         blockers = [d for d in deps if d in done and not done[d].ok]
         if blockers:
             reason = f"{blockers[0]} {done[blockers[0]].state.value}"
-            skip = partial(end_job, ctx, label, Outcome.SKIPPED, reason)
+            skip = partial(_skip, ctx, label, reason)
             done[label] = await loop.run_in_executor(pools.finish, skip)
             continue
         done[label] = await step(label)
     return list(done.values())
+
+
+def _skip(ctx: NightContext, label: str, reason: str) -> JobOutcome:
+    """A chain step whose dependency did not succeed; an interrupted night only lets it go."""
+    if ctx.stop.requested:
+        return stopped_outcome(ctx, label)
+    return end_job(ctx, label, Outcome.SKIPPED, reason)
 
 
 def settle_job(ctx: NightContext, label: str, error: BaseException | None) -> JobOutcome:
@@ -158,5 +165,7 @@ def settle_job(ctx: NightContext, label: str, error: BaseException | None) -> Jo
     withdraw(ctx, label)  # a try that crashed before its body ran never did
     if label in ctx.outcomes:
         return ctx.outcomes[label]
+    if ctx.stop.requested:  # its try was cut short by the stop: nothing failed out there
+        return stopped_outcome(ctx, label)
     detail = f"{type(error).__name__}: {error}" if error is not None else None
     return end_job(ctx, label, Outcome.FAILED, detail or "the job task did not return")

@@ -30,7 +30,8 @@ from nightshift.errors import BackendError, PermanentBackendError, TransientBack
 
 __all__ = ["WatchRequest", "WatchResult", "Watcher"]
 
-Reason = Literal["final", "timeout", "stuck_queued", "fallback", "unreadable"]
+# "detached": the night stopped watching (interrupted); the job still runs out there
+Reason = Literal["final", "timeout", "stuck_queued", "fallback", "unreadable", "detached"]
 OnChange = Callable[[str, ExternalState, JobStatus], None]
 OnError = Callable[[str, BaseException | None], None]  # a status call failed (or said nothing)
 Expected = Callable[[str], float | None]  # label -> usual seconds from submit to end, if known
@@ -128,6 +129,7 @@ class Watcher:
         self._cond = threading.Condition()
         self._entries: list[WatchRequest] = []
         self._stopped = False
+        self._detached = False
         self._calls_per_backend = calls_per_backend
         self._calls: dict[int, int] = {}  # backend (by id) -> status calls in flight
         self._listing: set[int] = set()  # backends whose status_many call is in flight
@@ -148,6 +150,9 @@ class Watcher:
             request.expected_end_at = now + request.expected_s
         request.next_at = now if request.look_first else self._next_poll(request, now)
         with self._cond:
+            if self._detached:  # the night stops watching: this job is left running too
+                self._settle(request, WatchResult("detached", None, 0))
+                return request.future
             if self._stopped:
                 raise RuntimeError("watcher is stopped")
             self._entries.append(request)
@@ -158,6 +163,16 @@ class Watcher:
         """Labels still being watched."""
         with self._cond:
             return [e.label for e in self._entries]
+
+    def look_now(self, labels: list[str]) -> None:
+        """Ask about these jobs at once (someone cancelled them out there)."""
+        wanted = set(labels)
+        with self._cond:
+            now = self._clock()
+            for entry in self._entries:
+                if entry.label in wanted:
+                    entry.next_at = min(entry.next_at, now)
+            self._cond.notify_all()
 
     def poke(self) -> None:
         """Look at the clock again now (a test moved its fake clock)."""
@@ -185,6 +200,18 @@ class Watcher:
         self._pool.shutdown(wait=False, cancel_futures=True)
         for entry in stranded:
             self._settle(entry, exc=RuntimeError("watcher stopped"))
+
+    def detach(self) -> None:
+        """Stop watching without a verdict (the night was interrupted): every job's future,
+        and any job's registered later, gets a ``detached`` result now. Nothing is cancelled."""
+        with self._cond:
+            self._detached = True
+            left, self._entries = self._entries, []
+            for entry in left:
+                entry.closing = True  # a status call in flight is ignored when it answers
+            self._cond.notify_all()
+        for entry in left:
+            self._settle(entry, WatchResult("detached", entry.last_status, entry.checks))
 
     @property
     def stopped(self) -> bool:

@@ -105,6 +105,7 @@ class SlotLeases:
         self._in_use: dict[str, list[str]] = {}
         self._early: dict[str, int] = {}  # leases handed on before their holder let go
         self._closed = threading.Event()
+        self._interrupted = threading.Event()
         self._renewer: threading.Thread | None = None
 
     def hold(self, name: str, timeout_s: float) -> AbstractContextManager[object]:
@@ -128,9 +129,15 @@ class SlotLeases:
             self._early[name] = self._early.get(name, 0) + 1
         self._give_back(name, early=True)
 
+    def interrupt(self) -> None:
+        """The night stops: a job waiting for a slot gives up now (``TimeoutError``)."""
+        self._interrupted.set()
+
     def _take(self, name: str, end: float) -> str | None:
         waits = 0
         while True:
+            if self._interrupted.is_set():
+                raise TimeoutError(f"the night stopped before a slot of {name} came")
             with self._lock:
                 spare = self._spare.get(name)
                 if spare:

@@ -118,6 +118,10 @@ class PrefectHold:
         if backend in self._caps:
             self._leases.hand_on(limit_name(backend, self._scope))
 
+    def interrupt(self) -> None:
+        """The night stops: jobs waiting for a slot give up now."""
+        self._leases.interrupt()
+
     def close(self) -> None:
         self._leases.close()
 

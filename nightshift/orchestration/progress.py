@@ -1,7 +1,13 @@
-"""The night's progress artifact on the flow run, as a sink of the night's events."""
+"""The night's progress artifact on the flow run, as a sink of the night's events.
+
+The artifact is moved off the night's threads, one update at a time, the latest text winning:
+a slow or gone Prefect API never holds a job's end, and 300 jobs ending at once cost a few calls.
+"""
 
 from __future__ import annotations
 
+import contextvars
+import logging
 import threading
 from collections.abc import Callable
 from datetime import datetime
@@ -17,6 +23,8 @@ from nightshift.engine.night_progress import NightProgress
 __all__ = ["PROGRESS_KEY", "ProgressSink"]
 
 PROGRESS_KEY = "nightly-progress"
+
+log = logging.getLogger("nightshift.progress")
 
 
 class ProgressSink:
@@ -35,6 +43,8 @@ class ProgressSink:
         self._wall = wall
         self._lock = threading.Lock()
         self._shown = self._text()
+        self._latest: tuple[float, str] | None = None  # the update not posted yet
+        self._posting: threading.Thread | None = None
         self._id: Any = create_progress_artifact(0.0, key=key, description=self._shown)
 
     def __call__(self, event: NightEvent) -> None:
@@ -44,8 +54,36 @@ class ProgressSink:
             if text == self._shown:
                 return
             self._shown = text
-        done, total = self._progress.finished()
-        update_progress_artifact(self._id, 100.0 * done / max(1, total), description=text)
+            done, total = self._progress.finished()
+            self._latest = (100.0 * done / max(1, total), text)
+            if self._posting is not None:
+                return  # the poster in flight takes the latest text next
+            context = contextvars.copy_context()
+            self._posting = threading.Thread(
+                target=context.run, args=(self._post,), name="nightshift-progress", daemon=True
+            )
+            self._posting.start()
+
+    def flush(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the latest update to be posted; False if not."""
+        with self._lock:
+            posting = self._posting
+        if posting is not None:
+            posting.join(timeout)
+            return not posting.is_alive()
+        return True
+
+    def _post(self) -> None:
+        while True:
+            with self._lock:
+                latest, self._latest = self._latest, None
+                if latest is None:
+                    self._posting = None
+                    return
+            try:
+                update_progress_artifact(self._id, latest[0], description=latest[1])
+            except Exception as exc:  # the artifact is a view: the night goes on without it
+                log.warning("could not update the progress artifact: %s", exc)
 
     def _text(self) -> str:
         """``Jobs of the night finished: 7 of 12, expected done ~02:41 UTC``."""

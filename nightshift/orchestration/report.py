@@ -13,7 +13,14 @@ from nightshift.engine.outcomes import JobOutcome, NightSummary, Outcome
 from nightshift.errors import LockHeldError, NightEndedEarly
 from nightshift.files import write_atomic
 
-__all__ = ["SUMMARY_FILE", "not_run", "report", "summary_json", "why"]
+__all__ = [
+    "SUMMARY_FILE",
+    "not_run",
+    "publish_summary",
+    "report",
+    "summary_json",
+    "why",
+]
 
 SUMMARY_FILE = "summary.json"
 
@@ -38,14 +45,17 @@ def report(
     *,
     reason: str | None = None,
     exit_code: int | None = None,
+    publish: bool = True,
 ) -> None:
-    """summary.json and the table artifact: what happened, and why a night ended early."""
+    """summary.json and (``publish``) the table artifact: what happened, and why a night
+    ended early (``interrupted``: stopped by Ctrl-C or SIGTERM, jobs left running)."""
     data = summary_json(summary)
     if exit_code is not None:
         data["exit_code"] = exit_code
     data["reason"] = reason
     write_atomic(run_path / SUMMARY_FILE, json.dumps(data, indent=2) + "\n")
-    _publish(summary, reason)
+    if publish:
+        publish_summary(summary, reason)
 
 
 def summary_json(summary: NightSummary) -> dict[str, Any]:
@@ -56,10 +66,17 @@ def summary_json(summary: NightSummary) -> dict[str, Any]:
         "started_at": summary.started_at,
         "finished_at": summary.finished_at,
         "jobs": [job.to_json() for job in summary.jobs],
+        # jobs an interrupted night stopped watching: still running out there, in flight in
+        # the ledger; `nightshift run` for the night re-attaches, `nightshift cancel` stops them
+        "left_running": [
+            {"label": job.label, "backend": job.backend, "external_id": job.external_id}
+            for job in summary.jobs
+            if job.state is Outcome.LEFT_RUNNING
+        ],
     }
 
 
-def _publish(summary: NightSummary, reason: str | None = None) -> None:
+def publish_summary(summary: NightSummary, reason: str | None = None) -> None:
     """The summary as a table artifact on the flow run."""
     rows = [
         {

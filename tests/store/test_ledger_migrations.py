@@ -19,6 +19,7 @@ from alembic.script import ScriptDirectory
 
 from nightshift.budgets import snapshots as snapshots_module
 from nightshift.store import alert_log as alert_log_module
+from nightshift.store import cancel_requests as cancel_requests_module
 from nightshift.store import lease as lease_module
 from nightshift.store import ledger as ledger_module
 from nightshift.store import migrations
@@ -171,6 +172,7 @@ def test_a_new_database_gets_exactly_the_schema_the_code_declares(db_url: str) -
         snapshots_module._metadata,
         outbox_module._metadata,
         slot_holders_module._metadata,
+        cancel_requests_module._metadata,
     ]
     with ledger.engine.connect() as conn:
         context = MigrationContext.configure(conn, opts={"version_table": migrations.VERSION_TABLE})

@@ -1,0 +1,180 @@
+"""``nightshift status``: a night's jobs as the ledger has them, and who holds its lease now.
+
+Exit 0 with the jobs; 4 for an unknown catalogue or a night with no jobs recorded; 6 when the
+ledger's database cannot be read (the caller says so in one line).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+# the engine and the ledger are imported when a command runs: `nightshift --help` stays light
+if TYPE_CHECKING:
+    from nightshift.config.catalogue import Catalogue
+    from nightshift.store.ledger import Ledger
+    from nightshift.store.night_reads import NightJob
+
+__all__ = [
+    "STATUS_EXIT_CODES",
+    "LeaseHolder",
+    "NoSuchNight",
+    "lease_holder",
+    "register",
+    "show_status",
+]
+
+STATUS_EXIT_CODES = """\
+exit codes:
+  0   the night's jobs were shown
+  4   unknown catalogue, a bad --night, or no jobs recorded for that night
+  6   the ledger database could not be read (NIGHTSHIFT_DATABASE_URL)
+"""
+
+
+def register(sub: Any) -> None:
+    """Add ``status`` to the subcommands."""
+    from nightshift.cli.args import add_command, catalogue_flag
+
+    status = add_command(
+        sub,
+        "status",
+        "a night's jobs from the ledger, and whether a night holds its lease now",
+        _command,
+        STATUS_EXIT_CODES,
+    )
+    catalogue_flag(status)
+    status.add_argument("--night", help="the night's date (default: today)")
+    status.add_argument("--json", action="store_true", help="print one object")
+
+
+def _command(args: Any) -> int:
+    from nightshift.cli.night_args import run_for_night
+
+    return run_for_night(
+        args,
+        lambda settings, catalogue, night, _only: show_status(
+            settings.ledger_url(), catalogue, night, as_json=args.json
+        ),
+    )
+
+
+class NoSuchNight(Exception):
+    """The ledger has no jobs of that catalogue and night."""
+
+
+@dataclass(frozen=True)
+class LeaseHolder:
+    """The night that holds a catalogue's lease now, as its owner string says."""
+
+    owner: str
+    host: str
+    pid: int | None
+    flow_run: str | None
+    expires_at: datetime
+
+
+def lease_holder(ledger: Ledger, key: str, now: datetime | None = None) -> LeaseHolder | None:
+    """Who holds the catalogue's lease now (an expired lease is held by nobody)."""
+    from nightshift.store.lease import Lease
+
+    held = Lease(ledger.engine, key).holder()
+    if held is None or held[1] <= (now or datetime.now(UTC)):
+        return None
+    owner, expires_at = held
+    # host:pid:tag, and :flow-run-id when the night knew its flow run
+    parts = owner.split(":")
+    pid = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
+    run = parts[3] if len(parts) > 3 else None
+    return LeaseHolder(owner, parts[0], pid, run, expires_at)
+
+
+def show_status(url: str, catalogue: Catalogue, night: str, *, as_json: bool) -> int:
+    """Print the night's jobs and its lease; raises NoSuchNight when it has no jobs."""
+    from nightshift.engine.night import HISTORY_DAYS
+    from nightshift.store.ledger import Ledger
+    from nightshift.store.night_reads import night_jobs
+
+    ledger = Ledger(url, catalogue.key)
+    try:
+        jobs = night_jobs(ledger.engine, catalogue.key, night)
+        if not jobs:
+            raise NoSuchNight(f"no jobs of {catalogue.key!r} recorded for the night {night}")
+        now = datetime.now(UTC)
+        since = now - timedelta(days=HISTORY_DAYS)
+        usual = ledger.expected_durations([j.label for j in jobs], since)
+        holder = lease_holder(ledger, catalogue.key, now)
+    finally:
+        ledger.close()
+    rows = [_row(job, usual.get(job.label)) for job in jobs]
+    if as_json:
+        lease = None if holder is None else _holder_json(holder)
+        print(
+            json.dumps({"catalogue": catalogue.key, "night": night, "lease": lease, "jobs": rows})
+        )
+        return 0
+    _print(catalogue.key, night, rows, holder)
+    return 0
+
+
+def _row(job: NightJob, usual_s: float | None) -> dict[str, Any]:
+    from nightshift.states import LIVE as LIVE_STATES
+
+    in_flight = job.state in LIVE_STATES
+    expected = None
+    if in_flight and usual_s is not None and job.submitted_at is not None:
+        expected = job.submitted_at + timedelta(seconds=usual_s)
+    return {
+        "label": job.label,
+        "backend": job.backend,
+        "state": job.state,
+        "in_flight": in_flight and job.external_id is not None,
+        "since": _iso(job.since),
+        "attempts": job.attempts,
+        "external_id": job.external_id,
+        "expected_end": _iso(expected),
+        "detail": job.detail,
+    }
+
+
+def _holder_json(holder: LeaseHolder) -> dict[str, Any]:
+    return {
+        "owner": holder.owner,
+        "host": holder.host,
+        "pid": holder.pid,
+        "flow_run": holder.flow_run,
+        "expires_at": _iso(holder.expires_at),
+    }
+
+
+def _iso(at: datetime | None) -> str | None:
+    return None if at is None else at.isoformat(timespec="seconds")
+
+
+def _print(key: str, night: str, rows: list[dict[str, Any]], holder: LeaseHolder | None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=f"{key}: night {night}")
+    for column in ("job", "state", "since", "attempts", "external id", "expected end"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(
+            Text(row["label"]),
+            Text(row["state"]),
+            row["since"] or "",
+            str(row["attempts"]),
+            Text(row["external_id"] or ""),
+            row["expected_end"] or "",
+        )
+    console = Console()
+    console.print(table)
+    if holder is None:
+        line = "lease: free (no night of this catalogue is running)"
+    else:
+        run = f", flow run {holder.flow_run}" if holder.flow_run else ""
+        line = f"lease: held by host {holder.host}, pid {holder.pid}{run}"
+    console.print(line, markup=False, highlight=False)

@@ -1,0 +1,158 @@
+"""Ctrl-C and SIGTERM for ``nightshift run``: stop watching within seconds, leave jobs running.
+
+The night runs on a thread of its own, so the signals reach this module's handlers on the main
+thread (not Prefect's, which would crash the flow run). The first signal asks the night to stop
+(``NightStop``): no more submits, the jobs in flight are let go, still running out there and in
+flight in the ledger; the night writes its summary and gives its lease and slots back. A
+second signal exits at once. Exit status 128 + the signal: 130 (SIGINT), 143 (SIGTERM).
+
+When the night is over but Prefect's bookkeeping is stuck on an API that is gone (the server
+died mid-night), or the night was interrupted, the process waits for it only a short grace and
+then leaves with ``os._exit``: no minutes of retried events against a dead server.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+from nightshift.engine.stopping import INTERRUPTED, NightStop
+
+__all__ = ["GRACE_S", "Ran", "exit_now", "prefect_api_alive", "run_stoppable", "stop_line"]
+
+GRACE_S = 1.5  # how long an over night's Prefect bookkeeping may take when it cannot matter
+DRAIN_S = 1.0  # Prefect's queued events and logs, when we leave early
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@dataclass
+class Ran:
+    """How the night's thread ended: its flow state, or still stuck in Prefect's bookkeeping."""
+
+    state: Any = None
+    lingering: bool = False  # the night is over but its thread still waits on the Prefect API
+    exit_early: bool = False  # leave with ``exit_now``: interrupted, or the API is gone
+    api_alive: bool = True  # as seen when the night was over
+
+
+def run_stoppable(
+    night: Callable[[], Any],
+    stop: NightStop,
+    api_alive: Callable[[], bool],
+    *,
+    grace: float = GRACE_S,
+) -> Ran:
+    """Run ``night()`` on its own thread (this thread's context) under the stop signals."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["state"] = night()
+        except BaseException as exc:  # handed to the caller's thread
+            box["error"] = exc
+
+    thread = threading.Thread(
+        target=contextvars.copy_context().run, args=(target,), name="nightshift-night", daemon=True
+    )
+    restore = _install(stop)
+    try:
+        thread.start()
+        over_since: float | None = None
+        alive = True
+        while thread.is_alive():
+            thread.join(0.1)
+            if not stop.over.is_set() or not thread.is_alive():
+                continue
+            if over_since is None:
+                over_since = time.monotonic()
+                alive = api_alive()
+            if not alive:
+                break  # nothing it still has to say can reach the API
+            if stop.requested and time.monotonic() - over_since >= grace:
+                break
+    finally:
+        restore()
+    if "error" in box:
+        raise box["error"]
+    lingering = thread.is_alive()
+    return Ran(box.get("state"), lingering, stop.requested or lingering or not alive, alive)
+
+
+def stop_line(left: list[dict[str, Any]], catalogue: str, night: str) -> str:
+    """The one line an interrupted night leaves on stderr."""
+    where = f"--catalogue {catalogue} --night {night}"
+    return (
+        f"{INTERRUPTED}: {len(left)} job(s) left running; `nightshift run {where}` re-attaches "
+        f"to them, `nightshift cancel {where}` stops them"
+    )
+
+
+def exit_now(code: int, *, drain: bool = True) -> None:
+    """Leave now: Prefect's queued events and logs get ``DRAIN_S`` (with ``drain``; pointless
+    when the API is gone), then the process ends. The reaper stops the temporary server."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if drain:
+        drainer = threading.Thread(target=_drain_prefect, name="nightshift-drain", daemon=True)
+        drainer.start()
+        drainer.join(DRAIN_S)
+    os._exit(code)
+
+
+def prefect_api_alive(timeout: float = 1.0) -> bool:
+    """Whether the Prefect API answers its health check now (the temporary server too)."""
+    import httpx
+    from prefect.settings import PREFECT_API_URL
+
+    from nightshift.cli.reaper import temporary_server_alive
+
+    url = PREFECT_API_URL.value()
+    if not url:
+        return bool(temporary_server_alive())
+    try:
+        return httpx.get(f"{url.rstrip('/')}/health", timeout=timeout).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _drain_prefect() -> None:
+    from prefect._internal.concurrency.services import QueueService
+
+    try:
+        QueueService.drain_all(timeout=DRAIN_S)
+    except Exception:  # best effort: we are leaving either way
+        return
+
+
+def _install(stop: NightStop) -> Callable[[], None]:
+    """Our handlers for SIGINT and SIGTERM while the night runs; returns their removal."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    asked = threading.Event()
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        code = 128 + signum
+        if asked.is_set():  # the second one: leave at once
+            os.write(2, b"stopped at once; jobs in flight keep running\n")
+            os._exit(code)
+        asked.set()
+        # the stop takes locks the interrupted code may hold: never from the handler itself
+        threading.Thread(
+            target=stop.request, args=(INTERRUPTED, code), name="nightshift-stop", daemon=True
+        ).start()
+
+    previous = {sig: signal.signal(sig, handler) for sig in _SIGNALS}
+
+    def restore() -> None:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+    return restore

@@ -1,0 +1,197 @@
+"""Cancelling a night: its external jobs still in flight, from the ledger, through their backends.
+
+Cancelling stops the work (stopping a night only stops watching it: ``engine/stopping.py``).
+Whether or not the night's process is alive: each job in flight is cancelled at its backend and
+a cancel request is left for the night to see (``store/cancel_requests.py``). A live night (it
+holds the catalogue's lease) ends those jobs ``cancelled`` with the request's reason and submits
+none of the jobs named; with no live night, the cancel takes the lease for a moment and records
+the jobs ``cancelled`` itself, as the night would have.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from nightshift.backends import build_backends, close_backends
+from nightshift.backends.base import Backend
+from nightshift.config.catalogue import Catalogue
+from nightshift.engine.outcomes import Outcome, is_final
+from nightshift.errors import BackendError, LockHeldError
+from nightshift.states import LIVE as LIVE_STATES
+from nightshift.store.cancel_requests import CancelRequest, CancelRequests
+from nightshift.store.lease import Lease
+from nightshift.store.ledger import Ledger
+from nightshift.store.night_reads import NightJob, night_jobs
+
+if TYPE_CHECKING:
+    from nightshift.config.settings import Settings
+
+__all__ = ["CancelWatch", "Cancelled", "NightCancel", "cancel_night"]
+
+log = logging.getLogger("nightshift.cancel")
+
+
+@dataclass(frozen=True)
+class Cancelled:
+    """One job the cancel dealt with: cancelled out there, or why not."""
+
+    label: str
+    backend: str | None
+    external_id: str | None
+    error: str | None = None  # the backend refused or could not be reached
+
+
+@dataclass(frozen=True)
+class NightCancel:
+    """What a cancel did: the jobs it cancelled, and whether a live night will record them."""
+
+    jobs: list[Cancelled]
+    night_alive: bool  # a night held the lease: it records them (else the cancel did)
+    not_submitted: list[str]  # jobs a live night will not submit now
+
+
+def cancel_night(
+    catalogue: Catalogue,
+    settings: Settings,
+    ledger: Ledger,
+    night: str,
+    *,
+    only: Iterable[str] | None = None,
+    reason: str = "cancelled by nightshift cancel",
+    backends: dict[str, Backend] | None = None,
+    now: Callable[[], datetime] = lambda: datetime.now(UTC),
+) -> NightCancel:
+    """Cancel the night's jobs still in flight (``only``: just these labels)."""
+    wanted = set(only) if only is not None else None
+    jobs = [
+        j
+        for j in night_jobs(ledger.engine, catalogue.key, night)
+        if not wanted or j.label in wanted
+    ]
+    targets = [j for j in jobs if j.state in LIVE_STATES and j.external_id]
+    lease = Lease(ledger.engine, catalogue.key, ttl_s=settings.lease_ttl)
+    try:
+        lease.acquire()  # no night can start while we cancel; none is running
+        alive = False
+    except LockHeldError:  # a live night: it sees the requests and records the ends itself
+        alive = True
+    try:
+        at = now()
+        if alive:  # asked first: the night may see a job cancelled before the next line ends
+            labels = [j.label for j in catalogue.jobs if not wanted or j.label in wanted]
+            seen = {j.label for j in jobs if is_final(j.state)} | {j.label for j in targets}
+            waiting = [label for label in labels if label not in seen]
+            asked = [CancelRequest(j.label, j.external_id, reason, at) for j in targets]
+            asked += [CancelRequest(label, None, reason, at) for label in waiting]
+            CancelRequests(ledger.engine, catalogue.key).add(night, asked)
+        done = _cancel_all(catalogue, settings, backends, targets)
+        if alive:
+            return NightCancel(done, night_alive=True, not_submitted=waiting)
+        ok = [job for job, c in zip(targets, done, strict=True) if c.error is None]
+        _record(ledger, night, ok, reason, at)
+        return NightCancel(done, night_alive=False, not_submitted=[])
+    finally:
+        if not alive:
+            lease.release()
+
+
+def _cancel_all(
+    catalogue: Catalogue,
+    settings: Settings,
+    backends: dict[str, Backend] | None,
+    targets: list[NightJob],
+) -> list[Cancelled]:
+    if not targets:
+        return []
+    built = build_backends(catalogue, settings, errors={}) if backends is None else backends
+    try:
+        return [_cancel(built, job) for job in targets]
+    finally:
+        if backends is None:
+            close_backends(built)
+
+
+def _cancel(backends: dict[str, Backend], job: NightJob) -> Cancelled:
+    assert job.external_id is not None
+    backend = backends.get(job.backend or "")
+    if backend is None:
+        error = f"its {job.backend} backend could not be built"
+        return Cancelled(job.label, job.backend, job.external_id, error)
+    try:
+        backend.cancel(job.external_id)
+    except BackendError as exc:
+        return Cancelled(job.label, job.backend, job.external_id, str(exc))
+    return Cancelled(job.label, job.backend, job.external_id)
+
+
+def _record(ledger: Ledger, night: str, jobs: list[NightJob], reason: str, at: datetime) -> None:
+    """The jobs' ends, as the night would have written them (we hold its lease)."""
+    state = Outcome.CANCELLED.value
+    for job in jobs:
+        backend = job.backend or ""
+        ledger.transition(
+            night, "cancel", job.label, backend, job.external_id, state, at, job.attempts
+        )
+        ledger.record_state(night, job.label, state, finished_at=at, detail=reason)
+
+
+class CancelWatch:
+    """A live night's view of the cancel requests: read every ``every`` seconds on a thread.
+
+    ``on_new`` hears the labels newly asked for (the night looks at them now). Requests made
+    before ``since`` (the night's start) were for an earlier run of the night: ignored.
+    """
+
+    def __init__(
+        self,
+        requests: CancelRequests,
+        night: str,
+        on_new: Callable[[list[str]], None],
+        since: datetime,
+        every: float = 2.0,
+    ) -> None:
+        self._requests, self._night, self._on_new, self._every = requests, night, on_new, every
+        self._since = since
+        self._seen: dict[str, CancelRequest] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="nightshift-cancels", daemon=True)
+
+    def start(self) -> CancelWatch:
+        self.read()
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def reason(self, label: str, *, fresh: bool = False) -> str | None:
+        """Why the job was asked to cancel, if it was (``fresh``: read the requests first)."""
+        if fresh:
+            self.read()
+        with self._lock:
+            request = self._seen.get(label)
+        return request.reason if request is not None else None
+
+    def read(self) -> None:
+        """Read the requests now; tell ``on_new`` of the labels not seen before."""
+        try:
+            found = self._requests.of_night(self._night)
+        except Exception as exc:  # the database blinked: the next read catches up
+            log.warning("could not read the cancel requests: %s", exc)
+            return
+        found = {k: r for k, r in found.items() if r.requested_at >= self._since}
+        with self._lock:
+            new = [label for label in found if label not in self._seen]
+            self._seen.update(found)
+        if new:
+            self._on_new(new)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._every):
+            self.read()

@@ -1,0 +1,75 @@
+"""A night asked to stop before its end (Ctrl-C, SIGTERM): who must hear it, and why.
+
+Stopping is not cancelling: an interrupted night stops submitting and watching, and leaves its
+jobs in flight running out there (they stay in flight in the ledger, with their ids, so a rerun
+of the night re-attaches to them). Cancelling stops the work itself (``engine/cancelling.py``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable
+
+__all__ = ["INTERRUPTED", "LEFT_RUNNING_DETAIL", "NOT_SUBMITTED_DETAIL", "NightStop"]
+
+INTERRUPTED = "interrupted"
+LEFT_RUNNING_DETAIL = "left running when the night was interrupted; a rerun re-attaches"
+NOT_SUBMITTED_DETAIL = "not submitted: the night was interrupted"
+
+
+class NightStop:
+    """Asked at most once, from any thread (not from a signal handler: its listeners take
+    locks); each listener hears it once."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._event = threading.Event()
+        self._listeners: list[Callable[[], None]] = []
+        self.reason: str | None = None
+        self.exit_code: int | None = None
+        # set by the night once its summary is written and its lease given back: what is left
+        # is Prefect's bookkeeping, which a caller may bound when the API is gone
+        self.over = threading.Event()
+
+    @property
+    def requested(self) -> bool:
+        """Whether the night was asked to stop."""
+        return self._event.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until the night is asked to stop; False if ``timeout`` ran out first."""
+        return self._event.wait(timeout)
+
+    def request(self, reason: str = INTERRUPTED, exit_code: int = 130) -> bool:
+        """Ask the night to stop; False if it already was (the first reason stays)."""
+        with self._lock:
+            if self._event.is_set():
+                return False
+            self.reason, self.exit_code = reason, exit_code
+            self._event.set()
+            listeners = list(self._listeners)
+        for listener in listeners:
+            self._tell(listener)
+        return True
+
+    def on_request(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call ``listener`` when the stop comes (now, if it came); returns its removal."""
+        with self._lock:
+            told = self._event.is_set()
+            if not told:
+                self._listeners.append(listener)
+        if told:
+            self._tell(listener)
+
+        def remove() -> None:
+            with self._lock, contextlib.suppress(ValueError):
+                self._listeners.remove(listener)
+
+        return remove
+
+    @staticmethod
+    def _tell(listener: Callable[[], None]) -> None:
+        # one listener failing (a closed pool) must not keep the others from stopping
+        with contextlib.suppress(Exception):
+            listener()

@@ -1,0 +1,61 @@
+"""A night's jobs as the ledger has them, for ``nightshift status`` and ``nightshift cancel``.
+
+Read only: each job's row (state, attempts, external id, submitted, finished) and since when it
+is in its state (its latest transition).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import sqlalchemy as sa
+
+from nightshift.store.ledger import JOBS_TABLE, TRANSITIONS_TABLE
+
+__all__ = ["NightJob", "night_jobs"]
+
+
+@dataclass(frozen=True)
+class NightJob:
+    """One job of a night: its ledger row and since when it is in its state."""
+
+    label: str
+    backend: str | None
+    state: str
+    since: datetime | None
+    attempts: int
+    external_id: str | None
+    submitted_at: datetime | None
+    finished_at: datetime | None
+    detail: str | None
+
+
+def night_jobs(engine: sa.Engine, catalogue: str, night: str) -> list[NightJob]:
+    """Every job of ``night`` with a row in the ledger, by label."""
+    jobs, t = JOBS_TABLE, TRANSITIONS_TABLE
+    latest = (
+        sa.select(t.c.label, sa.func.max(t.c.id).label("id"))
+        .where(t.c.catalogue == catalogue, t.c.night == night)
+        .group_by(t.c.label)
+        .subquery()
+    )
+    since = sa.select(t.c.label, t.c.at).join(latest, t.c.id == latest.c.id).subquery()
+    query = (
+        sa.select(
+            jobs.c.label,
+            jobs.c.backend,
+            jobs.c.state,
+            since.c.at,
+            jobs.c.attempts,
+            jobs.c.external_id,
+            jobs.c.submitted_at,
+            jobs.c.finished_at,
+            jobs.c.detail,
+        )
+        .outerjoin(since, since.c.label == jobs.c.label)
+        .where(jobs.c.catalogue == catalogue, jobs.c.night == night)
+        .order_by(jobs.c.label)
+    )
+    with engine.begin() as conn:
+        return [NightJob(*row) for row in conn.execute(query)]

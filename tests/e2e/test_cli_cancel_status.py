@@ -1,0 +1,157 @@
+"""``nightshift status`` and ``nightshift cancel`` from outside, against a real ledger and agy.
+
+Cancel stops the work whether or not the night's process is alive: with none, the jobs are
+cancelled out there and recorded ``cancelled``; with a live night, the night sees them end
+``cancelled`` with the reason and submits nothing more.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nightshift.cli.main import main
+from nightshift.config.settings import load_settings
+from nightshift.engine.runner import LIVE_STATES
+from nightshift.store.lease import Lease
+from nightshift.store.ledger import Ledger
+from tests.support import start_run, wait_until
+
+NIGHT = "2026-11-29"
+NAME = "cancel-test"
+
+
+def _agy(*argv: str) -> Any:
+    out = subprocess.run(
+        [sys.executable, "-m", "sandbox.agy", *argv, "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return json.loads(out)
+
+
+@pytest.fixture
+def catalogue(sandbox: Path) -> Path:
+    path = sandbox / "n.yaml"
+    path.write_text(
+        f"name: {NAME}\n"
+        "defaults: {poll: {initial: 0.2s, factor: 2, max: 1s}, stagger: 0s}\n"
+        "jobs:\n"
+        "  - {label: long, backend: cli, task: 'long [queue=0 run=600]'}\n"
+        "  - {label: done, backend: cli, task: 'done [run=0.1]'}\n"
+    )
+    return path
+
+
+def _ledger() -> Ledger:
+    return Ledger(load_settings().ledger_url(), NAME)
+
+
+def _in_flight(job_id: str) -> None:
+    """A night that submitted ``long`` and saw it run, and whose ``done`` succeeded."""
+    ledger = _ledger()
+    try:
+        ledger.record_submit(NIGHT, "long", "cli", job_id, 1)
+        ledger.transition(NIGHT, "run-1", "long", "cli", job_id, "running", attempt=1)
+        ledger.record_state(NIGHT, "long", "running")
+        ledger.record_submit(NIGHT, "done", "cli", "agy-old", 1)
+        ledger.record_state(NIGHT, "done", "succeeded", finished_at=datetime.now(UTC))
+    finally:
+        ledger.close()
+
+
+def test_status_shows_the_nights_jobs_and_who_holds_its_lease(catalogue: Path, capsys) -> None:
+    job_id = _agy("run", "--detach", "--task", "long [run=600]")["job_id"]
+    _in_flight(job_id)
+    ledger = _ledger()
+    try:
+        with Lease(ledger.engine, NAME, owner="night-host:4242:abcd1234:flow-run-1"):
+            assert main(["status", "--catalogue", str(catalogue), "--night", NIGHT, "--json"]) == 0
+    finally:
+        ledger.close()
+    shown = json.loads(capsys.readouterr().out)
+    jobs = {job["label"]: job for job in shown["jobs"]}
+    assert jobs["long"]["state"] == "running" and jobs["long"]["in_flight"]
+    assert jobs["long"]["external_id"] == job_id and jobs["long"]["attempts"] == 1
+    assert jobs["long"]["since"] is not None and "expected_end" in jobs["long"]
+    assert jobs["done"]["state"] == "succeeded" and not jobs["done"]["in_flight"]
+    lease = shown["lease"]
+    assert (lease["host"], lease["pid"], lease["flow_run"]) == ("night-host", 4242, "flow-run-1")
+    # and once nobody holds it, a table and a line that says so
+    assert main(["status", "--catalogue", str(catalogue), "--night", NIGHT]) == 0
+    assert "lease: free" in capsys.readouterr().out
+
+
+def test_cancel_with_no_night_alive_cancels_and_records_the_jobs(catalogue: Path, capsys) -> None:
+    job_id = _agy("run", "--detach", "--task", "long [run=600]")["job_id"]
+    _in_flight(job_id)
+    assert main(["cancel", "--catalogue", str(catalogue), "--night", NIGHT]) == 0
+    out = capsys.readouterr().out
+    assert f"long (cli {job_id}): cancelled" in out
+    assert _agy("jobs", "get", job_id)["state"] == "cancelled"
+    ledger = _ledger()
+    try:
+        record = ledger.get_job(NIGHT, "long")
+        assert record is not None and record.state == "cancelled"
+        assert record.detail is not None and "cancelled by nightshift cancel" in record.detail
+        assert ledger.dwells(NIGHT, "long")[-1].to_state == "cancelled"
+        done = ledger.get_job(NIGHT, "done")
+        assert done is not None and done.state == "succeeded"  # a final job is left alone
+        assert Lease(ledger.engine, NAME).holder() is None  # taken for a moment, given back
+    finally:
+        ledger.close()
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.usefixtures("prefect_server")
+def test_a_live_night_sees_its_jobs_cancelled_with_the_reason(catalogue: Path, capsys) -> None:
+    night = start_run(catalogue, NIGHT)
+    ledger = _ledger()
+    try:
+
+        def long_in_flight() -> bool:
+            record = ledger.get_job(NIGHT, "long")
+            assert night.poll() is None, "the night ended before its job ran"
+            return record is not None and record.state in LIVE_STATES and bool(record.external_id)
+
+        wait_until(long_in_flight, 400, "the long job in flight", interval=0.2)
+        record = ledger.get_job(NIGHT, "long")
+        assert record is not None and record.external_id
+        assert main(["cancel", "--catalogue", str(catalogue), "--night", NIGHT]) == 0
+        assert "the night is running" in capsys.readouterr().out
+        assert night.wait(timeout=120) == 2  # `done` succeeded, `long` was cancelled
+        assert _agy("jobs", "get", record.external_id)["state"] == "cancelled"
+        ended = ledger.get_job(NIGHT, "long")
+        assert ended is not None and ended.state == "cancelled"
+        assert ended.detail is not None and "cancelled by nightshift cancel" in ended.detail
+    finally:
+        if night.poll() is None:
+            night.kill()
+            night.wait()
+        ledger.close()
+
+
+@pytest.mark.parametrize("command", ["status", "cancel"])
+def test_bad_input_is_one_line_and_exit_4(command: str, catalogue: Path, capsys) -> None:
+    assert main([command, "--catalogue", str(catalogue.with_name("nope.yaml"))]) == 4
+    assert len(capsys.readouterr().err.splitlines()) == 1
+    assert main([command, "--catalogue", str(catalogue), "--night", "2001-01-01"]) == 4
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "no jobs of 'cancel-test' recorded for the night 2001-01-01" in line
+
+
+@pytest.mark.parametrize("command", ["status", "cancel"])
+def test_a_database_that_is_down_is_one_line_and_exit_6(
+    command: str, catalogue: Path, monkeypatch, capsys
+) -> None:
+    monkeypatch.setenv("NIGHTSHIFT_DATABASE_URL", "postgresql+psycopg://u:pw@127.0.0.1:1/ledger")
+    assert main([command, "--catalogue", str(catalogue), "--night", NIGHT]) == 6
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("cannot open the ledger database ")
