@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from nightshift.engine.backoff import Backoff
+from nightshift.backoff import Backoff
 from nightshift.errors import TransientBackendError
 
 __all__ = ["DEFAULT_PATIENCE_S", "Patience", "retry_after_in", "submit_patiently"]

@@ -5,10 +5,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from nightshift.engine.backoff import Backoff
-
 from nightshift.backends.base import ExternalState, JobSpec
 from nightshift.backends.cli import CliBackend
+from nightshift.backoff import Backoff
 from nightshift.engine.watcher import Watcher, WatchRequest
 from tests.support import wait_final
 

@@ -6,9 +6,8 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from nightshift.engine.backoff import Backoff
-
 from nightshift.backends.base import ExternalState
+from nightshift.backoff import Backoff
 from nightshift.config.catalogue import parse_catalogue
 from nightshift.engine.admission import Admission
 from nightshift.engine.night import NightParts, finish_night, open_night, run_night_plain
