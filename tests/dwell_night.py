@@ -16,7 +16,7 @@ from typing import Any
 
 from nightshift.backends.base import ExternalState
 from nightshift.budgets.lookup import Budget, Budgets
-from nightshift.config.catalogue import parse_catalogue
+from nightshift.config.loader import parse_catalogue
 from nightshift.engine.admission import Admission
 from nightshift.engine.alerts import Alert
 from nightshift.engine.context import NightContext

@@ -209,7 +209,7 @@ def night_context(
     tmp_path: Path, catalogue: str, backends: dict[str, Backend]
 ) -> Iterator[NightContext]:
     """A night's context on a SQLite ledger under ``tmp_path``; watcher and ledger closed after."""
-    from nightshift.config.catalogue import parse_catalogue
+    from nightshift.config.loader import parse_catalogue
     from nightshift.engine.admission import Admission
     from nightshift.engine.context import NightContext
     from nightshift.engine.watcher import Watcher

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from nightshift.backends.base import ExternalState, JobSpec
-from nightshift.config.catalogue import parse_catalogue
+from nightshift.config.loader import parse_catalogue
 from nightshift.engine.admission import Admission
 from nightshift.engine.events import (
     JobChanged,

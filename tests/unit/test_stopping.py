@@ -8,7 +8,7 @@ from pathlib import Path
 
 from nightshift.backends.base import ExternalState
 from nightshift.backoff import Backoff
-from nightshift.config.catalogue import parse_catalogue
+from nightshift.config.loader import parse_catalogue
 from nightshift.engine.admission import Admission
 from nightshift.engine.night import NightParts, finish_night, open_night, run_night_plain
 from nightshift.engine.outcomes import Outcome
