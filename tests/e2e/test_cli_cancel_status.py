@@ -18,7 +18,7 @@ import pytest
 
 from nightshift.cli.main import main
 from nightshift.config.settings import load_settings
-from nightshift.engine.runner import LIVE_STATES
+from nightshift.states import LIVE as LIVE_STATES
 from nightshift.store.lease import Lease
 from nightshift.store.ledger import Ledger
 from tests.support import start_run, wait_until

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from nightshift.engine.runner import LIVE_STATES
+from nightshift.states import LIVE as LIVE_STATES
 from nightshift.store.lease import Lease
 from nightshift.store.ledger import Ledger
 from tests.support import wait_until

@@ -158,7 +158,7 @@ def test_head_is_the_last_revision_on_disk() -> None:
 
     chain = [rev.revision for rev in script.walk_revisions()]
 
-    assert chain == [migrations.HEAD, "0005", "0004", "0003", "0002", "0001"]
+    assert chain == [migrations.HEAD, "0006", "0005", "0004", "0003", "0002", "0001"]
     assert script.get_current_head() == migrations.HEAD
 
 
@@ -257,7 +257,7 @@ def test_a_schema_newer_than_the_code_is_refused_in_one_line(db_url: str) -> Non
         Ledger(db_url)
 
     assert str(caught.value) == (
-        "ledger schema is at revision 0099, newer than this Nightshift knows (up to 0006): "
+        "ledger schema is at revision 0099, newer than this Nightshift knows (up to 0007): "
         "upgrade Nightshift"
     )
 

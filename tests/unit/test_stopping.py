@@ -10,14 +10,14 @@ from nightshift.backends.base import ExternalState
 from nightshift.backoff import Backoff
 from nightshift.config.loader import parse_catalogue
 from nightshift.engine.admission import Admission
-from nightshift.engine.night import NightParts, finish_night, open_night, run_night_plain
+from nightshift.engine.night import NightParts, finish_night, open_night
 from nightshift.engine.outcomes import Outcome
 from nightshift.engine.plan import plan_night
-from nightshift.engine.runner import LIVE_STATES
-from nightshift.engine.steps import run_jobs_plain
 from nightshift.engine.stopping import NightStop
 from nightshift.engine.watcher import Watcher, WatchRequest
+from nightshift.states import LIVE as LIVE_STATES
 from nightshift.store.ledger import Ledger
+from tests.night_kit import run_jobs, run_night
 from tests.support import ScriptedBackend, wait_until
 
 R = ExternalState.RUNNING
@@ -51,7 +51,7 @@ def _night(tmp_path: Path, backend: ScriptedBackend, stop: NightStop) -> tuple[o
         with open_night(
             catalogue, parts, plan, night=NIGHT, run_id="r1", run_dir=tmp_path, stop=stop
         ) as ctx:
-            run_jobs_plain(ctx, plan)
+            run_jobs(ctx, plan)
         box["summary"] = finish_night(ctx, plan, "start")
 
     thread = threading.Thread(target=run)
@@ -100,7 +100,7 @@ def test_a_rerun_re_attaches_to_what_the_interrupted_night_left(tmp_path: Path) 
             budgets=None,
             poll_hints=None,
         )
-        summary = run_night_plain(
+        summary = run_night(
             catalogue, parts, plan_night(catalogue, None), night=NIGHT, run_dir=tmp_path
         )
     finally:

@@ -4,8 +4,8 @@
 not to submit: ``external_id`` None), with why and when. The live night reads them: a job it sees
 cancelled ends ``cancelled`` with that reason, a job not yet submitted is not submitted.
 
-Revision ID: 0006
-Revises: 0005
+Revision ID: 0007
+Revises: 0006
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from alembic import op
 
 from nightshift.store.db import UTCDateTime
 
-revision = "0006"
-down_revision = "0005"
+revision = "0007"
+down_revision = "0006"
 branch_labels = None
 depends_on = None
 
