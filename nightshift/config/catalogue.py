@@ -18,6 +18,7 @@ from pydantic import (
 
 from nightshift.config.durations import parse_duration
 from nightshift.config.graph import graph_problems
+from nightshift.config.http_api import HttpApiFields, http_problems
 from nightshift.config.limits import BackendLimit
 from nightshift.config.timers import timer_problems
 from nightshift.errors import CatalogueError, CatalogueProblem
@@ -32,12 +33,14 @@ __all__ = [
     "Defaults",
     "DeploymentJob",
     "GeminiBatchJob",
+    "HttpJob",
     "Job",
+    "LearnedTimeout",
     "load_catalogue",
     "parse_catalogue",
 ]
 
-BACKENDS = ("command", "cli", "gemini_batch", "deployment")
+BACKENDS = ("command", "cli", "gemini_batch", "deployment", "http")
 LABEL_PATTERN = r"^[a-z0-9:_.-]+$"
 DEPLOYMENT_PATTERN = r"^[^/\s][^/]*/[^/]*[^/\s]$"  # "flow-name/deployment-name"
 
@@ -76,6 +79,15 @@ class PollSettings(_Strict):
         return self
 
 
+class LearnedTimeout(_Strict):
+    """How a job with a learned timeout (``timeout: learned``, ``over_expected``) is cut."""
+
+    # whole-job nights its budget needs before it may cancel anything
+    min_samples: int = Field(7, ge=1)
+    floor: Timer = 600.0  # never cancelled before it has run this long
+    over_expected: Timer = 1800.0  # the margin when a job says only `timeout: learned`
+
+
 class Defaults(_Strict):
     """Night-wide defaults; every key optional."""
 
@@ -88,6 +100,7 @@ class Defaults(_Strict):
     queued_timeout: Timer = 900.0
     sla: Timer = 86400.0
     sla_fallback_at: float = Field(0.8, gt=0, le=1)
+    learned_timeout: LearnedTimeout = LearnedTimeout()
 
 
 class _JobBase(_Strict):
@@ -95,6 +108,22 @@ class _JobBase(_Strict):
     depends_on: list[str] = []
     timeout: Timer | None = None
     queued_timeout: Timer | None = None
+    # cancel past the p95 of its whole duration plus this (`timeout: learned` says "the default")
+    over_expected: Timer | None = None
+    learned: bool = Field(False, exclude=True)  # set by `timeout: learned` or `over_expected`
+
+    @model_validator(mode="before")
+    @classmethod
+    def _learned_timeout(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or "learned" in data:
+            return data  # a `learned:` key of the file: `extra` says it is unknown
+        data = dict(data)
+        if data.get("timeout") == "learned":
+            del data["timeout"]
+            data["learned"] = True
+        elif data.get("over_expected") is not None:
+            data["learned"] = True
+        return data
 
 
 class CommandJob(_JobBase):
@@ -142,7 +171,13 @@ class DeploymentJob(_JobBase):
     job_variables: dict[str, Any] = {}
 
 
-AnyJob = CommandJob | CliJob | GeminiBatchJob | DeploymentJob
+class HttpJob(_JobBase, HttpApiFields):
+    """A job of an HTTP job API (``nightshift.config.http_api``)."""
+
+    backend: Literal["http"]
+
+
+AnyJob = CommandJob | CliJob | GeminiBatchJob | DeploymentJob | HttpJob
 Job = Annotated[AnyJob, Field(discriminator="backend")]
 
 
@@ -179,7 +214,7 @@ class Catalogue(_Strict):
     name: str | None = None
     defaults: Defaults = Defaults()
     # `cli: 4` (the concurrency) or `cli: {concurrency: 4, rate: 2/s}` (nightshift.config.limits)
-    limits: dict[Literal["command", "cli", "gemini_batch", "deployment"], BackendLimit] = {}
+    limits: dict[Literal["command", "cli", "gemini_batch", "deployment", "http"], BackendLimit] = {}
     # shared: one Prefect limit per backend for every catalogue (nightshift-cli); catalogue:
     # this catalogue's own (nightshift-<catalogue>-cli), when two must not share a cap
     limit_scope: Literal["shared", "catalogue"] = "shared"
@@ -275,6 +310,7 @@ def parse_catalogue(text: str, path: str | Path = "<catalogue>") -> Catalogue:
         raise CatalogueError(path, problems) from None
     catalogue._lines = lines
     problems = graph_problems(catalogue, lines) + timer_problems(catalogue, lines)
+    problems += http_problems(catalogue, lines)
     if problems:
         raise CatalogueError(path, problems)
     return catalogue
