@@ -43,6 +43,7 @@ from nightshift.errors import BackendError, PermanentBackendError, TransientBack
 __all__ = ["HttpBackend", "LostJobError", "StreamDropped"]
 
 MAX_BACKPRESSURE_S = 3600.0  # the longest a submit waits out 429s before giving up
+READ_PATIENCE_S = 30.0  # a read waits out 429s this long (it holds a status thread meanwhile)
 
 
 class LostJobError(PermanentBackendError):
@@ -202,16 +203,25 @@ class HttpBackend:
         return response, answer
 
     def _call(
-        self, api: _Api, method: str, url: str, *, what: str, known_id: bool = False, **kw: Any
+        self,
+        api: _Api,
+        method: str,
+        url: str,
+        *,
+        what: str,
+        known_id: bool = False,
+        patience: float = READ_PATIENCE_S,
+        **kw: Any,
     ) -> httpx.Response:
-        """A request whose 429s are waited out; any other failure raised as ours."""
+        """A request whose 429s are waited out (``patience`` s at most); any other failure
+        raised as ours."""
         waited = 0.0
         while True:
             response, answer = self._send(api, method, url, what=what, known_id=known_id, **kw)
             if answer.kind == "ok":
                 assert response is not None
                 return response
-            if answer.kind == "backpressure" and waited < self.max_backpressure_s:
+            if answer.kind == "backpressure" and waited < patience:
                 wait = answer.retry_after_s or 1.0
                 self._sleep(wait)
                 waited += wait
@@ -248,6 +258,7 @@ class HttpBackend:
                 what=what,
                 body=fill(request.body, values),
                 headers=headers,
+                patience=self.max_backpressure_s,  # the quota is full: wait for a free place
             )
         except TransientBackendError as lost:  # it may exist: look, never create it twice
             found = self._find(api, key, lost)

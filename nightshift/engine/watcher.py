@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from nightshift.backends.base import Backend, ExternalState, JobStatus, capabilities
 from nightshift.engine.backoff import Backoff, next_poll_at
+from nightshift.engine.streams import StreamListener
 from nightshift.errors import BackendError, PermanentBackendError, TransientBackendError
 
 __all__ = ["WatchRequest", "WatchResult", "Watcher"]
@@ -72,6 +73,8 @@ class WatchRequest:
     next_at: float = 0.0
     last_status: JobStatus | None = None
     checking: bool = False  # a status call for this job is in flight
+    streaming: bool = False  # its backend's stream is listened to: no status calls meanwhile
+    streamed: list[JobStatus] = field(default_factory=list)  # what it said, not yet taken
     closing: bool = False  # watching is ending: no more checks, results ignored
     future: Future[WatchResult] = field(default_factory=Future)
 
@@ -129,6 +132,7 @@ class Watcher:
         self._calls: dict[int, int] = {}  # backend (by id) -> status calls in flight
         self._listing: set[int] = set()  # backends whose status_many call is in flight
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="nightshift-status")
+        self._streams = StreamListener()  # one thread for every stream, started at first use
         self._thread = threading.Thread(target=self._loop, name="nightshift-watcher", daemon=True)
         self._thread.start()
 
@@ -149,6 +153,7 @@ class Watcher:
                 raise RuntimeError("watcher is stopped")
             self._entries.append(request)
             self._cond.notify_all()
+        self._listen(request)
         return request.future
 
     def in_flight(self) -> list[str]:
@@ -179,6 +184,7 @@ class Watcher:
             stranded, self._entries = self._entries, []
             self._cond.notify_all()
         self._thread.join(timeout=10)
+        self._streams.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
         for entry in stranded:
             self._settle(entry, exc=RuntimeError("watcher stopped"))
@@ -194,7 +200,9 @@ class Watcher:
         if any(self._calls.values()) or self._listing:
             return True
         return any(
-            e.checking or (not e.closing and (w := e.wake_at()) is not None and w <= now)
+            e.checking
+            or (not e.closing and e.streamed)
+            or (not e.closing and (w := e.wake_at()) is not None and w <= now)
             for e in self._entries
         )
 
@@ -229,6 +237,10 @@ class Watcher:
             if not entry.closing and (reason := entry.timer_due(now)) is not None:
                 entry.closing = True
                 work.append((self._fire, (entry, reason)))
+        for entry in self._entries:
+            if entry.streamed and not entry.closing and not entry.checking:
+                entry.checking = True
+                work.append((self._run_streamed, (entry,)))
         due: dict[int, list[WatchRequest]] = {}
         for entry in self._entries:
             if not entry.closing and not entry.checking and entry.next_at <= now:
@@ -275,6 +287,45 @@ class Watcher:
         finally:
             with self._cond:
                 self._calls[key] -= 1
+                entry.checking = False
+                self._cond.notify_all()
+
+    # -- streams (engine/streams.py): a streamed status is taken like a poll's answer --------
+    def _listen(self, entry: WatchRequest) -> None:
+        """Listen to the job's stream when its backend has one; it is not polled meanwhile."""
+        streams = capabilities(entry.backend).streams
+        if streams is None or not streams.streams(entry.external_id):
+            return
+        with self._cond:
+            entry.streaming, entry.next_at = True, float("inf")
+
+        def heard(status: JobStatus) -> None:
+            with self._cond:
+                entry.streamed.append(status)
+                self._cond.notify_all()
+
+        def dropped(_error: BaseException) -> None:  # polled again, on its backoff
+            with self._cond:
+                if entry.streaming and not entry.closing:
+                    entry.streaming = False
+                    entry.next_at = self._next_poll(entry, self._clock())
+                    self._cond.notify_all()
+
+        self._streams.listen(id(entry), streams, entry.external_id, heard, dropped)
+
+    def _run_streamed(self, entry: WatchRequest) -> None:
+        try:
+            while True:
+                with self._cond:
+                    if not entry.streamed:
+                        return
+                    seen = entry.streamed.pop(0)
+                self._advance(entry, seen)
+                with self._cond:
+                    if entry.streaming:
+                        entry.next_at = float("inf")  # _take set a poll: the stream still holds
+        finally:
+            with self._cond:
                 entry.checking = False
                 self._cond.notify_all()
 
@@ -403,6 +454,8 @@ class Watcher:
             if entry in self._entries:
                 self._entries.remove(entry)
             self._cond.notify_all()
+        if entry.streaming:
+            self._streams.forget(id(entry))
         self._settle(entry, result, exc)
 
     @staticmethod
