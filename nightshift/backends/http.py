@@ -121,7 +121,8 @@ class HttpBackend:
         self._client: httpx.Client | None = None
         self._aclient: httpx.AsyncClient | None = None
         self._closed = False
-        self.calls: dict[str, int] = {}  # what was asked, by kind: tests and the demo count
+        # requests sent, by kind (creating, reading, listing, looking, cancelling, stream)
+        self.calls: dict[str, int] = {}
 
     # -- plumbing -------------------------------------------------------------------------
     @property
@@ -179,7 +180,8 @@ class HttpBackend:
     ) -> tuple[httpx.Response | None, Answer]:
         """One request and what its answer means (a network failure is transient)."""
         sent = {"Accept": accept, **(headers or {}), **self._auth(api)}
-        self.calls[what] = self.calls.get(what, 0) + 1
+        kind = what.split(" ", 1)[0]  # creating, reading, listing, looking, cancelling
+        self.calls[kind] = self.calls.get(kind, 0) + 1
         try:
             response = self.client.request(
                 method,

@@ -51,7 +51,8 @@ def _url(value: str, needs: set[str], allowed: set[str]) -> str:
         names = ", ".join(f"{{{p}}}" for p in sorted(allowed))
         raise ValueError(f"unknown placeholder {{{unknown[0]}}}; use {names}")
     if missing := sorted(needs - used):
-        raise ValueError(f"must contain {{{missing[0]}}} (where the job's id goes)")
+        what = {"id": "the job's id", "ids": "the jobs' ids", "key": "the submission key"}
+        raise ValueError(f"must contain {{{missing[0]}}} (where {what[missing[0]]} goes)")
     return value
 
 
@@ -115,6 +116,24 @@ class HttpListing(_Strict):
     id_path: DottedPath | None = None  # None: the job's own id_path
 
 
+class HttpList(HttpListing):
+    """Many jobs by id in one call: the URL has ``{ids}`` (comma-separated)."""
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, value: str) -> str:
+        return _url(value, {"ids"}, {"ids", "label"})
+
+
+class HttpLookup(HttpListing):
+    """The job created with a submission key: the URL has ``{key}``."""
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, value: str) -> str:
+        return _url(value, {"key"}, {"key", "label"})
+
+
 class HttpAuth(_Strict):
     """Where the token comes from (an env var or a Prefect Secret block) and how it is sent."""
 
@@ -175,8 +194,8 @@ class HttpApiFields(_Strict):
     started_at_path: DottedPath | None = None
     finished_at_path: DottedPath | None = None
     cancel: HttpAction | None = None
-    list: HttpListing | None = None  # url with {ids}
-    lookup: HttpListing | None = None  # url with {key}: finds the job of a lost create answer
+    list: HttpList | None = None
+    lookup: HttpLookup | None = None  # finds the job of a lost create answer
     logs_url: str | None = None
     stream_url: str | None = None  # Server-Sent Events, each event's data a job's answer
     request_timeout: Annotated[float, Field(gt=0)] = 30.0
@@ -191,19 +210,6 @@ class HttpApiFields(_Strict):
     def _id_url(cls, value: str | None) -> str | None:
         return None if value is None else _url(value, {"id"}, {"id", "label"})
 
-    @field_validator("list")
-    @classmethod
-    def _list_url(cls, value: HttpListing | None) -> HttpListing | None:
-        if value is not None:
-            _url(value.url, {"ids"}, {"ids", "label"})
-        return value
-
-    @field_validator("lookup")
-    @classmethod
-    def _lookup_url(cls, value: HttpListing | None) -> HttpListing | None:
-        if value is not None:
-            _url(value.url, {"key"}, {"key", "label"})
-        return value
 
 
 def _urls(job: Any) -> list[tuple[tuple[str, ...], str]]:
