@@ -398,7 +398,7 @@ class HttpBackend:
         api = self._api(label)
         if api.job.logs_url is None:
             return "(the job's API declares no logs_url)"
-        what = f"reading the log of job {external_id}"
+        what = f"logs of job {external_id}"
         response = self._call(
             api, "GET", api.url(api.job.logs_url, id=job_id), what=what, known_id=True, accept="*/*"
         )
