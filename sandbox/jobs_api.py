@@ -69,7 +69,12 @@ def _public(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def make_app(
-    store: Store, queue: Any, *, quota: int = 5, tokens: dict[str, str] | None = None
+    store: Store,
+    queue: Any,
+    *,
+    quota: int = 5,
+    tokens: dict[str, str] | None = None,
+    look_s: float = STREAM_LOOK_S,
 ) -> FastAPI:
     """The API over ``store`` and ``queue``."""
     app = FastAPI(title="sandbox job API")
@@ -163,7 +168,8 @@ def make_app(
         if store.get(job_id) is None:
             return _error(404, f"no job {job_id}")
         drop = state.fault("drop_stream")
-        return StreamingResponse(_events(store, job_id, drop), media_type="text/event-stream")
+        events = _events(store, job_id, drop, look_s)
+        return StreamingResponse(events, media_type="text/event-stream")
 
     @app.post("/admin/faults")
     async def faults(request: Request) -> JSONResponse:
@@ -183,7 +189,7 @@ def make_app(
     return app
 
 
-async def _events(store: Store, job_id: str, drop: bool) -> AsyncIterator[str]:
+async def _events(store: Store, job_id: str, drop: bool, look_s: float) -> AsyncIterator[str]:
     """The job's record as events: now, at each change, and its final one; ``drop``: the stream
     breaks after the first."""
     last, quiet = None, 0.0
@@ -201,8 +207,8 @@ async def _events(store: Store, job_id: str, drop: bool) -> AsyncIterator[str]:
         elif quiet >= KEEPALIVE_S:
             yield ": keep-alive\n\n"
             quiet = 0.0
-        await asyncio.sleep(STREAM_LOOK_S)
-        quiet += STREAM_LOOK_S
+        await asyncio.sleep(look_s)
+        quiet += look_s
 
 
 class JobApi:
@@ -220,6 +226,7 @@ class JobApi:
         ttl_s: float = 86400.0,
         tokens: dict[str, str] | None = None,
         workers: int = 4,
+        look_s: float = STREAM_LOOK_S,
     ) -> None:
         self.prefix = f"nsjobs-{uuid.uuid4().hex[:8]}"
         self.redis_url = redis_url
@@ -231,7 +238,7 @@ class JobApi:
         else:
             self.store = MemoryStore(ttl_s)
             self.queue = ThreadQueue(self.store, workers)
-        self.app = make_app(self.store, self.queue, quota=quota, tokens=tokens)
+        self.app = make_app(self.store, self.queue, quota=quota, tokens=tokens, look_s=look_s)
         self.base_url = ""
         self._server: Any = None
         self._thread: threading.Thread | None = None

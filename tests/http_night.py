@@ -74,11 +74,19 @@ def redis_or_skip() -> str:
 
 @contextmanager
 def sandbox_api(
-    *, redis: bool = True, quota: int = 5, workers: int = 2, ttl_s: float = 3600
+    *,
+    redis: bool = True,
+    quota: int = 5,
+    workers: int = 2,
+    ttl_s: float = 3600,
+    look_s: float = 0.05,
 ) -> Iterator[JobApi]:
     """The sandbox API, on Redis with ``workers`` RQ workers (or in memory), stopped after."""
     url = redis_or_skip() if redis else None
-    api = JobApi(redis_url=url, quota=quota, tokens={TOKEN: "night"}, ttl_s=ttl_s, workers=workers)
+    api = JobApi(
+        redis_url=url, quota=quota, tokens={TOKEN: "night"}, ttl_s=ttl_s, workers=workers,
+        look_s=look_s,
+    )  # fmt: skip
     procs: list[subprocess.Popen[bytes]] = []
     with api:
         try:
