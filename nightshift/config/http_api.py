@@ -211,7 +211,6 @@ class HttpApiFields(_Strict):
         return None if value is None else _url(value, {"id"}, {"id", "label"})
 
 
-
 def _urls(job: Any) -> list[tuple[tuple[str, ...], str]]:
     """Every URL of an http job, with where it is in the job."""
     out = [(("submit", "url"), job.submit.url), (("status_url",), job.status_url)]

@@ -19,6 +19,7 @@ from nightshift.store.ledger import Ledger
 from nightshift.store.ledger_sink import LedgerSink
 
 if TYPE_CHECKING:
+    from nightshift.budgets.lookup import Budgets
     from nightshift.engine.dwell_watch import DwellWatch
 
 __all__ = ["NightContext", "utcnow"]
@@ -64,6 +65,7 @@ class NightContext:
     final_seen: dict[str, datetime] = field(default_factory=dict)
     attempts: dict[str, int] = field(default_factory=dict)  # each job's attempt, for its events
     dwell: DwellWatch | None = None  # tonight's dwell watch (None: no budgets to watch with)
+    budgets: Budgets | None = None  # tonight's learned budgets (learned timeouts), if any
     events: Publisher = field(init=False)
     _since: Since = field(init=False, default_factory=Since)
 
