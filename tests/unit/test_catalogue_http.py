@@ -146,3 +146,12 @@ def test_a_bad_http_declaration_exits_4_naming_file_line_job_and_field(
 
 def test_there_are_at_least_20_bad_declarations() -> None:
     assert len(BAD) >= 20
+
+
+def test_the_example_catalogue_http_job_is_valid(tmp_path: Path) -> None:
+    text = (Path(__file__).resolve().parents[2] / "nightshift.example.yaml").read_text()
+    head, block = text[: text.index("jobs:\n")], text[text.index("  # - label: etl:orders") :]
+    lines = [line.replace("  # ", "  ", 1) for line in block.splitlines()]
+    catalogue = parse_catalogue(head + "jobs:\n" + "\n".join(lines) + "\n", tmp_path / "x.yaml")
+    job = catalogue.job("etl:orders")
+    assert isinstance(job, HttpJob) and job.learned and job.stream_url == "/jobs/{id}/stream"
