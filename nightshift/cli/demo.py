@@ -144,7 +144,8 @@ def usual_nights(catalogue: Catalogue) -> list[Usual]:
             states[job.label] = (("running", seconds + _STARTUP_S),)
         elif isinstance(job, HttpJob):
             seconds = float((job.submit.body or {}).get("seconds", EXPORT_S))
-            states[job.label] = (("queued", 0.1), ("running", seconds))
+            # its in-process queue starts it at once: too short a wait for past polls to see
+            states[job.label] = (("running", seconds),)
         else:
             queued, running = BATCH_QUEUED_S / TIME_SCALE, BATCH_RUNNING_S / TIME_SCALE
             states[job.label] = (("queued", queued), ("running", running))
