@@ -311,7 +311,11 @@ class Watcher:
                     entry.next_at = self._next_poll(entry, self._clock())
                     self._cond.notify_all()
 
-        self._streams.listen(id(entry), streams, entry.external_id, heard, dropped)
+        try:
+            self._streams.listen(id(entry), streams, entry.external_id, heard, dropped)
+        except RuntimeError:  # the watcher is stopping: poll, as without a stream
+            with self._cond:
+                entry.streaming, entry.next_at = False, self._clock()
 
     def _run_streamed(self, entry: WatchRequest) -> None:
         try:

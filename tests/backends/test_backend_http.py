@@ -55,7 +55,11 @@ def test_twenty_jobs_against_a_quota_of_five_all_succeed_never_six_in_flight(
     tmp_path: Path,
 ) -> None:
     with sandbox_api(quota=5, workers=3) as api:
-        jobs = [http_job(f"j{i:02d}", api.base_url, "{task: q, seconds: 0.2}") for i in range(20)]
+        listing = '    list: {url: "/jobs?ids={ids}", items_path: jobs}\n'
+        jobs = [
+            http_job(f"j{i:02d}", api.base_url, "{task: q, seconds: 0.2}", listing)
+            for i in range(20)
+        ]
         ran = run_night(tmp_path, catalogue(jobs))
         assert [j.state for j in ran.summary.jobs] == [Outcome.SUCCEEDED] * 20
         stats = api.stats
@@ -63,6 +67,7 @@ def test_twenty_jobs_against_a_quota_of_five_all_succeed_never_six_in_flight(
         assert stats["high_water"] == {"night": 5}
         # a 429 is backpressure: no retry was used up
         assert [j.attempts for j in ran.summary.jobs] == [1] * 20
+        assert stats["list"] >= 1  # due jobs were read in one call per tick
 
 
 def test_a_lost_create_answer_leaves_exactly_one_job_in_the_queue(tmp_path: Path) -> None:
