@@ -103,13 +103,17 @@ def sandbox_api(
             yield api
         finally:
             for proc in procs:
-                proc.terminate()
+                proc.terminate()  # RQ's warm shutdown: it would wait for the job in hand
             for proc in procs:
                 try:
-                    proc.wait(timeout=20)
+                    proc.wait(timeout=2)
                 except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+                    proc.terminate()  # a second signal: RQ's cold shutdown, now
+                    try:
+                        proc.wait(timeout=10)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+                        proc.wait()
 
 
 @dataclass

@@ -93,7 +93,7 @@ def test_a_lost_create_answer_is_looked_up_by_its_key(tmp_path: Path) -> None:
 
 def test_an_expired_record_is_reported_lost_and_never_submitted_again(tmp_path: Path) -> None:
     with sandbox_api() as api:
-        text = catalogue([http_job("gone", api.base_url, "{task: g, seconds: 30}")])
+        text = catalogue([http_job("gone", api.base_url, "{task: g, seconds: 8}")])
         ledger = Ledger(f"sqlite:///{tmp_path / 'ledger.db'}", "http-test")
         try:
             import threading
