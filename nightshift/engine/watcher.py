@@ -10,6 +10,10 @@ A job whose usual duration is known (``expected``: the p50 of its time after sub
 when it should be done rather than on a backoff grown to its cap (``backoff.next_poll_at``), and
 the moment a job is seen final ``on_final`` is told, before its record is written: the night's
 gate hands its slot to the next job within this tick.
+
+A job whose backend streams its changes (``Streams``) is listened to instead (``streams.py``: one
+loop, one thread for every stream): its statuses are taken like a poll's answers, it gets no
+status call while the stream holds, and a dropped stream puts it back on its backoff.
 """
 
 from __future__ import annotations
