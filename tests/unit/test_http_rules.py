@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 
 from nightshift.backends.base import ExternalState
-from nightshift.backends.http_rules import (
+from nightshift.backends.http.rules import (
     Paths,
     StateMap,
     classify_answer,

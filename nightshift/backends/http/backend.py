@@ -4,7 +4,7 @@
 submission key also as an ``Idempotency-Key`` header) and reads the id at ``id_path``; the
 external id is ``label/id`` so any process can find the job's API again. ``status`` reads
 ``status_url``; ``status_many`` a ``list`` URL when the API has one; ``cancel``, ``logs`` and
-``stream`` (Server-Sent Events) when declared. What each answer means is ``http_rules``: a 429 is
+``stream`` (Server-Sent Events) when declared. What each answer means is ``rules``: a 429 is
 backpressure (waited out, not a failure), 5xx and timeouts are transient, 404 on a known id is a
 record expired at the API (the job is lost, never submitted again), other 4xx are permanent.
 
@@ -26,71 +26,25 @@ from typing import Any
 import httpx
 
 from nightshift.backends.base import JobSpec, JobStatus
-from nightshift.backends.http_rules import (
-    Answer,
-    Paths,
-    SseParser,
-    StateMap,
-    classify_answer,
-    extract,
-    fill,
-    fill_url,
-    to_status,
+from nightshift.backends.http.api import (
+    Api,
+    LostJobError,
+    StreamDropped,
+    Tokens,
+    error_of,
+    load_secret_block,
+    split_id,
 )
+from nightshift.backends.http.rules import Answer, classify_answer, extract, fill, to_status
+from nightshift.backends.http.stream import stream_statuses
 from nightshift.backends.submission import resume_since, submission_key
 from nightshift.errors import BackendError, PermanentBackendError, TransientBackendError
 
 __all__ = ["HttpBackend", "LostJobError", "StreamDropped"]
 
 MAX_BACKPRESSURE_S = 3600.0  # the longest a submit waits out 429s before giving up
+STREAM_SILENCE_S = 60.0  # a stream with no line for this long counts as dropped
 READ_PATIENCE_S = 30.0  # a read waits out 429s this long (it holds a status thread meanwhile)
-
-
-class LostJobError(PermanentBackendError):
-    """The API no longer knows a job the night submitted (its record expired)."""
-
-
-class StreamDropped(TransientBackendError):
-    """A job's event stream ended before the job did."""
-
-
-def _load_secret_block(name: str) -> str:
-    from prefect.blocks.system import Secret  # deferred: importing prefect costs ~1 s
-
-    secret: Any = Secret.load(name)
-    return str(secret.get())
-
-
-class _Api:
-    """One job's API as the backend uses it (from the catalogue's http job)."""
-
-    def __init__(self, label: str, job: Any) -> None:
-        self.label = label
-        self.job = job
-        self.states = StateMap.of(job.states.model_dump())
-        self.paths = Paths(
-            state=job.state_path,
-            id=job.id_path,
-            result=job.result_path,
-            error=job.error_path,
-            created_at=job.created_at_path,
-            started_at=job.started_at_path,
-            finished_at=job.finished_at_path,
-        )
-
-    def url(self, template: str, **values: str) -> str:
-        filled = fill_url(template, {"label": self.label, **values})
-        if filled.startswith("/"):
-            return str(self.job.base_url).rstrip("/") + filled
-        return filled
-
-
-def split_id(external_id: str) -> tuple[str, str]:
-    """``label/id`` -> (label, id); PermanentBackendError when it is not one of ours."""
-    label, sep, job_id = external_id.partition("/")
-    if not sep or not label or not job_id:
-        raise PermanentBackendError(f"not an http job id (label/id): {external_id!r}")
-    return label, job_id
 
 
 class HttpBackend:
@@ -106,16 +60,14 @@ class HttpBackend:
         async_transport: httpx.AsyncBaseTransport | None = None,
         sleep: Callable[[float], None] = time.sleep,
         environ: Mapping[str, str] = os.environ,
-        secret: Callable[[str], str] = _load_secret_block,
+        secret: Callable[[str], str] = load_secret_block,
         max_backpressure_s: float = MAX_BACKPRESSURE_S,
     ) -> None:
-        self.apis = {label: _Api(label, job) for label, job in jobs.items()}
+        self.apis = {label: Api(label, job) for label, job in jobs.items()}
         self._transport = transport
         self._async_transport = async_transport
         self._sleep = sleep
-        self._environ = environ
-        self._secret = secret
-        self._secrets: dict[str, str] = {}
+        self._tokens = Tokens(environ, secret)
         self.max_backpressure_s = max_backpressure_s
         self._lock = threading.Lock()
         self._client: httpx.Client | None = None
@@ -135,7 +87,7 @@ class HttpBackend:
                 self._client = httpx.Client(transport=self._transport, follow_redirects=True)
             return self._client
 
-    def _api(self, label: str) -> _Api:
+    def _api(self, label: str) -> Api:
         try:
             return self.apis[label]
         except KeyError:
@@ -143,32 +95,9 @@ class HttpBackend:
                 f"job {label!r} is not an http job of this catalogue"
             ) from None
 
-    def _auth(self, api: _Api) -> dict[str, str]:
-        auth = api.job.auth
-        if auth is None:
-            return {}
-        if auth.env is not None:
-            token = self._environ.get(auth.env)
-            if not token:
-                raise PermanentBackendError(
-                    f"job {api.label!r}: the environment variable {auth.env} (its auth) is not set"
-                )
-        else:
-            if auth.secret_block not in self._secrets:
-                try:
-                    self._secrets[auth.secret_block] = self._secret(auth.secret_block)
-                except Exception as exc:  # a missing block, an unreachable Prefect API
-                    raise PermanentBackendError(
-                        f"job {api.label!r}: the Secret block {auth.secret_block!r} (its auth) "
-                        f"could not be read: {type(exc).__name__}"
-                    ) from None
-            token = self._secrets[auth.secret_block]
-        value = f"{auth.scheme} {token}" if auth.scheme else token
-        return {auth.header: value}
-
     def _send(
         self,
-        api: _Api,
+        api: Api,
         method: str,
         url: str,
         *,
@@ -179,7 +108,7 @@ class HttpBackend:
         accept: str = "application/json",
     ) -> tuple[httpx.Response | None, Answer]:
         """One request and what its answer means (a network failure is transient)."""
-        sent = {"Accept": accept, **(headers or {}), **self._auth(api)}
+        sent = {"Accept": accept, **(headers or {}), **self._tokens.headers(api)}
         kind = what.split(" ", 1)[0]  # creating, reading, listing, looking, cancelling
         self.calls[kind] = self.calls.get(kind, 0) + 1
         try:
@@ -206,7 +135,7 @@ class HttpBackend:
 
     def _call(
         self,
-        api: _Api,
+        api: Api,
         method: str,
         url: str,
         *,
@@ -228,7 +157,7 @@ class HttpBackend:
                 self._sleep(wait)
                 waited += wait
                 continue
-            raise _error(answer)
+            raise error_of(answer)
 
     @staticmethod
     def _json(response: httpx.Response, what: str) -> Any:
@@ -275,7 +204,7 @@ class HttpBackend:
             raise PermanentBackendError(f"{what}: no job id at {api.job.id_path!r}: {job_id!r}")
         return f"{spec.label}/{job_id}"
 
-    def _find(self, api: _Api, key: str | None, lost: BackendError | None = None) -> str | None:
+    def _find(self, api: Api, key: str | None, lost: BackendError | None = None) -> str | None:
         """The job created with ``key``, looked up; None: none (or no way to look)."""
         if api.job.lookup is None or not key:
             if lost is not None:
@@ -328,7 +257,7 @@ class HttpBackend:
         return self._status(api, self._json(response, what), external_id)
 
     @staticmethod
-    def _status(api: _Api, answer: Any, external_id: str) -> JobStatus:
+    def _status(api: Api, answer: Any, external_id: str) -> JobStatus:
         try:
             return to_status(answer, api.paths, api.states)
         except ValueError as exc:
@@ -390,7 +319,7 @@ class HttpBackend:
         )
         if answer.kind == "ok" or (response is not None and response.status_code == 409):
             return
-        raise _error(answer)
+        raise error_of(answer)
 
     def logs(self, external_id: str, tail: int = 40) -> str:
         """The last ``tail`` lines at ``logs_url`` (a JSON list of lines, or plain text)."""
@@ -419,46 +348,21 @@ class HttpBackend:
         except PermanentBackendError:
             return False
 
-    async def stream(self, external_id: str) -> AsyncIterator[JobStatus]:
-        """The job's statuses as its API streams them, up to its final one.
-
-        Ends with ``StreamDropped`` when the stream ends (or fails) before the job does; every
-        event's data is one answer of the job (as ``status_url`` gives it), others are skipped.
-        """
+    def stream(self, external_id: str) -> AsyncIterator[JobStatus]:
+        """The job's statuses as its API streams them (``stream.py``), up to its final one."""
         label, job_id = split_id(external_id)
         api = self._api(label)
         if self._aclient is None:
+            timeout = httpx.Timeout(api.job.request_timeout, read=STREAM_SILENCE_S)
             self._aclient = httpx.AsyncClient(
                 transport=self._async_transport,
                 limits=httpx.Limits(max_connections=None, max_keepalive_connections=50),
-                timeout=httpx.Timeout(
-                    api.job.request_timeout, read=max(60.0, api.job.request_timeout)
-                ),
+                timeout=timeout,
             )
-        headers = {"Accept": "text/event-stream", **self._auth(api)}
-        url = api.url(str(api.job.stream_url), id=job_id)
+        headers = {"Accept": "text/event-stream", **self._tokens.headers(api)}
         self.calls["stream"] = self.calls.get("stream", 0) + 1
-        try:
-            async with self._aclient.stream("GET", url, headers=headers) as response:
-                if response.status_code != 200:
-                    body = (await response.aread()).decode("utf-8", "replace")
-                    answer = classify_answer(response.status_code, body, response.headers)
-                    raise StreamDropped(f"stream of {external_id}: {answer.message}")
-                parser = SseParser()
-                async for line in response.aiter_lines():
-                    event = parser.feed(line.rstrip("\r\n"))
-                    if event is None or not event.data:
-                        continue
-                    try:
-                        status = to_status(json.loads(event.data), api.paths, api.states)
-                    except ValueError:
-                        continue  # not a job's answer (a progress note): the next one may be
-                    yield status
-                    if status.state.final:
-                        return
-        except httpx.HTTPError as exc:
-            raise StreamDropped(f"stream of {external_id}: {type(exc).__name__}: {exc}") from None
-        raise StreamDropped(f"stream of {external_id} ended before the job did")
+        url = api.url(str(api.job.stream_url), id=job_id)
+        return stream_statuses(self._aclient, api, url, headers, external_id)
 
     async def aclose(self) -> None:
         """Close the streams' client (on the loop that used it)."""
@@ -473,11 +377,3 @@ class HttpBackend:
             client, self._client = self._client, None
         if client is not None:
             client.close()
-
-
-def _error(answer: Answer) -> BackendError:
-    if answer.kind == "expired":
-        return LostJobError(f"lost: {answer.message}; it is not submitted again")
-    if answer.kind in ("transient", "backpressure"):
-        return TransientBackendError(answer.message)
-    return PermanentBackendError(answer.message)
