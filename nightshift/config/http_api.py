@@ -199,8 +199,10 @@ class HttpApiFields(_Strict):
     logs_url: str | None = None
     stream_url: str | None = None  # Server-Sent Events, each event's data a job's answer
     request_timeout: Annotated[float, Field(gt=0)] = 30.0
+    # how long a create waits out the API's 429s (its quota full) before it counts as a failure
+    quota_wait: Annotated[float, Field(gt=0)] = 1800.0
 
-    @field_validator("request_timeout", mode="before")
+    @field_validator("request_timeout", "quota_wait", mode="before")
     @classmethod
     def _duration(cls, value: Any) -> Any:
         return _positive_duration(value)

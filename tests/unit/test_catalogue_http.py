@@ -114,6 +114,8 @@ BAD = [
      "submit.url", "base_url"),
     ("base_url not http", _swap('base_url: "http://jobs.internal:8000"', "base_url: jobs:8000"),
      "base_url", "pattern"),
+    ("quota_wait zero", _swap("    id_path: job_id\n", "    id_path: job_id\n    quota_wait: 0s\n"),
+     "quota_wait", "more than 0"),
     ("request timeout zero", _swap("    id_path: job_id\n",
      "    id_path: job_id\n    request_timeout: 0s\n"), "request_timeout", "more than 0"),
     ("result path bad", _swap("result_path: result", "result_path: .result"), "result_path",

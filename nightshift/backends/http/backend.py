@@ -42,7 +42,6 @@ from nightshift.errors import BackendError, PermanentBackendError, TransientBack
 
 __all__ = ["HttpBackend", "LostJobError", "StreamDropped"]
 
-MAX_BACKPRESSURE_S = 3600.0  # the longest a submit waits out 429s before giving up
 STREAM_SILENCE_S = 60.0  # a stream with no line for this long counts as dropped
 READ_PATIENCE_S = 30.0  # a read waits out 429s this long (it holds a status thread meanwhile)
 
@@ -61,14 +60,12 @@ class HttpBackend:
         sleep: Callable[[float], None] = time.sleep,
         environ: Mapping[str, str] = os.environ,
         secret: Callable[[str], str] = load_secret_block,
-        max_backpressure_s: float = MAX_BACKPRESSURE_S,
     ) -> None:
         self.apis = {label: Api(label, job) for label, job in jobs.items()}
         self._transport = transport
         self._async_transport = async_transport
         self._sleep = sleep
         self._tokens = Tokens(environ, secret)
-        self.max_backpressure_s = max_backpressure_s
         self._lock = threading.Lock()
         self._client: httpx.Client | None = None
         self._aclient: httpx.AsyncClient | None = None
@@ -189,7 +186,7 @@ class HttpBackend:
                 what=what,
                 body=fill(request.body, values),
                 headers=headers,
-                patience=self.max_backpressure_s,  # the quota is full: wait for a free place
+                patience=api.job.quota_wait,  # the quota is full: wait for a free place
             )
         except TransientBackendError as lost:  # it may exist: look, never create it twice
             found = self._find(api, key, lost)
