@@ -316,6 +316,8 @@ class HttpBackend:
         )
         if answer.kind == "ok" or (response is not None and response.status_code == 409):
             return
+        if answer.kind == "expired":  # the status said why already: keep this one short
+            raise LostJobError("lost: the API no longer knows the job (record expired)")
         raise error_of(answer)
 
     def logs(self, external_id: str, tail: int = 40) -> str:
