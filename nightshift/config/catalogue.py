@@ -115,14 +115,15 @@ class _JobBase(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _learned_timeout(cls, data: Any) -> Any:
-        if not isinstance(data, dict) or "learned" in data:
-            return data  # a `learned:` key of the file: `extra` says it is unknown
+        # `learned: true` in the file says the same as `timeout: learned`
+        if not isinstance(data, dict):
+            return data
         data = dict(data)
         if data.get("timeout") == "learned":
             del data["timeout"]
             data["learned"] = True
         elif data.get("over_expected") is not None:
-            data["learned"] = True
+            data.setdefault("learned", True)
         return data
 
 
