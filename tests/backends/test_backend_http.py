@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from itertools import accumulate
 from pathlib import Path
 
 from nightshift.engine.outcomes import Outcome
@@ -65,6 +66,10 @@ def test_twenty_jobs_against_a_quota_of_five_all_succeed_never_six_in_flight(
         stats = api.stats
         assert stats["created"] == 20 and stats["refused"] > 0  # the quota was hit, and waited
         assert stats["high_water"] == {"night": 5}
+        # and from the records themselves: never six jobs between created and ended at once
+        spans = [(r["created_at"], r["ended_at"]) for r in _records(api)]
+        points = sorted([(a, 1) for a, _ in spans] + [(b, -1) for _, b in spans])
+        assert len(spans) == 20 and max(accumulate(d for _, d in points)) <= 5
         # a 429 is backpressure: no retry was used up
         assert [j.attempts for j in ran.summary.jobs] == [1] * 20
         assert stats["list"] >= 1  # due jobs were read in one call per tick
