@@ -46,6 +46,7 @@ def build_backends(
         "cli": lambda: _cli(catalogue, settings),
         "gemini_batch": lambda: _gemini(catalogue, settings),
         "deployment": lambda: _deployment(catalogue),
+        "http": lambda: _http(catalogue),
     }
     used = {job.backend for job in catalogue.jobs}
     out: dict[str, Backend] = {}
@@ -122,3 +123,9 @@ def _deployment(catalogue: Catalogue) -> Backend:
 
     # None: the Prefect API the night itself runs against
     return DeploymentBackend(catalogue.deployment.api_url)
+
+
+def _http(catalogue: Catalogue) -> Backend:
+    from nightshift.backends.http import HttpBackend
+
+    return HttpBackend({job.label: job for job in catalogue.jobs if job.backend == "http"})

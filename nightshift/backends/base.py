@@ -2,13 +2,14 @@
 
 A backend may also have optional abilities, each a small protocol: ``ListsStatus`` (many
 states in one call), ``Collects`` (results once final), ``FallsBack`` (give up on a batch and
-answer its rows another way) and ``Closeable`` (clients to close at the night's end).
+answer its rows another way), ``Closeable`` (clients to close at the night's end) and ``Streams``
+(jobs that push their changes).
 ``capabilities(backend)`` checks them all in one place; callers use its record, never getattr.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -30,6 +31,7 @@ __all__ = [
     "JobSpec",
     "JobStatus",
     "ListsStatus",
+    "Streams",
     "capabilities",
 ]
 
@@ -158,6 +160,24 @@ class Closeable(Protocol):
         ...
 
 
+@runtime_checkable
+class Streams(Protocol):
+    """A backend whose jobs push their changes (Server-Sent Events): listened to, not polled."""
+
+    def streams(self, external_id: str) -> bool:
+        """Whether this job has a stream to listen to."""
+        ...
+
+    def stream(self, external_id: str) -> AsyncIterator[JobStatus]:
+        """The job's statuses as they come, up to its final one (the current one first); a
+        stream that ends early raises."""
+        ...
+
+    async def aclose(self) -> None:
+        """Close the streams' clients, on the loop that used them."""
+        ...
+
+
 @dataclass(frozen=True)
 class Capabilities:
     """A backend's optional abilities: each is the backend itself, typed, or None."""
@@ -166,6 +186,7 @@ class Capabilities:
     collects: Collects | None = None
     falls_back: FallsBack | None = None
     closeable: Closeable | None = None
+    streams: Streams | None = None
 
 
 def capabilities(backend: object) -> Capabilities:
@@ -175,4 +196,5 @@ def capabilities(backend: object) -> Capabilities:
         collects=backend if isinstance(backend, Collects) else None,
         falls_back=backend if isinstance(backend, FallsBack) else None,
         closeable=backend if isinstance(backend, Closeable) else None,
+        streams=backend if isinstance(backend, Streams) else None,
     )

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from nightshift.cli.args import add_command
 from nightshift.cli.demo_slack import SLACK_TOKEN, SLACK_TOKEN_ENV, notify_section, slack_report
-from nightshift.config.catalogue import Catalogue, CliJob, CommandJob
+from nightshift.config.catalogue import Catalogue, CliJob, CommandJob, HttpJob
 from nightshift.config.loader import load_catalogue
 
 if TYPE_CHECKING:
@@ -59,7 +59,32 @@ limits: {cli: 3}
     output: out/admob.jsonl
     sla: 24h
     fallback: on_demand%(batch_extra)s
+  - label: export:orders
+    backend: http               # sandbox/jobs_api.py on its in-process queue (no Redis)
+    base_url: %(jobs_url)s
+    submit: {url: /jobs, body: {task: "export orders for {label}", seconds: %(export_s)s}}
+    auth: {env: %(jobs_token)s}
+    id_path: job_id
+    status_url: "/jobs/{id}"
+    state_path: status
+    states: {queued: [queued], running: [started], succeeded: [finished], failed: [failed],
+             cancelled: [canceled]}
+    result_path: result
+    error_path: error
+    started_at_path: started_at
+    finished_at_path: ended_at
+    cancel: {url: "/jobs/{id}/cancel"}
+    lookup: {url: "/jobs?key={key}", items_path: jobs}
+    logs_url: "/jobs/{id}/logs"
+    stream_url: "/jobs/{id}/stream"   # its end is heard, not polled
+    timeout: learned                  # cancelled past its usual p95 + 30s
+    over_expected: 30s
 %(extra)s"""
+
+# the demo's job API: its token in a variable set for the demo's process only
+JOBS_TOKEN_ENV = "SANDBOX_JOBS_TOKEN"
+JOBS_TOKEN = "sandbox-jobs-token"
+EXPORT_S = 1.5
 
 # its usual night is [queue=0.8 run=1] (its month of history says so); tonight it never leaves
 # the queue: past 2 x its learned p95 about 3 s after it entered it, long before queued_timeout
@@ -76,11 +101,15 @@ BATCH_QUEUED_S, BATCH_RUNNING_S = 600, 1200
 
 
 def demo_catalogue(
-    scenario: str, python: str = sys.executable, slack_url: str | None = None
+    scenario: str,
+    python: str = sys.executable,
+    slack_url: str | None = None,
+    jobs_url: str = "http://127.0.0.1:8766",
 ) -> str:
     """The demo catalogue's text; ``rough`` adds a failing audit, a stuck job, dropped rows.
 
-    ``slack_url``: the Slack emulator's, for a ``notify:`` section (none without it).
+    ``slack_url``: the Slack emulator's, for a ``notify:`` section (none without it);
+    ``jobs_url``: the sandbox job API's.
     """
     rough = scenario == "rough"
     return CALM % {
@@ -91,6 +120,9 @@ def demo_catalogue(
         # as an uploaded file the results come back keyed, so dropped rows can be named
         "batch_extra": "\n    inline_threshold_rows: 0" if rough else "",
         "deadline": "5m",
+        "jobs_url": json.dumps(jobs_url),
+        "jobs_token": JOBS_TOKEN_ENV,
+        "export_s": EXPORT_S,
     }
 
 
@@ -113,6 +145,10 @@ def usual_nights(catalogue: Catalogue) -> list[Usual]:
             script = str(job.argv[1]) if len(job.argv) > 1 else ""
             seconds = float(job.argv[-1]) if script == "work.py" else _SCRIPT_SECONDS.get(script, 1)
             states[job.label] = (("running", seconds + _STARTUP_S),)
+        elif isinstance(job, HttpJob):
+            seconds = float((job.submit.body or {}).get("seconds", EXPORT_S))
+            # its in-process queue starts it at once: too short a wait for past polls to see
+            states[job.label] = (("running", seconds),)
         else:
             queued, running = BATCH_QUEUED_S / TIME_SCALE, BATCH_RUNNING_S / TIME_SCALE
             states[job.label] = (("queued", queued), ("running", running))
@@ -218,10 +254,8 @@ def run_demo(scenario: str = "calm", *, as_json: bool = False, workdir: str | No
 def _run_sandboxed(
     scenario: str, as_json: bool, workdir: str | None, slack_url: str
 ) -> tuple[int, Path]:
-    """The sandbox folder, its history, the Gemini emulator and the night: its exit code."""
-    from nightshift.cli.run import run_catalogue
-    from nightshift.engine.plan import tonight
-    from sandbox.gemini_emulator import BatchScript, GeminiEmulator
+    """The sandbox folder, the job API, its history, the emulators and the night: its exit code."""
+    from sandbox.jobs_api import JobApi
 
     root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="nightshift-demo-"))
     root.mkdir(parents=True, exist_ok=True)
@@ -230,8 +264,32 @@ def _run_sandboxed(
     for asset in (Path(sandbox.__file__).resolve().parent / "demo").glob("*.py"):
         shutil.copy(asset, root / asset.name)
     _write_input(root / "admob.jsonl")
+    jobs_api = JobApi(redis_url=None, tokens={JOBS_TOKEN: "demo"}).start()  # in-process queue
+    try:
+        code, root = _run_with_jobs_api(scenario, as_json, root, slack_url, jobs_api.base_url)
+        stats = jobs_api.stats
+    finally:
+        jobs_api.stop()
+    if not as_json:
+        print(
+            f"job API: {stats.get('created', 0)} job(s) created, {stats.get('stream', 0)} "
+            f"listened to (SSE), {stats.get('status', 0)} status call(s)",
+            file=sys.stderr,
+        )
+    return code, root
+
+
+def _run_with_jobs_api(
+    scenario: str, as_json: bool, root: Path, slack_url: str, jobs_url: str
+) -> tuple[int, Path]:
+    """The rest of the sandboxed night, the job API running at ``jobs_url``."""
+    from nightshift.cli.run import run_catalogue
+    from nightshift.engine.plan import tonight
+    from sandbox.gemini_emulator import BatchScript, GeminiEmulator
+
     catalogue = root / "nightshift.yaml"
-    catalogue.write_text(demo_catalogue(scenario, slack_url=slack_url), encoding="utf-8")
+    text = demo_catalogue(scenario, slack_url=slack_url, jobs_url=jobs_url)
+    catalogue.write_text(text, encoding="utf-8")
     night, url = tonight(), f"sqlite:///{(root / 'state' / 'ledger.sqlite3').resolve()}"
     (root / "state").mkdir(exist_ok=True)
     loaded = load_catalogue(catalogue)
@@ -247,6 +305,7 @@ def _run_sandboxed(
         "AGY_STATE_DIR": str(root / "agy"),
         "GEMINI_API_KEY": "sandbox-key",
         SLACK_TOKEN_ENV: SLACK_TOKEN,  # jobs never see it: a TOKEN is dropped from their env
+        JOBS_TOKEN_ENV: JOBS_TOKEN,
         "NO_PROXY": "127.0.0.1,localhost",
     }
     with emulator:
@@ -255,7 +314,7 @@ def _run_sandboxed(
         if not as_json:
             print(
                 f"sandbox: {root}  (gemini emulator at {emulator.base_url}, "
-                f"slack emulator at {slack_url})",
+                f"slack emulator at {slack_url}, job API at {jobs_url})",
                 file=sys.stderr,
             )
             print(history, file=sys.stderr)

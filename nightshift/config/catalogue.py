@@ -18,6 +18,7 @@ from pydantic import (
 )
 
 from nightshift.config.durations import parse_duration
+from nightshift.config.http_api import HttpApiFields
 from nightshift.config.limits import BackendLimit
 from nightshift.config.notify import NotifyConfig
 
@@ -30,10 +31,12 @@ __all__ = [
     "Defaults",
     "DeploymentJob",
     "GeminiBatchJob",
+    "HttpJob",
     "Job",
+    "LearnedTimeout",
 ]
 
-BACKENDS = ("command", "cli", "gemini_batch", "deployment")
+BACKENDS = ("command", "cli", "gemini_batch", "deployment", "http")
 LABEL_PATTERN = r"^[a-z0-9:_.-]+$"
 DEPLOYMENT_PATTERN = r"^[^/\s][^/]*/[^/]*[^/\s]$"  # "flow-name/deployment-name"
 
@@ -74,6 +77,15 @@ class PollSettings(_Strict):
         return self
 
 
+class LearnedTimeout(_Strict):
+    """How a job with a learned timeout (``timeout: learned``, ``over_expected``) is cut."""
+
+    # whole-job nights its budget needs before it may cancel anything
+    min_samples: int = Field(7, ge=1)
+    floor: Timer = 600.0  # never cancelled before it has run this long
+    over_expected: Timer = 1800.0  # the margin when a job says only `timeout: learned`
+
+
 class Defaults(_Strict):
     """Night-wide defaults; every key optional."""
 
@@ -87,6 +99,7 @@ class Defaults(_Strict):
     sla: Timer = 86400.0
     sla_fallback_at: float = Field(0.8, gt=0, le=1)
     submit_patience: Patience = 300.0  # every backend's, unless its own section says
+    learned_timeout: LearnedTimeout = LearnedTimeout()
 
 
 class _JobBase(_Strict):
@@ -94,6 +107,23 @@ class _JobBase(_Strict):
     depends_on: list[str] = []
     timeout: Timer | None = None
     queued_timeout: Timer | None = None
+    # cancel past the p95 of its whole duration plus this (`timeout: learned` says "the default")
+    over_expected: Timer | None = None
+    learned: bool = Field(False, exclude=True)  # set by `timeout: learned` or `over_expected`
+
+    @model_validator(mode="before")
+    @classmethod
+    def _learned_timeout(cls, data: Any) -> Any:
+        # `learned: true` in the file says the same as `timeout: learned`
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        if data.get("timeout") == "learned":
+            del data["timeout"]
+            data["learned"] = True
+        elif data.get("over_expected") is not None:
+            data.setdefault("learned", True)
+        return data
 
 
 class CommandJob(_JobBase):
@@ -141,7 +171,13 @@ class DeploymentJob(_JobBase):
     job_variables: dict[str, Any] = {}
 
 
-AnyJob = CommandJob | CliJob | GeminiBatchJob | DeploymentJob
+class HttpJob(_JobBase, HttpApiFields):
+    """A job of an HTTP job API (``nightshift.config.http_api``)."""
+
+    backend: Literal["http"]
+
+
+AnyJob = CommandJob | CliJob | GeminiBatchJob | DeploymentJob | HttpJob
 Job = Annotated[AnyJob, Field(discriminator="backend")]
 
 
@@ -180,7 +216,7 @@ class Catalogue(_Strict):
     name: str | None = None
     defaults: Defaults = Defaults()
     # `cli: 4` (the concurrency) or `cli: {concurrency: 4, rate: 2/s}` (nightshift.config.limits)
-    limits: dict[Literal["command", "cli", "gemini_batch", "deployment"], BackendLimit] = {}
+    limits: dict[Literal["command", "cli", "gemini_batch", "deployment", "http"], BackendLimit] = {}
     # shared: one Prefect limit per backend for every catalogue (nightshift-cli); catalogue:
     # this catalogue's own (nightshift-<catalogue>-cli), when two must not share a cap
     limit_scope: Literal["shared", "catalogue"] = "shared"

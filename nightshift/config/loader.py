@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from nightshift.config.catalogue import BACKENDS, Catalogue
 from nightshift.config.graph import graph_problems
+from nightshift.config.http_api import http_problems
 from nightshift.config.timers import timer_problems
 from nightshift.errors import CatalogueError, CatalogueProblem
 
@@ -70,6 +71,7 @@ def parse_catalogue(text: str, path: str | Path = "<catalogue>") -> Catalogue:
         raise CatalogueError(path, problems) from None
     catalogue._lines = lines
     problems = graph_problems(catalogue, lines) + timer_problems(catalogue, lines)
+    problems += http_problems(catalogue, lines)
     if problems:
         raise CatalogueError(path, problems)
     return catalogue

@@ -20,6 +20,7 @@ from nightshift.engine.watcher import Watcher
 from nightshift.store.ledger import Ledger
 
 if TYPE_CHECKING:
+    from nightshift.budgets.lookup import Budgets
     from nightshift.engine.dwell_watch import DwellWatch
 
 __all__ = ["NightContext", "utcnow"]
@@ -69,6 +70,7 @@ class NightContext:
     stop: NightStop = field(default_factory=NightStop)
     # why `nightshift cancel` asked to cancel a job of this night, if it did; (label, fresh=)
     cancel_reason: Callable[..., str | None] = lambda _label, fresh=False: None
+    budgets: Budgets | None = None  # tonight's learned budgets (learned timeouts), if any
     events: Publisher = field(init=False)
     _since: Since = field(init=False, default_factory=Since)
 

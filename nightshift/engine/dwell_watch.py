@@ -222,6 +222,7 @@ def watch_dwells(
             str(exc).strip().splitlines()[0] if str(exc).strip() else "",
         )
         return None
+    ctx.budgets = budgets  # a job's learned timeout is cut from them too
     backends = {job.label: job.backend for job in ctx.catalogue.jobs}
     detector = Detector(
         ctx.night,

@@ -158,9 +158,11 @@ def _cannot_fall_back(job: Any, backend: Backend, reattached: JobRecord | None) 
 def _timers(ctx: NightContext, label: str, started: datetime) -> JobTimers:
     """The job's timers on the watcher's clock, counted from its submission."""
     now = ctx.watcher.now()
+    budgets = ctx.budgets
     return job_timers(
         ctx.catalogue.job(label),
         ctx.catalogue.defaults,
+        expected=budgets.job(ctx.catalogue.key, label) if budgets is not None else None,
         # also for a re-attached job submitted by an earlier run
         origin=now - (ctx.wall() - started).total_seconds(),
         deadline_at=ctx.deadline_at,
@@ -235,7 +237,8 @@ def _conclude(
     elif result.reason in ("timeout", "stuck_queued"):
         stuck = result.reason == "stuck_queued"
         outcome = Outcome.STUCK_QUEUED if stuck else Outcome.TIMEOUT
-        detail = join_details(timers.queued_why if stuck else timers.timeout_why, detail)
+        ran = (ctx.wall() - started).total_seconds()
+        detail = join_details(timers.queued_why if stuck else timers.timeout_text(ran), detail)
         if result.cancel_error:
             # it may still be running: keep it live in the ledger so a rerun re-attaches
             detail = join_details(detail, f"cancel failed: {result.cancel_error}")

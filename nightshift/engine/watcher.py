@@ -12,6 +12,10 @@ A job whose usual duration is known (``expected``: the p50 of its time after sub
 when it should be done rather than on a backoff grown to its cap (``backoff.next_poll_at``), and
 the moment a job is seen final ``on_final`` is told, before its record is written: the night's
 gate hands its slot to the next job within this tick.
+
+A job whose backend streams its changes (``Streams``) is listened to instead (``streams.py``: one
+loop, one thread for every stream): its statuses are taken like a poll's answers, it gets no
+status call while the stream holds, and a dropped stream puts it back on its backoff.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import Any, Literal
 
 from nightshift.backends.base import Backend, ExternalState, JobStatus, capabilities
 from nightshift.backoff import Backoff, next_poll_at
+from nightshift.engine.streams import StreamListener
 from nightshift.errors import BackendError, PermanentBackendError, TransientBackendError
 
 __all__ = ["WatchRequest", "WatchResult", "Watcher"]
@@ -76,6 +81,8 @@ class WatchRequest:
     last_status: JobStatus | None = None
     checking: bool = False  # a status call for this job is in flight
     single: bool = False  # the last listing did not show it: ask it on a call of its own
+    streaming: bool = False  # its backend's stream is listened to: no status calls meanwhile
+    streamed: list[JobStatus] = field(default_factory=list)  # what it said, not yet taken
     closing: bool = False  # watching is ending: no more checks, results ignored
     future: Future[WatchResult] = field(default_factory=Future)
 
@@ -134,6 +141,7 @@ class Watcher:
         self._calls: dict[int, int] = {}  # backend (by id) -> status calls in flight
         self._listing: set[int] = set()  # backends whose status_many call is in flight
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="nightshift-status")
+        self._streams = StreamListener()  # one thread for every stream, started at first use
         self._thread = threading.Thread(target=self._loop, name="nightshift-watcher", daemon=True)
         self._thread.start()
 
@@ -157,6 +165,7 @@ class Watcher:
                 raise RuntimeError("watcher is stopped")
             self._entries.append(request)
             self._cond.notify_all()
+        self._listen(request)
         return request.future
 
     def in_flight(self) -> list[str]:
@@ -197,6 +206,7 @@ class Watcher:
             stranded, self._entries = self._entries, []
             self._cond.notify_all()
         self._thread.join(timeout=10)
+        self._streams.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
         for entry in stranded:
             self._settle(entry, exc=RuntimeError("watcher stopped"))
@@ -224,7 +234,9 @@ class Watcher:
         if any(self._calls.values()) or self._listing:
             return True
         return any(
-            e.checking or (not e.closing and (w := e.wake_at()) is not None and w <= now)
+            e.checking
+            or (not e.closing and e.streamed)
+            or (not e.closing and (w := e.wake_at()) is not None and w <= now)
             for e in self._entries
         )
 
@@ -259,6 +271,10 @@ class Watcher:
             if not entry.closing and (reason := entry.timer_due(now)) is not None:
                 entry.closing = True
                 work.append((self._fire, (entry, reason)))
+        for entry in self._entries:
+            if entry.streamed and not entry.closing and not entry.checking:
+                entry.checking = True
+                work.append((self._run_streamed, (entry,)))
         due: dict[int, list[WatchRequest]] = {}
         for entry in self._entries:
             if not entry.closing and not entry.checking and entry.next_at <= now:
@@ -307,6 +323,49 @@ class Watcher:
         finally:
             with self._cond:
                 self._calls[key] -= 1
+                entry.checking = False
+                self._cond.notify_all()
+
+    # -- streams (engine/streams.py): a streamed status is taken like a poll's answer --------
+    def _listen(self, entry: WatchRequest) -> None:
+        """Listen to the job's stream when its backend has one; it is not polled meanwhile."""
+        streams = capabilities(entry.backend).streams
+        if streams is None or not streams.streams(entry.external_id):
+            return
+        with self._cond:
+            entry.streaming, entry.next_at = True, float("inf")
+
+        def heard(status: JobStatus) -> None:
+            with self._cond:
+                entry.streamed.append(status)
+                self._cond.notify_all()
+
+        def dropped(_error: BaseException) -> None:  # polled again, on its backoff
+            with self._cond:
+                if entry.streaming and not entry.closing:
+                    entry.streaming = False
+                    entry.next_at = self._next_poll(entry, self._clock())
+                    self._cond.notify_all()
+
+        try:
+            self._streams.listen(id(entry), streams, entry.external_id, heard, dropped)
+        except RuntimeError:  # the watcher is stopping: poll, as without a stream
+            with self._cond:
+                entry.streaming, entry.next_at = False, self._clock()
+
+    def _run_streamed(self, entry: WatchRequest) -> None:
+        try:
+            while True:
+                with self._cond:
+                    if not entry.streamed:
+                        return
+                    seen = entry.streamed.pop(0)
+                self._advance(entry, seen)
+                with self._cond:
+                    if entry.streaming:
+                        entry.next_at = float("inf")  # _take set a poll: the stream still holds
+        finally:
+            with self._cond:
                 entry.checking = False
                 self._cond.notify_all()
 
@@ -435,6 +494,8 @@ class Watcher:
             if entry in self._entries:
                 self._entries.remove(entry)
             self._cond.notify_all()
+        if entry.streaming:
+            self._streams.forget(id(entry))
         self._settle(entry, result, exc)
 
     @staticmethod

@@ -164,7 +164,7 @@ def test_the_rough_demo_seeds_its_history_and_ends_with_tonights_alerts(
     done, workdir = rough_demo
 
     assert done.returncode == 2, done.stderr
-    assert "history: 30 past nights of 8 jobs seeded into the sandbox ledger" in done.stderr
+    assert "history: 30 past nights of 9 jobs seeded into the sandbox ledger" in done.stderr
     assert "alerts tonight:" in done.stderr
     raised = {(row.label, row.state, row.level) for row in _alert_rows(workdir)}
     assert {(STALLED, "queued", "watch"), (STALLED, "queued", "alert")} <= raised
@@ -180,7 +180,7 @@ def test_the_rough_demo_shows_a_digest_and_the_nights_alerts_in_one_thread(
     messages = _slack(workdir)
     # the partial night's digest, alone in the digest channel, naming what was not ok
     (digest,) = [m for m in messages if m["channel"] == DIGEST]
-    assert digest["thread_ts"] is None and digest["text"].startswith("partial: 5/8 succeeded")
+    assert digest["thread_ts"] is None and digest["text"].startswith("partial: 6/9 succeeded")
     for line in ("`audit:internal-links` (", "`report:admob-mediation` (", f"`{STALLED}` ("):
         assert line in digest["text"]
     # in-night alerts: the first starts the night's thread, every other one replies to it
@@ -195,7 +195,7 @@ def test_the_rough_demo_shows_a_digest_and_the_nights_alerts_in_one_thread(
     assert f"slack: {len(messages)} message(s) received" in done.stderr
     shown = done.stderr[done.stderr.index("slack: ") :]
     assert shown.index(f"  {ALERTS}\n") < shown.index(f"      > stuck in queue: {STALLED}")
-    assert f"  {DIGEST}\n    partial: 5/8 succeeded" in shown
+    assert f"  {DIGEST}\n    partial: 6/9 succeeded" in shown
     assert SLACK_TOKEN not in done.stdout + done.stderr
 
 

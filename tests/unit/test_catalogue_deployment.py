@@ -101,5 +101,5 @@ def test_limits_take_the_deployment_backend() -> None:
     (unknown,) = problems("limits: {ftp: 1}\n" + jobs)
     assert unknown == (
         "night.yaml:1: field 'limits.ftp': unknown backend; "
-        "use one of: command, cli, gemini_batch, deployment"
+        "use one of: command, cli, gemini_batch, deployment, http"
     )

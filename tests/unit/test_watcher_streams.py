@@ -1,0 +1,109 @@
+"""The watcher with a backend that streams: no polls while the stream holds, polls again when
+it drops, timers fire on time either way (a scripted stream, a fake clock)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from nightshift.backends.base import ExternalState, JobStatus, capabilities
+from nightshift.backoff import Backoff
+from nightshift.engine.watcher import Watcher, WatchRequest
+from tests.support import FakeClock, ScriptedBackend, wait_until
+
+R, S = ExternalState.RUNNING, ExternalState.SUCCEEDED
+
+
+@dataclass
+class StreamingBackend(ScriptedBackend):
+    """Status calls follow the script; the stream says what the test pushes (None: it drops)."""
+
+    pushed: list[JobStatus | None] = field(default_factory=list)
+    opened: int = 0
+    _wake: threading.Event = field(default_factory=threading.Event)
+
+    def push(self, state: ExternalState | None) -> None:
+        self.pushed.append(None if state is None else JobStatus(state))
+        self._wake.set()
+
+    def streams(self, external_id: str) -> bool:
+        return True
+
+    async def stream(self, external_id: str) -> AsyncIterator[JobStatus]:
+        self.opened += 1
+        while True:
+            while not self.pushed:
+                await asyncio.sleep(0.005)
+            status = self.pushed.pop(0)
+            if status is None:
+                raise ConnectionError("the stream dropped")
+            yield status
+            if status.state.final:
+                return
+
+    async def aclose(self) -> None:
+        return None
+
+
+def _watch(watcher: Watcher, backend: StreamingBackend, **timers: float) -> WatchRequest:
+    request = WatchRequest("a", backend, "a", Backoff(10, 2, 10), **timers)  # type: ignore[arg-type]
+    watcher.watch(request)
+    return request
+
+
+def test_a_streamed_end_ends_the_watch_with_no_status_call() -> None:
+    clock = FakeClock()
+    seen: list[ExternalState] = []
+    watcher = Watcher(on_change=lambda _l, s, _st: seen.append(s), clock=clock)
+    backend = StreamingBackend(name="http", scripts={"a": [R]})
+    assert capabilities(backend).streams is backend
+    try:
+        request = _watch(watcher, backend)
+        backend.push(R)
+        wait_until(lambda: seen == [R], what="running heard")
+        clock.advance(100)  # ten polls' worth: none is made while the stream holds
+        watcher.poke()
+        watcher.wait_idle(5)
+        backend.push(S)
+        result = request.future.result(timeout=10)
+        assert (result.reason, seen, backend.single_calls) == ("final", [R, S], 0)
+    finally:
+        watcher.stop()
+
+
+def test_a_dropped_stream_is_polled_on_its_backoff() -> None:
+    clock = FakeClock()
+    watcher = Watcher(on_change=lambda *_: None, clock=clock)
+    backend = StreamingBackend(name="http", scripts={"a": [R, S]})
+    try:
+        request = _watch(watcher, backend)
+        backend.push(R)
+        backend.push(None)
+        wait_until(lambda: request.next_at < float("inf"), what="polling again")
+        assert backend.single_calls == 0
+        clock.advance(10)
+        watcher.poke()
+        wait_until(lambda: backend.single_calls >= 1, what="a poll")
+        clock.advance(20)
+        watcher.poke()
+        assert request.future.result(timeout=10).reason == "final"
+    finally:
+        watcher.stop()
+
+
+def test_a_timeout_fires_and_cancels_while_the_stream_holds() -> None:
+    clock = FakeClock()
+    watcher = Watcher(on_change=lambda *_: None, clock=clock)
+    backend = StreamingBackend(name="http", scripts={"a": [R]})
+    try:
+        request = _watch(watcher, backend, timeout_at=clock() + 30)
+        backend.push(R)
+        wait_until(lambda: request.checks == 1, what="running heard")
+        clock.advance(31)
+        watcher.poke()
+        assert request.future.result(timeout=10).reason == "timeout"
+        assert backend.cancelled == ["a"] and backend.single_calls == 0
+    finally:
+        watcher.stop()
