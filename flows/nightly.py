@@ -19,6 +19,7 @@ from prefect.states import Completed, Failed, State
 from nightshift.config.catalogue import Catalogue, load_catalogue
 from nightshift.config.settings import Settings, load_settings
 from nightshift.engine.admission import Admission
+from nightshift.engine.alerts import NoAlertSink
 from nightshift.engine.context import NightContext
 from nightshift.engine.events import LogSink, Sink
 from nightshift.engine.night import (
@@ -171,8 +172,8 @@ def _run_night(
         ),
         admission=Admission,
     )
-    if notifier is not None:
-        parts.alerts = SlackAlertSink(notifier)  # dwell alerts into the night's Slack thread
+    # dwell levels into the night's Slack thread; the LogSink above logs each level once
+    parts.alerts = SlackAlertSink(notifier) if notifier is not None else NoAlertSink()
     key = f"{night}:{uuid.uuid4().hex[:8]}"
     run_id = str(flow_run.id or key)
     with open_night(

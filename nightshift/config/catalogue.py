@@ -35,6 +35,7 @@ __all__ = [
     "Job",
     "load_catalogue",
     "parse_catalogue",
+    "shown_name",
 ]
 
 BACKENDS = ("command", "cli", "gemini_batch", "deployment")
@@ -218,11 +219,25 @@ class Catalogue(_Strict):
         return self._by_label[label]
 
     @property
+    def shown(self) -> str:
+        """The catalogue as messages name it: its ``name``, else its file's stem, never a path."""
+        if self.name:
+            return self.name
+        return self.path.stem if self.path else "nightshift"
+
+    @property
     def key(self) -> str:
         """What identifies "the same catalogue" for the one-night-at-a-time lease."""
         if self.name:
             return self.name
         return str(self.path.resolve()) if self.path else "nightshift"
+
+
+def shown_name(key: str) -> str:
+    """A catalogue key as messages name it: a key that is a file's path becomes its stem."""
+    if "/" in key or "\\" in key:
+        return Path(key).stem or key
+    return key
 
 
 def load_catalogue(path: str | Path) -> Catalogue:
