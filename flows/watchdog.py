@@ -19,7 +19,7 @@ __all__ = ["watchdog"]
 @flow(name="watchdog")
 def watchdog(
     catalog: str | None = None,
-    stale_after: str = "24h",
+    stale_after: str | None = None,
     streak_nights: int = 3,
     sink: Any = None,
 ) -> dict[str, Any]:
@@ -32,7 +32,9 @@ def watchdog(
     logger = get_run_logger()
     catalogue = load_catalogue(catalog) if catalog is not None else None
     labels = [job.label for job in catalogue.jobs] if catalogue is not None else None
-    rules = Rules(stale_after_s=parse_duration(stale_after), streak_nights=streak_nights)
+    # no stale_after: the catalogue's schedule interval plus a grace (daily: 30 h)
+    stale_after_s = parse_duration(stale_after) if stale_after is not None else None
+    rules = Rules(stale_after_s=stale_after_s, streak_nights=streak_nights)
     done = watchdog_pass(
         load_settings(), catalogue, labels, rules, _sink(sink, logger), logger=logger
     )

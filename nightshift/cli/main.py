@@ -140,9 +140,10 @@ def _parser() -> argparse.ArgumentParser:
     _catalogue_flag(watchdog, shown, default=None)
     watchdog.add_argument(
         "--stale-after",
-        default="24h",
+        default=None,
         metavar="DURATION",
-        help="a label without a success this long is stale (default 24h)",
+        help="a label without a success or a run this long is stale (default: the interval "
+        "of the catalogue's schedule in prefect.yaml plus a grace; daily: 30h)",
     )
     watchdog.add_argument(
         "--streak",
@@ -222,7 +223,7 @@ def _prune(path: str | None, keep: str, dry_run: bool) -> int:
         return EXIT_NO_LEDGER
 
 
-def _watchdog(path: str | None, as_json: bool, stale_after: str, streak: int) -> int:
+def _watchdog(path: str | None, as_json: bool, stale_after: str | None, streak: int) -> int:
     from nightshift.cli.watchdog import run_watchdog
     from nightshift.config.catalogue import load_catalogue
     from nightshift.config.durations import parse_duration
@@ -231,7 +232,8 @@ def _watchdog(path: str | None, as_json: bool, stale_after: str, streak: int) ->
     from nightshift.watchdog.checks import Rules
 
     try:
-        rules = Rules(stale_after_s=parse_duration(stale_after), streak_nights=streak)
+        stale_after_s = parse_duration(stale_after) if stale_after is not None else None
+        rules = Rules(stale_after_s=stale_after_s, streak_nights=streak)
     except ValueError as exc:
         _say(f"nightshift watchdog: --stale-after/--streak: {exc}")
         return EXIT_USAGE

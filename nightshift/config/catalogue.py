@@ -19,6 +19,7 @@ from pydantic import (
 from nightshift.config.durations import parse_duration
 from nightshift.config.graph import graph_problems
 from nightshift.config.limits import BackendLimit
+from nightshift.config.names import DEFAULT_NAME
 from nightshift.config.timers import timer_problems
 from nightshift.errors import CatalogueError, CatalogueProblem
 from nightshift.notify.config import NotifyConfig
@@ -35,7 +36,6 @@ __all__ = [
     "Job",
     "load_catalogue",
     "parse_catalogue",
-    "shown_name",
 ]
 
 BACKENDS = ("command", "cli", "gemini_batch", "deployment")
@@ -223,7 +223,7 @@ class Catalogue(_Strict):
         """The catalogue as messages name it: its ``name``, else its file's stem, never a path."""
         if self.name:
             return self.name
-        return self.path.stem if self.path else "nightshift"
+        return self.path.stem if self.path else DEFAULT_NAME
 
     @property
     def key(self) -> str:
@@ -231,13 +231,6 @@ class Catalogue(_Strict):
         if self.name:
             return self.name
         return str(self.path.resolve()) if self.path else "nightshift"
-
-
-def shown_name(key: str) -> str:
-    """A catalogue key as messages name it: a key that is a file's path becomes its stem."""
-    if "/" in key or "\\" in key:
-        return Path(key).stem or key
-    return key
 
 
 def load_catalogue(path: str | Path) -> Catalogue:

@@ -13,6 +13,7 @@ from typing import Protocol
 
 from nightshift.budgets.lookup import Level
 from nightshift.config.durations import format_duration
+from nightshift.config.names import shown_name
 
 __all__ = ["Alert", "AlertSink", "Level", "LogAlertSink", "NoAlertSink", "Raised", "seconds_text"]
 
@@ -43,7 +44,7 @@ class Alert:
     @property
     def shown(self) -> str:
         """The catalogue's name for messages: never a local path."""
-        return self.name or self.catalogue
+        return self.name or shown_name(self.catalogue)
 
     @property
     def limit_s(self) -> float:

@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 from nightshift.budgets.lookup import FLOOR_S, Budget, Level, classify
+from nightshift.config.names import shown_name
 from nightshift.engine.alerts import Alert, Raised
 
 __all__ = [
@@ -103,7 +104,7 @@ class Detector:
     ) -> None:
         self.night = night
         self.catalogue = catalogue
-        self.name = name or catalogue  # what people read: the catalogue's name, never a path
+        self.name = name or shown_name(catalogue)  # what people read: never a local path
         self.floor_s = floor_s
         self._budgets = budgets
         self._raised: set[Raised] = set(raised)
