@@ -33,7 +33,7 @@ from nightshift.engine.outcomes import JobOutcome, NightSummary, join
 from nightshift.engine.plan import Plan, parse_night, plan_night, tonight
 from nightshift.engine.steps import JobPools
 from nightshift.engine.watcher import Watcher
-from nightshift.errors import LockHeldError
+from nightshift.errors import CatalogueError, LockHeldError
 from nightshift.metrics.export import export_ledger_metrics
 from nightshift.notify.notifier import Notifier, SlackAlertSink
 from nightshift.notify.sinks import NoticeSink
@@ -70,7 +70,8 @@ def nightly(
     """
     logger = get_run_logger()
     settings = load_settings()
-    catalogue = load_catalogue(catalog)
+    if (catalogue := _catalogue_or_none(catalog, logger)) is None:
+        return [Failed(message="invalid catalogue: nothing was run")]
     night = parse_night(night) if night else tonight(flow_run.scheduled_start_time)
     run_path = Path(run_dir) if run_dir else run_dir_for(settings, night)
     run_path.mkdir(parents=True, exist_ok=True)
@@ -112,6 +113,16 @@ def nightly(
         return Completed(message=summary.headline())
     # a list of states makes the run Failed without the engine raising FailedRun on the way out
     return [Completed(message=o.line()) if o.ok else Failed(message=o.line()) for o in summary.jobs]
+
+
+def _catalogue_or_none(catalog: str, logger: Any) -> Catalogue | None:
+    """The catalogue, or None after one ERROR line naming its absolute path (no traceback)."""
+    try:
+        # a deployed run reads it from the folder it was deployed from: say which file that is
+        return load_catalogue(Path(catalog).absolute())
+    except CatalogueError as exc:
+        logger.error("%s", exc.one_line())
+        return None
 
 
 def _notifier(catalogue: Catalogue, ledger: Ledger, logger: Any) -> Notifier | None:
