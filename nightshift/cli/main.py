@@ -12,6 +12,7 @@ from typing import Any, NoReturn
 from sqlalchemy.exc import SQLAlchemyError
 
 from nightshift.cli.budgets import BUDGET_EXIT_CODES
+from nightshift.cli.init import add_init, run_init
 from nightshift.cli.notify import NOTIFY_EXIT_CODES
 from nightshift.cli.prune import PRUNE_EXIT_CODES
 from nightshift.cli.watchdog import WATCHDOG_EXIT_CODES
@@ -75,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
         return _watchdog(args.catalogue, args.json, args.stale_after, args.streak)
     if args.command == "notify":
         return _notify(args.catalogue, args.flush)
+    if args.command == "init":
+        return run_init(args.catalogue, args.name)
     if args.command == "demo":
         from nightshift.cli.demo import run_demo
 
@@ -162,7 +165,8 @@ def _parser() -> argparse.ArgumentParser:
     notify.add_argument("--flush", action="store_true", help="deliver them, oldest first")
     shown = "only this catalogue's messages, sent with its notify.slack setting"
     _catalogue_flag(notify, shown, default=None)
-    for p in (run, check, demo, budgets, prune, watchdog, notify):
+    init = add_init(sub)
+    for p in (run, check, demo, budgets, prune, watchdog, notify, init):
         p.add_argument("-v", "--verbose", action="store_true", help="show Prefect's logs")
     return parser
 
