@@ -136,3 +136,21 @@ def test_watchdog_tells_slack_delivers_the_outbox_and_writes_metrics(
     metrics = (sandbox / "state" / "metrics" / "nightshift.prom").read_text()
     assert 'nightshift_job_runs_total{catalogue="team-a",job="etl",state="failed"} 3.0' in metrics
     assert token not in capsys.readouterr().out
+
+
+def test_stale_follows_the_schedule_in_the_prefect_yaml_beside_the_catalogue(
+    sandbox: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    catalogue = _failing_three_nights(sandbox)
+    # an hourly catalogue whose last run was a day ago missed its schedule: 1 h + 1 h grace
+    (sandbox / "prefect.yaml").write_text(
+        "deployments:\n"
+        "  - name: nightly-batch-hourly\n"
+        "    entrypoint: flows/nightly.py:nightly\n"
+        "    parameters: {catalog: nightshift.yaml}\n"
+        "    schedules: [{cron: '0 * * * *'}]\n"
+    )
+    assert main(["watchdog", "--catalogue", str(catalogue)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert sorted(line.split(":")[0] for line in out[:2]) == ["alert stale", "alert streak"]
+    assert "more than 2h00m" in next(line for line in out if line.startswith("alert stale"))
