@@ -22,6 +22,7 @@ from nightshift.config.catalogue import Catalogue
 from nightshift.config.loader import load_catalogue
 from nightshift.config.settings import Settings, load_settings
 from nightshift.engine.admission import Admission
+from nightshift.engine.alerts import NoAlertSink
 from nightshift.engine.cancelling import cancel_night
 from nightshift.engine.context import NightContext
 from nightshift.engine.events import LogSink, Sink
@@ -37,7 +38,7 @@ from nightshift.engine.plan import Plan, parse_night, plan_night, tonight
 from nightshift.engine.steps import JobPools
 from nightshift.engine.stopping import INTERRUPTED, NightStop
 from nightshift.engine.watcher import Watcher
-from nightshift.errors import LockHeldError
+from nightshift.errors import CatalogueError, LockHeldError
 from nightshift.metrics.export import export_ledger_metrics
 from nightshift.notify.notifier import Notifier, SlackAlertSink
 from nightshift.notify.sinks import NoticeSink
@@ -102,7 +103,8 @@ def nightly(
     """
     logger = get_run_logger()
     settings = load_settings()
-    catalogue = load_catalogue(catalog)
+    if (catalogue := _catalogue_or_none(catalog, logger)) is None:
+        return [Failed(message="invalid catalogue: nothing was run")]
     night = parse_night(night) if night else tonight(flow_run.scheduled_start_time)
     run_path = Path(run_dir) if run_dir else run_dir_for(settings, night)
     run_path.mkdir(parents=True, exist_ok=True)
@@ -177,6 +179,16 @@ def nightly(
     return [Completed(message=o.line()) if o.ok else Failed(message=o.line()) for o in summary.jobs]
 
 
+def _catalogue_or_none(catalog: str, logger: Any) -> Catalogue | None:
+    """The catalogue, or None after one ERROR line naming its absolute path (no traceback)."""
+    try:
+        # a deployed run reads it from the folder it was deployed from: say which file that is
+        return load_catalogue(Path(catalog).absolute())
+    except CatalogueError as exc:
+        logger.error("%s", exc.one_line())
+        return None
+
+
 def _notifier(catalogue: Catalogue, ledger: Ledger, logger: Any) -> Notifier | None:
     """The catalogue's Slack notifier, its outbox in the ledger; None without ``notify:``."""
     if catalogue.notify is None:
@@ -242,8 +254,8 @@ def _run_night(
         ),
         admission=Admission,
     )
-    if notifier is not None:
-        parts.alerts = SlackAlertSink(notifier)  # dwell alerts into the night's Slack thread
+    # dwell levels into the night's Slack thread; the LogSink above logs each level once
+    parts.alerts = SlackAlertSink(notifier) if notifier is not None else NoAlertSink()
     key = f"{night}:{uuid.uuid4().hex[:8]}"
     run_id = str(flow_run.id or key)
     with open_night(

@@ -66,6 +66,10 @@ class CatalogueError(NightshiftError):
         lines = [p.render(path) for p in problems]
         super().__init__("invalid catalogue:\n  " + "\n  ".join(lines))
 
+    def one_line(self) -> str:
+        """The problems on one line, for a log that shows each line as a record of its own."""
+        return "invalid catalogue: " + "; ".join(p.render(self.path) for p in self.problems)
+
 
 @dataclass(frozen=True)
 class InputProblem:

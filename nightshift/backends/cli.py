@@ -22,6 +22,7 @@ import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any, TypeVar
 
 from nightshift.backends.base import ExternalState, JobSpec, JobStatus
@@ -123,6 +124,9 @@ class CliBackend:
         self.command = [executable] if isinstance(executable, str) else list(executable)
         if not self.command:
             raise ValueError("executable must not be empty")
+        # how messages name the CLI (they reach Slack): a file's name, never its local path;
+        # `python /x/agy.py` or `python -m sandbox.agy` by its script or module
+        self.shown = Path(self.command[-1] if len(self.command) > 1 else self.command[0]).name
         self.timeout_s = timeout_s
         # the CLI gets our environment minus secrets (read at each call), plus these values
         self.env = dict(env or {})
@@ -238,7 +242,7 @@ class CliBackend:
             {**self.env, **job.get("env", {})},
             [*self.pass_env, *job.get("pass_env", ())],
         )
-        what = f"`{' '.join([exe, *args[:3]])}`"
+        what = f"`{' '.join([self.shown, *args[:3]])}`"
         try:
             proc = subprocess.run(
                 [*self.command, *args],
@@ -251,13 +255,14 @@ class CliBackend:
             )
         except FileNotFoundError as exc:
             raise PermanentBackendError(
-                f"agy executable {exe!r} not found; set NIGHTSHIFT_AGY or the catalogue's "
-                "`cli: {executable: ...}` to the path of the agy CLI"
+                f"agy executable {Path(exe).name!r} not found; set NIGHTSHIFT_AGY or the "
+                "catalogue's `cli: {executable: ...}` to the path of the agy CLI"
             ) from exc
         except subprocess.TimeoutExpired as exc:
             raise TransientBackendError(f"{what} timed out after {self.timeout_s:g}s") from exc
         except OSError as exc:
-            raise TransientBackendError(f"could not start {exe!r}: {exc}") from exc
+            why = exc.strerror or type(exc).__name__  # str(exc) would name the path
+            raise TransientBackendError(f"could not start {self.shown!r}: {why}") from exc
         if proc.returncode == EX_TEMPFAIL:
             raise TransientBackendError(
                 f"{what} is temporarily unavailable (exit 75): {_tail(proc.stderr)}"

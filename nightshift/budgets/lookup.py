@@ -25,9 +25,31 @@ from nightshift.budgets.columns import (
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["Budget", "Budgets", "Level", "classify"]
+__all__ = [
+    "FLOOR_POLLS",
+    "FLOOR_S",
+    "INSTANT_S",
+    "Budget",
+    "Budgets",
+    "Level",
+    "classify",
+    "dwell_floor",
+]
 
 Level = Literal["ok", "watch", "alert"]
+
+# No level before a job has spent this long in a state: below it a dwell is mostly the poll's
+# and the clocks' noise, and nobody acts on a five-second wait anyway.
+FLOOR_S = 5.0
+FLOOR_POLLS = 3  # ... nor before this many poll intervals (a state's end is seen a poll late)
+# A state whose p95 is below this is normally instant (``submitted``: the backend answered): it
+# gets no level at all; a job that hangs there is the fixed timers' (queued_timeout, timeout).
+INSTANT_S = 1.0
+
+
+def dwell_floor(poll_s: float = 0.0) -> float:
+    """The least dwell that can be a watch: the larger of FLOOR_S and FLOOR_POLLS polls."""
+    return max(FLOOR_S, FLOOR_POLLS * poll_s)
 
 
 @dataclass(frozen=True)
@@ -53,20 +75,33 @@ class Budget:
         """Seconds past which a dwell is ``alert``."""
         return 2 * self.p95
 
+    @property
+    def instant(self) -> bool:
+        """A state that is normally instant (p95 below INSTANT_S): no levels at all."""
+        return self.p95 < INSTANT_S
 
-def classify(dwell_s: float, budget: Budget | None, *, floor_s: float = 0.0) -> Level:
+    def limits(self, floor_s: float = FLOOR_S) -> tuple[float, float] | None:
+        """(watch past, alert past) in seconds with the floor under p95; None: instant."""
+        if self.instant:
+            return None
+        watch = max(self.p95, floor_s)
+        return watch, 2 * watch
+
+
+def classify(dwell_s: float, budget: Budget | None, *, floor_s: float = FLOOR_S) -> Level:
     """``ok`` up to p95 inclusive, ``watch`` up to 2 x p95 inclusive, ``alert`` beyond.
 
-    No budget (still learning) is always ``ok``: the fixed timers still apply. ``floor_s`` raises
-    a p95 smaller than it, so a state that is normally instant (p95 = 0) does not alert on the
-    first slow millisecond.
+    No budget (still learning), or a state that is normally instant, is always ``ok``: the fixed
+    timers still apply. ``floor_s`` raises a p95 smaller than it (``dwell_floor``), so a state
+    that usually takes a second does not alert on the third. Compared on unrounded seconds.
     """
-    if budget is None:
+    limits = None if budget is None else budget.limits(floor_s)
+    if limits is None:
         return "ok"
-    p95 = max(budget.p95, floor_s)
-    if dwell_s > 2 * p95:
+    watch, alert = limits
+    if dwell_s > alert:
         return "alert"
-    if dwell_s > p95:
+    if dwell_s > watch:
         return "watch"
     return "ok"
 

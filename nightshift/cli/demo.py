@@ -86,13 +86,14 @@ JOBS_TOKEN_ENV = "SANDBOX_JOBS_TOKEN"
 JOBS_TOKEN = "sandbox-jobs-token"
 EXPORT_S = 1.5
 
-# its usual night is [queue=0.8 run=1] (its month of history says so); tonight it never leaves
-# the queue: past 2 x its learned p95 about 3 s after it entered it, long before queued_timeout
+# its usual night is [queue=2 run=1] (its month of history says so); tonight it never leaves
+# the queue: a watch past the floor under its learned p95 (6 s: 3 of the demo's 2 s polls), an
+# alert past twice that, 12 s after it entered it, seconds before queued_timeout ends it
 ROUGH_EXTRA = """\
   - label: generate:article-c
     backend: cli
-    task: "generate article: a topic queued briefly [queue=0.8 run=1], but not tonight [stuck]"
-    queued_timeout: 8s
+    task: "generate article: a topic queued briefly [queue=2 run=1], but not tonight [stuck]"
+    queued_timeout: 16s
 """
 
 # the Gemini emulator's batch: 1 emulated minute passes in 0.1 s, so it queues 1 s and runs 2 s
@@ -185,7 +186,7 @@ def _seed_history(catalogue: Catalogue, url: str, night: str) -> str:
     )
 
 
-def _alert_lines(url: str, key: str, night: str) -> list[str]:
+def _alert_lines(url: str, key: str, night: str, floor_s: float) -> list[str]:
     """Tonight's watches and alerts, as the ledger's alert log keeps them."""
     from nightshift.store.alert_log import DWELL, AlertLog
     from nightshift.store.ledger import Ledger
@@ -202,8 +203,10 @@ def _alert_lines(url: str, key: str, night: str) -> list[str]:
         what = row.detail or row.kind  # the watchdog's kinds (stopped, stale, streak) say why
         if row.kind == DWELL and row.p95_s is not None:
             # raised the moment it passed: the dwell then is the limit, so the limit is what to say
-            times, limit = (1, "p95") if row.level == "watch" else (2, "2 x p95")
-            what = f"{row.state} past {limit} = {times * row.p95_s:.2f}s"
+            watch = max(row.p95_s, floor_s)
+            name = "p95" if row.p95_s >= floor_s else f"the floor (p95 {row.p95_s:.2f}s)"
+            times, limit = (1, name) if row.level == "watch" else (2, f"2 x {name}")
+            what = f"{row.state} past {limit} = {times * watch:.2f}s"
         at = row.at.strftime("%H:%M:%S UTC")
         lines.append(f"  {row.level:<5}  {row.label}  {what}  at {at}")
     return lines
@@ -283,6 +286,7 @@ def _run_with_jobs_api(
     scenario: str, as_json: bool, root: Path, slack_url: str, jobs_url: str
 ) -> tuple[int, Path]:
     """The rest of the sandboxed night, the job API running at ``jobs_url``."""
+    from nightshift.budgets.lookup import dwell_floor
     from nightshift.cli.run import run_catalogue
     from nightshift.engine.plan import tonight
     from sandbox.gemini_emulator import BatchScript, GeminiEmulator
@@ -321,5 +325,6 @@ def _run_with_jobs_api(
         code = run_catalogue(str(catalogue), as_json=as_json, night=night)
     if not as_json:
         print(f"batch output: {root / 'out' / 'admob.jsonl'}", file=sys.stderr)
-        print("\n".join(_alert_lines(url, loaded.key, night)), file=sys.stderr)
+        floor_s = dwell_floor(loaded.defaults.poll.max)
+        print("\n".join(_alert_lines(url, loaded.key, night, floor_s)), file=sys.stderr)
     return code, root

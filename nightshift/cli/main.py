@@ -6,7 +6,18 @@ import argparse
 import os
 import sys
 
-from nightshift.cli import budgets, cancel, demo, notify, prune, run, status, validate, watchdog
+from nightshift.cli import (
+    budgets,
+    cancel,
+    demo,
+    init,
+    notify,
+    prune,
+    run,
+    status,
+    validate,
+    watchdog,
+)
 from nightshift.cli.args import Parser
 from nightshift.cli.exits import USAGE
 from nightshift.cli.run import RUN_EXIT_CODES
@@ -46,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="show Prefect's logs")
     sub = parser.add_subparsers(dest="command")
     # the order of `nightshift --help`
-    for command in (run, validate, demo, status, cancel, budgets, prune, watchdog, notify):
+    for command in (init, run, validate, demo, status, cancel, budgets, prune, watchdog, notify):
         command.register(sub)
     return parser
 

@@ -42,9 +42,10 @@ def register(sub: Any) -> None:
     catalogue_flag(watchdog, shown, default=None)
     watchdog.add_argument(
         "--stale-after",
-        default="24h",
+        default=None,
         metavar="DURATION",
-        help="a label without a success this long is stale (default 24h)",
+        help="a label without a success or a run this long is stale (default: the interval "
+        "of the catalogue's schedule in prefect.yaml plus a grace; daily: 30h)",
     )
     watchdog.add_argument(
         "--streak",
@@ -63,7 +64,9 @@ def _command(args: argparse.Namespace) -> int:
     from nightshift.watchdog.checks import Rules
 
     try:
-        rules = Rules(stale_after_s=parse_duration(args.stale_after), streak_nights=args.streak)
+        stale = args.stale_after
+        stale_after_s = parse_duration(stale) if stale is not None else None
+        rules = Rules(stale_after_s=stale_after_s, streak_nights=args.streak)
     except ValueError as exc:
         say(f"nightshift watchdog: --stale-after/--streak: {exc}")
         return exits.USAGE

@@ -20,6 +20,7 @@ from pydantic import (
 from nightshift.config.durations import parse_duration
 from nightshift.config.http_api import HttpApiFields
 from nightshift.config.limits import BackendLimit
+from nightshift.config.names import DEFAULT_NAME
 from nightshift.config.notify import NotifyConfig
 
 __all__ = [
@@ -265,6 +266,13 @@ class Catalogue(_Strict):
     def home(self) -> Path:
         """Where the catalogue's relative paths start: its folder (not the working directory)."""
         return self.path.resolve().parent if self.path is not None else Path.cwd()
+
+    @property
+    def shown(self) -> str:
+        """The catalogue as messages name it: its ``name``, else its file's stem, never a path."""
+        if self.name:
+            return self.name
+        return self.path.stem if self.path else DEFAULT_NAME
 
     @property
     def key(self) -> str:

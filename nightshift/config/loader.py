@@ -27,7 +27,10 @@ def load_catalogue(path: str | Path) -> Catalogue:
     try:
         data = path.read_bytes()
     except OSError as exc:
-        raise CatalogueError(path, [CatalogueProblem(f"cannot read: {exc.strerror}")]) from exc
+        reason = f"cannot read: {exc.strerror}"
+        if isinstance(exc, FileNotFoundError):
+            reason += " (`nightshift init` writes a starter catalogue)"
+        raise CatalogueError(path, [CatalogueProblem(reason)]) from exc
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:

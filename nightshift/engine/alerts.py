@@ -13,8 +13,9 @@ from typing import Protocol
 
 from nightshift.budgets.lookup import Level
 from nightshift.config.durations import format_duration
+from nightshift.config.names import shown_name
 
-__all__ = ["Alert", "AlertSink", "Level", "LogAlertSink", "Raised"]
+__all__ = ["Alert", "AlertSink", "Level", "LogAlertSink", "NoAlertSink", "Raised", "seconds_text"]
 
 Logger = logging.Logger | logging.LoggerAdapter  # type: ignore[type-arg]
 
@@ -37,6 +38,19 @@ class Alert:
     dwell_s: float  # seconds in ``state`` when the level was passed (as observed)
     p95_s: float  # the budget it was measured against: watch > p95, alert > 2 x p95
     at: datetime  # aware, UTC: the observation that saw it
+    floor_s: float = 0.0  # the floor under p95: no level before max(p95, floor)
+    name: str | None = None  # the catalogue as people know it (its name; else ``catalogue``)
+
+    @property
+    def shown(self) -> str:
+        """The catalogue's name for messages: never a local path."""
+        return self.name or shown_name(self.catalogue)
+
+    @property
+    def limit_s(self) -> float:
+        """The dwell this level passed: p95 (or the floor) for a watch, twice it for an alert."""
+        watch = max(self.p95_s, self.floor_s)
+        return watch if self.level == "watch" else 2 * watch
 
     @property
     def key(self) -> Raised:
@@ -45,12 +59,23 @@ class Alert:
 
     def line(self) -> str:
         """One line for a person: ``alert: nightly/etl queued for 2h10m (p95 41m, x3.2)``."""
-        ratio = self.dwell_s / self.p95_s if self.p95_s > 0 else float("inf")
         return (
-            f"{self.level}: {self.catalogue}/{self.label} ({self.backend}) {self.state} for "
-            f"{format_duration(self.dwell_s)} (p95 {format_duration(self.p95_s)}, "
-            f"x{ratio:.1f}) night {self.night}"
+            f"{self.level}: {self.shown}/{self.label} ({self.backend}) {self.state} for "
+            f"{self.measure()} night {self.night}"
         )
+
+    def measure(self) -> str:
+        """``2h10m (p95 41m, x3.2)``; with ``floor 6s`` when the floor, not p95, set the limit."""
+        ratio = self.dwell_s / self.p95_s if self.p95_s > 0 else float("inf")
+        floored = f", floor {seconds_text(self.floor_s)}" if self.floor_s > self.p95_s else ""
+        return (
+            f"{seconds_text(self.dwell_s)} (p95 {seconds_text(self.p95_s)}, x{ratio:.1f}{floored})"
+        )
+
+
+def seconds_text(seconds: float) -> str:
+    """A duration for an alert line: tenths below a minute (``1.4s``: never "1s vs 1s")."""
+    return f"{seconds:.1f}s" if seconds < 60 else format_duration(seconds)
 
 
 class AlertSink(Protocol):
@@ -62,12 +87,19 @@ class AlertSink(Protocol):
 
 
 class LogAlertSink:
-    """The stand-in sink: a warning for a watch, an error for an alert."""
+    """The stand-in sink: a watch at INFO, an alert at ERROR."""
 
     def __init__(self, logger: Logger | None = None) -> None:
         self._logger: Logger = logger or logging.getLogger("nightshift.alerts")
 
     def send(self, alert: Alert) -> None:
         """Log the change's line at a level a log reader filters on."""
-        severity = logging.ERROR if alert.level == "alert" else logging.WARNING
+        severity = logging.ERROR if alert.level == "alert" else logging.INFO
         self._logger.log(severity, "%s", alert.line())
+
+
+class NoAlertSink:
+    """Announces nothing: where the night's log sink already logs every level once."""
+
+    def send(self, alert: Alert) -> None:
+        """Nothing to do."""

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from nightshift.budgets.lookup import Budget, Level, classify
+from nightshift.budgets.lookup import FLOOR_S, Budget, Level, classify
+from nightshift.config.names import shown_name
 from nightshift.engine.alerts import Alert, Raised
 
 __all__ = [
@@ -49,18 +50,20 @@ class BudgetTable:
 
 
 def usable(budget: Budget | None) -> Budget | None:
-    """A budget the detector can use: a p95 of 0 would make every wait abnormal, so it is none."""
-    return budget if budget is not None and budget.p95 > 0 else None
+    """A budget the detector can use: none for a state that is normally instant (p95 < 1 s)."""
+    return budget if budget is not None and not budget.instant else None
 
 
-def level_moments(budget: Budget | None, entered_at: datetime) -> dict[Level, datetime]:
+def level_moments(
+    budget: Budget | None, entered_at: datetime, floor_s: float = FLOOR_S
+) -> dict[Level, datetime]:
     """The first moment the job is at ``watch`` and at ``alert`` in a state entered then."""
-    budget = usable(budget)
-    if budget is None:
+    limits = None if budget is None else budget.limits(floor_s)
+    if limits is None:
         return {}
     return {
-        "watch": _first_past(entered_at, budget.watch_at),
-        "alert": _first_past(entered_at, budget.alert_at),
+        "watch": _first_past(entered_at, limits[0]),
+        "alert": _first_past(entered_at, limits[1]),
     }
 
 
@@ -95,9 +98,14 @@ class Detector:
         catalogue: str,
         budgets: BudgetSource,
         raised: Iterable[Raised] = (),
+        *,
+        floor_s: float = FLOOR_S,
+        name: str | None = None,
     ) -> None:
         self.night = night
         self.catalogue = catalogue
+        self.name = name or shown_name(catalogue)  # what people read: never a local path
+        self.floor_s = floor_s
         self._budgets = budgets
         self._raised: set[Raised] = set(raised)
         self._jobs: dict[str, _Watched] = {}
@@ -148,7 +156,7 @@ class Detector:
         if budget is None:
             return []
         dwell = _dwell(job.entered_at, now)
-        level = classify(dwell, budget)
+        level = classify(dwell, budget, floor_s=self.floor_s)
         passed = _ORDER[: _ORDER.index(level) + 1] if level != "ok" else ()
         alerts = []
         for step in passed:
@@ -167,6 +175,8 @@ class Detector:
                     dwell_s=dwell,
                     p95_s=budget.p95,
                     at=now,
+                    floor_s=self.floor_s,
+                    name=self.name,
                 )
             )
         return alerts
@@ -175,6 +185,7 @@ class Detector:
         job = self._jobs.get(label)
         if job is None:
             return None
-        moments = level_moments(self._budgets.budget(label, job.state), job.entered_at)
+        budget = self._budgets.budget(label, job.state)
+        moments = level_moments(budget, job.entered_at, self.floor_s)
         pending = [at for lvl, at in moments.items() if (label, job.state, lvl) not in self._raised]
         return min(pending, default=None)

@@ -4,9 +4,9 @@
 observed by the ``Detector``, a final state forgets it. Between polls a small timer thread sleeps
 until ``Detector.next_wake()`` and ticks, so a level changes on time whatever the poll interval.
 Each level change is kept in the alert log first; only a change the log had not seen (a rerun
-re-attaching repeats nothing) becomes a ``LevelChanged`` event for the sinks, and an ``alert``
-also goes to the ``AlertSink`` at once. A night that lost its lease keeps and announces nothing:
-the night holding it does.
+re-attaching repeats nothing) becomes a ``LevelChanged`` event for the sinks and goes to the
+``AlertSink`` at once (watches too: the sink sends what ``notify.alert_levels`` lists). A night
+that lost its lease keeps and announces nothing: the night holding it does.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal, cast
 
-from nightshift.budgets.lookup import Budget, Budgets
+from nightshift.budgets.lookup import Budget, Budgets, dwell_floor
 from nightshift.engine.alerts import Alert, AlertSink, Raised
 from nightshift.engine.detection import Detector
 from nightshift.engine.events import (
@@ -163,11 +163,10 @@ class DwellWatch:
             if not self._keep(alert):
                 continue
             self._publish(LevelChanged(alert))
-            if alert.level == "alert":
-                try:
-                    self._alerts.send(alert)
-                except Exception:
-                    self._logger.exception("the alert sink failed on %s", alert.line())
+            try:
+                self._alerts.send(alert)
+            except Exception:
+                self._logger.exception("the alert sink failed on %s", alert.line())
 
     def _keep(self, alert: Alert) -> bool:
         """Write the alert log row; False when it was there already (raised by another run).
@@ -229,6 +228,9 @@ def watch_dwells(
         key,
         CatalogueBudgets(budgets, key, backends),
         raised=[cast("Raised", key) for key in raised if key[2] in _LEVELS],
+        # a dwell is seen a poll late at worst: no level before a few of the night's longest
+        floor_s=dwell_floor(ctx.catalogue.defaults.poll.max),
+        name=ctx.catalogue.shown,
     )
     if typical := typical_of(budgets, ctx.catalogue):
         ctx.events.publish(ExpectedDurations(ctx.night, key, typical, ctx.wall()))

@@ -178,5 +178,6 @@ class LogSink:
             for outcome in event.summary.not_ok:
                 self._logger.warning("%s", outcome.line())
         elif isinstance(event, LevelChanged):
-            # the flow run's logs keep both levels; an alert also goes to the night's AlertSink
-            self._logger.warning("%s", event.alert.line())
+            # once each: a watch for the record, an alert for someone to act on
+            severity = logging.ERROR if event.alert.level == "alert" else logging.INFO
+            self._logger.log(severity, "%s", event.alert.line())

@@ -21,6 +21,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from nightshift.config.names import shown_name
 from nightshift.config.notify import NotifyConfig, Route, SlackSettings
 from nightshift.engine.alerts import Alert
 from nightshift.engine.outcomes import NightSummary
@@ -55,9 +56,11 @@ class Notifier:
         sender: SlackSender | None = None,
         logger: Logger | None = None,
         claim_s: float = 300.0,
+        name: str | None = None,
     ) -> None:
         self.config = config
-        self.catalogue = catalogue
+        self.catalogue = catalogue  # the key: outbox rows and threads
+        self.name = name or shown_name(catalogue)  # what messages say: never a local path
         self.outbox = outbox
         self.sender = sender or SlackSender(config.slack)
         self.log: Logger = logger or _log
@@ -83,14 +86,12 @@ class Notifier:
         try:
             url = flow_run_url or flow_run_link(self.config.ui_url, flow_run_id)
             messages = render_night(
-                summary, self.config, night=night, catalogue=self.catalogue, flow_run_url=url
+                summary, self.config, night=night, catalogue=self.name, flow_run_url=url
             )
             alerted = self._alerted_labels(night)
             for job in summary.jobs:
                 if job.ok and job.label in alerted:
-                    reply = render_recovered(
-                        self.config, night=night, catalogue=self.catalogue, job=job
-                    )
+                    reply = render_recovered(self.config, night=night, catalogue=self.name, job=job)
                     messages += [reply] if reply else []
         except Exception as exc:  # the night's verdict never depends on its notification
             self.log.error("notify: could not draw the night's messages: %s", _one_line(exc))
@@ -108,7 +109,7 @@ class Notifier:
     ) -> Delivery | None:
         """Any other in-night event (SLA fallback, stuck queue, timeout) into the night's thread."""
         message = render_notice(
-            self.config, night=night, catalogue=self.catalogue, label=label, line=line,
+            self.config, night=night, catalogue=self.name, label=label, line=line,
             backend=backend, kind=kind,
         )  # fmt: skip
         return self._safe_send(message, night)

@@ -96,13 +96,9 @@ def render_alert(alert: Alert, config: NotifyConfig) -> Message | None:
     """An in-night dwell alert for the ``alert`` route (None: no route, or a level not sent)."""
     if alert.level not in config.alert_levels:
         return None
-    ratio = alert.dwell_s / alert.p95_s if alert.p95_s > 0 else float("inf")
-    line = (
-        f"{alert.state} for {format_duration(alert.dwell_s)} (p95 "
-        f"{format_duration(alert.p95_s)}, x{ratio:.1f}), {alert.level}"
-    )
+    line = f"{alert.state} for {alert.measure()}, {alert.level}"
     return render_notice(
-        config, night=alert.night, catalogue=alert.catalogue, label=alert.label, line=line,
+        config, night=alert.night, catalogue=alert.shown, label=alert.label, line=line,
         backend=alert.backend, kind=f"dwell {alert.level}",
     )  # fmt: skip
 

@@ -10,10 +10,12 @@ makes it once in the alert log:
   it covers is taken to be the one with the newest transition (a night that just took the lease
   and wrote nothing yet lets an older stopped night pass for watched until it does). Once per
   (catalogue, night).
-- ``stale``: a label of the catalogue file with no success for ``stale_after_s`` (default 24 h).
-  Only labels that have finished at least once: a new catalogue or label is still starting
-  (nothing to be stale about). Keyed by the night of the last success (or of the first run),
-  so it is raised once per dry spell and again after the next success goes stale.
+- ``stale``: a label of the catalogue file that missed its schedule: no success and no run at
+  all for the schedule's interval plus a grace (``stale_limit``: a daily catalogue's is 30 h), or
+  ``stale_after_s`` when given. A label whose last run failed within that time is not stale: its
+  night's digest said so already (and three such nights are a ``streak``). Only labels that have
+  finished at least once: a new catalogue or label is still starting. Keyed by the night of the
+  last success (or of the first run), so it is raised once per dry spell.
 - ``streak``: a label whose last ``streak_nights`` (default 3) recorded nights all ended other
   than ``succeeded`` (partial, failed, timeout, skipped, lost...). Nights without a row for the
   label (an ``--only`` run) don't break or extend a streak. Keyed by the streak's first night:
@@ -28,8 +30,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from nightshift.budgets.lookup import Budget, classify
+from nightshift.budgets.lookup import FLOOR_S, Budget, classify
 from nightshift.config.durations import format_duration
+from nightshift.config.names import shown_name
 from nightshift.states import JobState
 from nightshift.store.alert_log import DWELL, STALE, STOPPED, STREAK, AlertRecord
 
@@ -43,6 +46,7 @@ __all__ = [
     "Rules",
     "dwell_findings",
     "stale_findings",
+    "stale_limit",
     "stopped_findings",
     "streak_findings",
 ]
@@ -60,16 +64,34 @@ class BudgetLookup(Protocol):
         ...
 
 
+DAY_S = 24 * 3600.0
+GRACE_MIN_S = 3600.0  # a stale limit is at least this much past the schedule's interval
+GRACE_SHARE = 0.25  # ... or a quarter of the interval: a daily job gets 6 h to finish late
+
+
+def stale_limit(interval_s: float = DAY_S) -> float:
+    """How long a label may go without a success or a run: its interval plus a grace."""
+    return interval_s + max(GRACE_MIN_S, GRACE_SHARE * interval_s)
+
+
 @dataclass(frozen=True)
 class Rules:
-    """The watchdog's thresholds."""
+    """The watchdog's thresholds; ``stale_after_s`` None: from the catalogue's schedule."""
 
-    stale_after_s: float = 24 * 3600.0
+    stale_after_s: float | None = None
     streak_nights: int = 3
+    interval_s: float = DAY_S  # the catalogue's schedule: the gap between two of its nights
 
     def __post_init__(self) -> None:
-        if self.stale_after_s <= 0 or self.streak_nights < 1:
+        if (self.stale_after_s is not None and self.stale_after_s <= 0) or self.streak_nights < 1:
             raise ValueError(f"rules need stale_after_s > 0 and streak_nights >= 1, got {self}")
+
+    @property
+    def stale_s(self) -> float:
+        """The stale limit in force: the one given, else the schedule's interval plus a grace."""
+        return (
+            self.stale_after_s if self.stale_after_s is not None else stale_limit(self.interval_s)
+        )
 
 
 @dataclass(frozen=True)
@@ -113,23 +135,25 @@ class LabelRecord:
     first_at: datetime
     last_success_night: str | None = None
     last_success_at: datetime | None = None
+    last_night: str | None = None  # its latest finished run, whatever its state
+    last_at: datetime | None = None
 
 
 def dwell_findings(
-    jobs: Iterable[InFlight], budgets: BudgetLookup, now: datetime
+    jobs: Iterable[InFlight], budgets: BudgetLookup, now: datetime, floor_s: float = FLOOR_S
 ) -> list[AlertRecord]:
-    """Jobs past 2 x p95 in their current state (no budget, or a p95 of 0: none)."""
+    """Jobs past 2 x p95 in their current state, the floor under it (``classify``'s rule)."""
     found = []
     for job in jobs:
         budget = budgets.budget(job.catalogue, job.label, job.state, job.backend)
-        if budget is None or budget.p95 <= 0:
-            continue
         dwell = (now - job.entered_at).total_seconds()
-        if classify(dwell, budget) != "alert":
+        if budget is None or classify(dwell, budget, floor_s=floor_s) != "alert":
             continue
+        floored = f", floor {format_duration(floor_s)}" if floor_s > budget.p95 else ""
         text = (
-            f"{job.catalogue}/{job.label} {job.state} for {format_duration(dwell)} "
-            f"(p95 {format_duration(budget.p95)}, x{dwell / budget.p95:.1f}) night {job.night}"
+            f"{shown_name(job.catalogue)}/{job.label} {job.state} for {format_duration(dwell)} "
+            f"(p95 {format_duration(budget.p95)}, x{dwell / budget.p95:.1f}{floored}) "
+            f"night {job.night}"
         )
         key = (job.catalogue, job.night, job.label, DWELL)
         found.append(_record(*key, now, text, job.state, dwell_s=dwell, p95_s=budget.p95))
@@ -166,7 +190,8 @@ def stopped_findings(
             why = f"the live lease ({lease.owner}) runs a newer night"
         listed = ", ".join(f"{j.label} ({j.state})" for j in sorted(stuck, key=lambda j: j.label))
         text = (
-            f"{catalogue} night {night} stopped watching: {why}; {len(stuck)} in flight: {listed}"
+            f"{shown_name(catalogue)} night {night} stopped watching: {why}; {len(stuck)} in "
+            f"flight: {listed}"
         )
         found.append(_record(catalogue, night, "", STOPPED, now, text))
     return found
@@ -179,23 +204,27 @@ def stale_findings(
     now: datetime,
     rules: Rules = Rules(),
 ) -> list[AlertRecord]:
-    """Labels of ``catalogue`` without a success for longer than ``rules.stale_after_s``."""
+    """Labels of ``catalogue`` without a success or a run for longer than ``rules.stale_s``."""
     found = []
+    limit_s = rules.stale_s
+    name = shown_name(catalogue)
     for label in sorted(set(labels)):
         record = records.get(label)
         if record is None:  # never finished: new, not stale
             continue
         since = record.last_success_at or record.first_at
         age = (now - since).total_seconds()
-        if age <= rules.stale_after_s:
+        if age <= limit_s:
             continue
+        if record.last_at is not None and (now - record.last_at).total_seconds() <= limit_s:
+            continue  # it ran on schedule and did not succeed: its night reported that
         ago = format_duration(age)
         if record.last_success_at is not None and record.last_success_night is not None:
             night, what = record.last_success_night, f"last success {ago} ago"
         else:
             night, what = record.first_night, f"never succeeded (first run {ago} ago)"
-        limit = format_duration(rules.stale_after_s)
-        text = f"{catalogue}/{label} stale: {what}, more than {limit} (night {night})"
+        limit = format_duration(limit_s)
+        text = f"{name}/{label} stale: {what}, more than {limit} (night {night})"
         found.append(_record(catalogue, night, label, STALE, now, text))
     return found
 
@@ -219,7 +248,10 @@ def streak_findings(
             continue
         start = streak[0].night
         shown = ", ".join(f"{r.night} {r.state}" for r in streak[-rules.streak_nights :])
-        text = f"{catalogue}/{label} not ok {len(streak)} nights in a row since {start}: {shown}"
+        text = (
+            f"{shown_name(catalogue)}/{label} not ok {len(streak)} nights in a row since "
+            f"{start}: {shown}"
+        )
         found.append(_record(catalogue, start, label, STREAK, now, text))
     return found
 

@@ -126,7 +126,7 @@ def outcomes(
 
 
 def label_records(engine: sa.Engine, catalogue: str) -> dict[str, LabelRecord]:
-    """Each label of ``catalogue`` that finished at least once: its first run, last success."""
+    """Each label of ``catalogue`` that finished: its first run, last success and last run."""
     j = _jobs.c
     when = sa.func.coalesce(j.submitted_at, j.finished_at)
     success = j.state == JobState.SUCCEEDED
@@ -137,6 +137,8 @@ def label_records(engine: sa.Engine, catalogue: str) -> dict[str, LabelRecord]:
             sa.func.min(when).label("first_at"),
             sa.func.max(sa.case((success, j.night))).label("success_night"),
             sa.func.max(sa.case((success, j.finished_at))).label("success_at"),
+            sa.func.max(j.night).label("last_night"),
+            sa.func.max(sa.func.coalesce(j.finished_at, j.submitted_at)).label("last_at"),
         )
         .where(j.catalogue == catalogue, j.state.in_(sorted(DONE)))
         .group_by(j.label)
@@ -153,6 +155,8 @@ def label_records(engine: sa.Engine, catalogue: str) -> dict[str, LabelRecord]:
                 _aware(row.first_at),
                 row.success_night,
                 _aware(row.success_at) if row.success_at is not None else None,
+                row.last_night,
+                _aware(row.last_at) if row.last_at is not None else None,
             )
     return found
 

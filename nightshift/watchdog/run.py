@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
+from nightshift.budgets.lookup import FLOOR_S
+from nightshift.config.names import shown_name
 from nightshift.store.alert_log import DWELL, STALE, STOPPED, STREAK, AlertLog, AlertRecord
 from nightshift.watchdog.checks import (
     Rules,
@@ -38,14 +40,14 @@ class FindingSink(Protocol):
 
 
 class LogFindingSink:
-    """The stand-in sink: one error line per new alert."""
+    """The stand-in sink: one warning line per new alert (the pass itself went fine)."""
 
     def __init__(self, logger: Logger | None = None) -> None:
         self._logger: Logger = logger or logging.getLogger("nightshift.watchdog")
 
     def send(self, alert: AlertRecord) -> None:
         """Log the alert's line."""
-        self._logger.error("%s %s: %s", alert.level, alert.kind, alert.detail)
+        self._logger.warning("%s %s: %s", alert.level, alert.kind, alert.detail)
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,7 @@ def watch_once(
     rules: Rules | None = None,
     sink: FindingSink | None = None,
     now: datetime | None = None,
+    floor_s: float = FLOOR_S,
 ) -> WatchReport:
     """One pass over ``catalogue`` (a key; None: all); stale labels need ``labels`` (its file's).
 
@@ -107,7 +110,7 @@ def watch_once(
         activity = reads.night_activity(engine, catalogues, since)
         found = stopped_findings(jobs, reads.leases(engine), activity, now)
         if jobs:
-            found += dwell_findings(jobs, current_budgets(ledger, now), now)
+            found += dwell_findings(jobs, current_budgets(ledger, now), now, floor_s)
         first_night = (now - OUTCOME_WINDOW).date().isoformat()
         found += streak_findings(reads.outcomes(engine, first_night, catalogue), now, rules, labels)
         if catalogue is not None and labels is not None:
@@ -123,7 +126,7 @@ def watch_once(
         try:
             sink.send(alert)
         except Exception as exc:  # kept in the alert log all the same; say so, go on
-            errors.append(f"{alert.kind} {alert.catalogue}/{alert.label}: {exc}")
+            errors.append(f"{alert.kind} {shown_name(alert.catalogue)}/{alert.label}: {exc}")
     return WatchReport(now, catalogue, len(jobs), found, raised, errors)
 
 

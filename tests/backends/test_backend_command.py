@@ -240,3 +240,17 @@ def test_a_labels_job_id_uses_the_one_label_to_filename_rule(backend: CommandBac
     assert wait_final(backend, underscore).state is ExternalState.SUCCEEDED
     assert backend.logs(colon).strip() == "colon"
     assert backend.logs(underscore).strip() == "underscore"
+
+
+def test_a_failed_job_says_its_first_line_of_stderr(backend: CommandBackend) -> None:
+    code = (
+        "import sys; print('progress 1'); print('', file=sys.stderr); "
+        "print('broken link: /about -> 404', file=sys.stderr, flush=True); "
+        "print('second problem', file=sys.stderr); raise SystemExit(1)"
+    )
+    job_id = backend.submit(spec(py(code)))
+    status = wait_final(backend, job_id)
+    assert status.state is ExternalState.FAILED
+    assert status.detail == "exit code 1: broken link: /about -> 404"
+    # the log still has everything, stdout and stderr
+    assert set(backend.logs(job_id).splitlines()) >= {"progress 1", "broken link: /about -> 404"}

@@ -360,3 +360,35 @@ def test_a_token_from_a_secret_block_and_a_missing_block(slack: SlackEmulator) -
         "cannot read the Slack token: fix notify.slack.token_block (Prefect Secret block "
         "'slack-bot')"
     )
+
+
+@pytest.mark.parametrize(
+    ("levels", "sent"),
+    [(["alert"], ["dwell alert"]), (["watch", "alert"], ["dwell watch", "dwell alert"])],
+)
+def test_watches_reach_slack_when_alert_levels_lists_them(
+    slack: SlackEmulator, outbox: Outbox, levels: list[str], sent: list[str]
+) -> None:
+    from datetime import timedelta
+
+    from nightshift.budgets.lookup import Budget
+    from nightshift.engine.detection import BudgetTable, Detector
+    from nightshift.engine.dwell_watch import DwellWatch
+    from nightshift.engine.events import JobChanged
+    from nightshift.store.alert_log import AlertLog
+
+    config = _config(slack).model_copy(update={"alert_levels": levels})
+    notifier = Notifier(config, catalogue="nightly", outbox=outbox,
+                        sender=SlackSender(config.slack, env=ENV, backoff_s=0.0))  # fmt: skip
+    at = datetime(2026, 11, 29, 3, tzinfo=UTC)
+    now = [at]
+    detector = Detector(NIGHT, "nightly", BudgetTable({("etl", "queued"): Budget(60, 100, 30)}))
+    watch = DwellWatch(
+        detector, publish=lambda _e: None, log=AlertLog(outbox.engine),
+        alerts=SlackAlertSink(notifier), wall=lambda: now[0],
+    )  # fmt: skip
+    watch(JobChanged(NIGHT, "nightly", "etl", "cli", 1, "x", "queued", at, None))
+    for seconds in (150, 250):  # past p95, then past 2 x p95
+        now[0] = at + timedelta(seconds=seconds)
+        watch.tick()
+    assert [m.text.split(":")[0] for m in slack.in_channel("#batch-alerts")] == sent

@@ -33,14 +33,20 @@ def test_watchdog_prints_each_new_alert_once(
     sandbox: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     catalogue = _failing_three_nights(sandbox)
+    # its last run failed a day ago: within its daily schedule's 30 h, so a streak, not stale
     assert main(["watchdog", "--catalogue", str(catalogue)]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert [line.split(":")[0] for line in out[:2]] == ["alert streak", "alert stale"]
-    assert out[2] == "watchdog: 0 jobs in flight, 2 findings, 2 new alerts"
+    assert [line.split(":")[0] for line in out[:1]] == ["alert streak"]
+    assert out[1] == "watchdog: 0 jobs in flight, 1 findings, 1 new alerts"
+    # a stale limit given by hand wins over the schedule's
+    assert main(["watchdog", "--catalogue", str(catalogue), "--stale-after", "12h"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in out[:1]] == ["alert stale"]
+    assert out[1] == "watchdog: 0 jobs in flight, 2 findings, 1 new alerts (1 raised before)"
 
     assert main(["watchdog", "--catalogue", str(catalogue), "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
-    assert (shown["catalogue"], shown["found"], shown["raised"]) == ("team-a", 2, [])
+    assert (shown["catalogue"], shown["found"], shown["raised"]) == ("team-a", 1, [])
 
 
 def test_watchdog_without_a_catalogue_checks_streaks_not_staleness(
@@ -122,7 +128,7 @@ def test_watchdog_tells_slack_delivers_the_outbox_and_writes_metrics(
         ledger.close()
         slack.up()
 
-        assert main(["watchdog", "--catalogue", str(catalogue)]) == 0
+        assert main(["watchdog", "--catalogue", str(catalogue), "--stale-after", "12h"]) == 0
 
     channels = [m.channel for m in slack.messages]
     assert channels == ["#digest", "#alerts", "#alerts"]  # the kept digest, then streak and stale
@@ -131,3 +137,21 @@ def test_watchdog_tells_slack_delivers_the_outbox_and_writes_metrics(
     metrics = (sandbox / "state" / "metrics" / "nightshift.prom").read_text()
     assert 'nightshift_job_runs_total{catalogue="team-a",job="etl",state="failed"} 3.0' in metrics
     assert token not in capsys.readouterr().out
+
+
+def test_stale_follows_the_schedule_in_the_prefect_yaml_beside_the_catalogue(
+    sandbox: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    catalogue = _failing_three_nights(sandbox)
+    # an hourly catalogue whose last run was a day ago missed its schedule: 1 h + 1 h grace
+    (sandbox / "prefect.yaml").write_text(
+        "deployments:\n"
+        "  - name: nightly-batch-hourly\n"
+        "    entrypoint: flows/nightly.py:nightly\n"
+        "    parameters: {catalog: nightshift.yaml}\n"
+        "    schedules: [{cron: '0 * * * *'}]\n"
+    )
+    assert main(["watchdog", "--catalogue", str(catalogue)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert sorted(line.split(":")[0] for line in out[:2]) == ["alert stale", "alert streak"]
+    assert "more than 2h00m" in next(line for line in out if line.startswith("alert stale"))

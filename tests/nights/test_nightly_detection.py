@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from flows.nightly import nightly
+from nightshift.budgets.lookup import FLOOR_S
 from nightshift.config.settings import load_settings
 from nightshift.store.alert_log import AlertLog
 from nightshift.store.ledger import Ledger
@@ -19,12 +20,12 @@ CATALOGUE = """\
 name: flowtrial
 defaults: {poll: {initial: 0.2s, factor: 2, max: 0.5s}, deadline: 60s}
 jobs:
-  - {label: etl, backend: cli, task: "etl [queue=4 run=0.3]"}
+  - {label: etl, backend: cli, task: "etl [queue=12 run=0.3]"}
 """
 
 
 def seed(url: str, nights: int = 10) -> None:
-    """Past nights of etl: queued 0.5-0.9 s; the other states long enough never to alert."""
+    """Past nights of etl: queued 1.5-2.4 s; the other states long enough never to alert."""
     ledger = Ledger(url, "flowtrial")
     now = datetime.now(UTC)
     try:
@@ -33,7 +34,7 @@ def seed(url: str, nights: int = 10) -> None:
             night = t.date().isoformat()
             slow = 5.0 + day  # seconds in each state around the queue
             steps = [("submitting", 0), ("submitted", slow), ("queued", slow)]
-            steps += [("running", 0.5 + 0.04 * day), ("succeeded", slow)]
+            steps += [("running", 1.5 + 0.1 * day), ("succeeded", slow)]
             for state, after in steps:
                 t += timedelta(seconds=after)
                 ledger.transition(night, f"seed-{day}", "etl", "cli", f"e{day}", state, at=t)
@@ -61,10 +62,11 @@ def test_an_overstaying_queue_is_watched_then_alerted_once(sandbox: Path) -> Non
     assert raised == [("etl", "queued", "watch"), ("etl", "queued", "alert")]
     watch, alert = records
     assert {r.raised_by for r in records} == {"night"}
-    # on time: just past p95 and 2 x p95 (the timer, not a poll up to 0.5 s later), within 0.3 s
+    # on time: just past the floor under its p95 (2.4 s: the floor, 5 s) and twice it (the
+    # timer, not a poll up to 0.5 s later), within 0.3 s
     assert watch.p95_s is not None and watch.dwell_s is not None and alert.dwell_s is not None
-    assert watch.p95_s < watch.dwell_s < watch.p95_s + 0.3
-    assert 2 * watch.p95_s < alert.dwell_s < 2 * watch.p95_s + 0.3
+    assert watch.p95_s < FLOOR_S < watch.dwell_s < FLOOR_S + 0.3
+    assert 2 * FLOOR_S < alert.dwell_s < 2 * FLOOR_S + 0.3
 
 
 def test_the_progress_artifact_says_when_the_night_should_be_done() -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from nightshift.budgets.lookup import FLOOR_S
 from nightshift.store.alert_log import DWELL, AlertLog
 from nightshift.store.ledger import Ledger
 from tests.dwell_night import NIGHT, S, budgets, dwell_night, rows
@@ -26,9 +27,11 @@ def ledger(db_url: str) -> Iterator[Ledger]:
 
 
 def test_watch_then_alert_at_their_moments_with_no_poll_between(
-    tmp_path: Path, ledger: Ledger
+    tmp_path: Path, ledger: Ledger, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     load = lambda _l, _n: budgets("submitted")  # noqa: E731
+    # the floor of 100 s polls would be 300 s: this test is about the timer, so only FLOOR_S
+    monkeypatch.setattr("nightshift.engine.dwell_watch.dwell_floor", lambda _poll: FLOOR_S)
     # polled every 100 s: the job sits in `submitted` from EPOCH, past both levels before a poll
     with dwell_night(tmp_path, ledger, [S], load) as night:
         dwell = night.ctx.dwell
@@ -44,11 +47,15 @@ def test_watch_then_alert_at_their_moments_with_no_poll_between(
         night.move(1e-6)
         wait_until(lambda: rows(ledger) == [WATCH], what="the watch row")
         wait_until(lambda: dwell.waiting_for == alert_at, what="the timer set for the alert")
-        assert night.levels() == [WATCH] and night.alerts.sent == []  # a watch is no alert
+        assert night.levels() == [WATCH]
+        assert [a.level for a in night.alerts.sent] == ["watch"]  # the sink sends what it lists
         night.move(10)
         wait_until(lambda: rows(ledger) == [WATCH, ALERT], what="the alert row")
         assert night.levels() == [WATCH, ALERT]
-        assert [(a.level, a.at) for a in night.alerts.sent] == [("alert", alert_at)]
+        assert [(a.level, a.at) for a in night.alerts.sent] == [
+            ("watch", watch_at),
+            ("alert", alert_at),
+        ]
         assert night.backend.calls["slow"] == 0  # no poll saw any of it: the timer did
         night.run_out(100.0)
     assert night.backend.calls["slow"] == 1

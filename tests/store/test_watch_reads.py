@@ -81,6 +81,8 @@ def test_leases_outcomes_and_label_records(db_url: str) -> None:
             NOW - timedelta(days=3),
             "2026-11-28",
             last + timedelta(minutes=2),
+            NIGHT,  # its last run, whatever its state: tonight's failure
+            failed_at + timedelta(minutes=1),
         )
     }
     assert reads.label_records(ledger.engine, "other") == {}
@@ -109,14 +111,13 @@ def test_a_pass_raises_each_finding_once(db_url: str) -> None:
     assert [(a.kind, a.label, a.state) for a in sent] == [
         (STOPPED, "", ""),
         (DWELL, "etl", "running"),
-        (STREAK, "flaky", ""),
-        (STALE, "flaky", ""),
+        (STREAK, "flaky", ""),  # not stale as well: it ran last night, and failed
     ]
     assert report.raised == sent and report.in_flight == 1
     assert sent[1].detail == "cat/etl running for 2m (p95 1m, x2.0) night 2026-11-29"
 
     again = watch_once(db_url, catalogue="cat", labels=labels, sink=Sink(), now=NOW)
-    assert len(again.found) == 4 and again.raised == [] and len(sent) == 4
+    assert len(again.found) == 3 and again.raised == [] and len(sent) == 3
     assert [(r.kind, r.raised_by) for r in log.alerts(catalogue="cat", night=NIGHT)] == [
         (DWELL, "night"),
         (STOPPED, "watchdog"),
@@ -134,3 +135,22 @@ def test_a_dwell_alert_the_night_raised_is_not_raised_again(db_url: str) -> None
     report = watch_once(db_url, catalogue="cat", now=NOW)
     assert [a.kind for a in report.found] == [STOPPED, DWELL]
     assert [a.kind for a in report.raised] == [STOPPED]
+
+
+def test_the_morning_after_one_failed_night_of_a_daily_catalogue_is_not_stale(
+    db_url: str,
+) -> None:
+    # etl succeeded every night at 02:00 until last night, which failed (the digest said so);
+    # at 09:00 its last success is 31 h old: more than a day, but the job did not miss a night
+    ledger = Ledger(db_url, "cat")
+    morning = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)
+    for day in range(8, 0, -1):
+        start = datetime(2026, 11, 29, 2, 0, tzinfo=UTC) - timedelta(days=day)
+        _run(ledger, start.date().isoformat(), "etl", ["queued", "running", "succeeded"], start)
+    _run(ledger, NIGHT, "etl", ["queued", "failed"], datetime(2026, 11, 29, 2, 0, tzinfo=UTC))
+
+    report = watch_once(db_url, catalogue="cat", labels=["etl"], now=morning)
+    assert [a.kind for a in report.found] == []
+    # a night later with no run at all (the schedule stopped): now it missed its interval
+    later = watch_once(db_url, catalogue="cat", labels=["etl"], now=morning + timedelta(days=1))
+    assert [(a.kind, a.label) for a in later.raised] == [(STALE, "etl")]

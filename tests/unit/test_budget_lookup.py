@@ -10,6 +10,7 @@ import pytest
 
 from nightshift.budgets import Budget, Budgets, classify
 from nightshift.budgets.columns import HISTORY_COLUMNS
+from nightshift.budgets.lookup import FLOOR_POLLS, FLOOR_S, dwell_floor
 from nightshift.budgets.table import budget_tables
 
 NOW = datetime(2026, 11, 29, 6, 0, tzinfo=UTC)
@@ -38,11 +39,32 @@ def test_no_budget_is_always_ok() -> None:
 def test_a_floor_keeps_an_instant_state_from_alerting_at_once() -> None:
     instant = Budget(p50=0.0, p95=0.0, n=30, source="job")
 
-    assert classify(0.5, instant) == "alert"
-    assert classify(0.5, instant, floor_s=60) == "ok"
-    assert classify(61, instant, floor_s=60) == "watch"
-    assert classify(121, instant, floor_s=60) == "alert"
+    assert classify(0.5, instant, floor_s=0) == "ok"  # normally instant: never a level
+    assert classify(1e9, instant) == "ok"
+    quick = Budget(p50=1.0, p95=2.0, n=30, source="job")
+    assert classify(5.0, quick) == "ok"  # the default floor, FLOOR_S
+    assert classify(61, quick, floor_s=60) == "watch"
+    assert classify(121, quick, floor_s=60) == "alert"
     assert classify(101, BUDGET, floor_s=60) == "watch"  # a p95 above the floor stands
+
+
+def test_the_submitted_state_of_one_night_is_instant() -> None:
+    # issue 17: a pooled `submitted` p95 of 129 ms alerted normal jobs at 0.26 s
+    submitted = Budget(p50=0.08, p95=0.129, n=6, source="backend")
+    assert submitted.instant and submitted.limits() is None
+    assert [classify(s, submitted) for s in (0.26, 2.0, 30.0)] == ["ok", "ok", "ok"]
+
+
+def test_the_floor_is_a_few_seconds_or_a_few_polls() -> None:
+    assert dwell_floor(0.5) == FLOOR_S
+    assert dwell_floor(30.0) == FLOOR_POLLS * 30.0
+    assert Budget(1.0, 1.4, 30).limits(dwell_floor(2.0)) == (6.0, 12.0)
+
+
+def test_compared_unrounded() -> None:
+    # 1.41 s against a p95 of 1.4 s would be "1s against 1s" once rounded
+    assert classify(1.41, Budget(1.0, 1.4, 30), floor_s=0) == "watch"
+    assert classify(1.399, Budget(1.0, 1.4, 30), floor_s=0) == "ok"
 
 
 def test_a_budget_says_where_it_watches_and_alerts() -> None:

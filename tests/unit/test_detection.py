@@ -160,10 +160,11 @@ def test_next_wake_is_the_earliest_over_watched_jobs_and_forgets_final_ones() ->
 def test_the_log_sink_is_an_alert_sink(caplog: pytest.LogCaptureFixture) -> None:
     sink: AlertSink = LogAlertSink(logging.getLogger("test.alerts"))
     d = detector()
-    with caplog.at_level(logging.WARNING, logger="test.alerts"):
+    with caplog.at_level(logging.INFO, logger="test.alerts"):
         for alert in observe(d, "queued", 0, 3 * 3600):
             sink.send(alert)
-    assert [r.levelno for r in caplog.records] == [logging.WARNING, logging.ERROR]
+    # a watch is for the record (INFO), an alert for someone to act on (ERROR)
+    assert [r.levelno for r in caplog.records] == [logging.INFO, logging.ERROR]
     assert caplog.records[1].getMessage() == (
         "alert: nightly/etl (cli) queued for 3h00m (p95 10m, x18.0) night 2026-11-29"
     )
@@ -173,3 +174,25 @@ def test_detection_imports_nothing_heavy() -> None:
     from tests.unit.test_imports import loaded_after
 
     assert loaded_after("import nightshift.engine.detection, nightshift.engine.alerts") == []
+
+
+def test_no_level_on_a_state_that_is_normally_instant() -> None:
+    # one real night of history: `submitted` pooled p95 129 ms; a normal submit took 0.26-2 s
+    table = BudgetTable({("etl", "submitted"): Budget(0.08, 0.129, 6, "backend")})
+    d = Detector("n", "c", table)
+    assert observe(d, "submitted", 0, 2.0) == [] and observe(d, "submitted", 0, 3600) == []
+    assert d.next_wake() is None
+
+
+def test_the_floor_holds_every_level_back() -> None:
+    table = BudgetTable({("etl", "running"): Budget(1.0, 1.41, 30)})
+    d = Detector("n", "c", table, floor_s=6.0, name="nightly")  # polled at most every 2 s
+    assert observe(d, "running", 0, 5.9) == []
+    assert d.next_change_at("etl") == at(6.0 + 1e-6)
+    watch = observe(d, "running", 0, 6.5)
+    assert levels(watch) == [("running", "watch")] and watch[0].limit_s == 6.0
+    assert watch[0].line() == (
+        "watch: nightly/etl (cli) running for 6.5s (p95 1.4s, x4.6, floor 6.0s) night n"
+    )
+    assert levels(observe(d, "running", 0, 12.0)) == []  # 2 x the floor is not past it
+    assert levels(observe(d, "running", 0, 12.1)) == [("running", "alert")]

@@ -107,9 +107,9 @@ def test_the_table_marks_watch_and_alert_and_shows_expected_ends() -> None:
             table.on_event(event)
     # not a terminal: each level a line of its own
     assert out.getvalue().splitlines() == [
-        "[watch] watch: c/a (cli) queued for 15s (p95 5s, x3.0) night n",
-        "[watch] watch: c/b (cli) queued for 15s (p95 5s, x3.0) night n",
-        "[alert] alert: c/b (cli) queued for 15s (p95 5s, x3.0) night n",
+        "[watch] watch: c/a (cli) queued for 15.0s (p95 5.0s, x3.0) night n",
+        "[watch] watch: c/b (cli) queued for 15.0s (p95 5.0s, x3.0) night n",
+        "[alert] alert: c/b (cli) queued for 15.0s (p95 5.0s, x3.0) night n",
     ]
     rendered = io.StringIO()
     Console(file=rendered, width=200).print(table.render())

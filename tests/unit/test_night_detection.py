@@ -35,7 +35,11 @@ def test_each_level_once_across_many_polls(tmp_path: Path, ledger: Ledger) -> No
     assert night.backend.calls["slow"] == 41  # a poll every second, the whole wait long
     assert night.levels() == [WATCH, ALERT]
     assert rows(ledger) == [WATCH, ALERT]
-    assert [(a.state, a.level) for a in night.alerts.sent] == [("queued", "alert")]
+    # both levels reach the AlertSink, which sends what `notify.alert_levels` lists
+    assert [(a.state, a.level) for a in night.alerts.sent] == [
+        ("queued", "watch"),
+        ("queued", "alert"),
+    ]
     # each went out when the wait passed its level: p95 (10 s) and 2 x p95, give or take a poll
     watch, alert = (e.alert for e in night.events if isinstance(e, LevelChanged))
     assert 10 < watch.dwell_s <= 12 and 20 < alert.dwell_s <= 22
@@ -45,13 +49,16 @@ def test_a_rerun_re_attaching_repeats_nothing(tmp_path: Path, ledger: Ledger) ->
     load = lambda _l, _n: budgets("queued")  # noqa: E731
     owns = [True]
     # the first night raises both levels, then loses its lease: the job stays queued in the ledger
-    with dwell_night(tmp_path, ledger, [Q] * 100, load, owns_night=lambda: owns[0]) as first:
+    # polled every second: the dwell floor (3 polls) stays below the budget's 10 s
+    with dwell_night(
+        tmp_path, ledger, [Q] * 100, load, poll="1s", owns_night=lambda: owns[0]
+    ) as first:
         first.move(100)  # the first poll: queued
         wait_until(lambda: first.state() == "queued", what="queued")
         first.move(25)  # past 2 x p95 with no poll: both levels at once
         wait_until(lambda: rows(ledger) == [WATCH, ALERT], what="both levels kept")
         owns[0] = False
-    assert first.levels() == [WATCH, ALERT] and len(first.alerts.sent) == 1
+    assert first.levels() == [WATCH, ALERT] and len(first.alerts.sent) == 2
     assert ledger.get_job(NIGHT, "slow").state == "queued"
 
     again = Ledger(ledger.url, "test")
@@ -74,7 +81,9 @@ def test_a_night_that_lost_its_lease_keeps_and_announces_nothing(
     tmp_path: Path, ledger: Ledger
 ) -> None:
     load = lambda _l, _n: budgets("queued")  # noqa: E731
-    with dwell_night(tmp_path, ledger, [Q] * 100, load, owns_night=lambda: False) as night:
+    with dwell_night(
+        tmp_path, ledger, [Q] * 100, load, poll="1s", owns_night=lambda: False
+    ) as night:
         night.move(100)
         wait_until(lambda: night.state() == "queued", what="queued")
         assert night.ctx.dwell is not None
@@ -136,16 +145,20 @@ def test_budgets_that_cannot_be_read_log_one_line_and_the_night_runs(
     assert [t.to_state for t in ledger.dwells(NIGHT, "slow")][-1] == "succeeded"
 
 
-def test_levels_change_on_the_real_clock_with_no_poll(tmp_path: Path, ledger: Ledger) -> None:
+def test_levels_change_on_the_real_clock_with_no_poll(
+    tmp_path: Path, ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from nightshift.budgets.lookup import Budget, Budgets
 
-    quick = Budgets(states={("test", "slow", "submitted"): Budget(0.05, 0.2, 20)})
-    # polled once an hour: only the timer can see the wait pass 0.2 s, then 0.4 s
+    quick = Budgets(states={("test", "slow", "submitted"): Budget(0.5, 1.0, 20)})
+    # no floor here (an hour's polls would make it 3 h): the timer alone must see 1 s, then 2 s
+    monkeypatch.setattr("nightshift.engine.dwell_watch.dwell_floor", lambda _poll: 0.0)
+    # polled once an hour: only the timer can see the wait pass 1 s, then 2 s
     with dwell_night(tmp_path, ledger, [S], lambda _l, _n: quick, poll="1h", real_clocks=True) as n:
         wait_until(lambda: len(rows(ledger)) == 2, what="watch and alert", timeout=20)
         n.ctx.watcher.stop()
     assert n.backend.calls["slow"] == 0
     watch, alert = (e.alert for e in n.events if isinstance(e, LevelChanged))
     assert (watch.level, alert.level) == ("watch", "alert")
-    assert 0.2 < watch.dwell_s < 0.2 + 1.0 and 0.4 < alert.dwell_s < 0.4 + 1.0
+    assert 1.0 < watch.dwell_s < 1.0 + 1.0 and 2.0 < alert.dwell_s < 2.0 + 1.0
     assert [r.level for r in AlertLog(ledger.engine).alerts()] == ["watch", "alert"]

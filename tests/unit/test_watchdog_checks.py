@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -16,6 +17,7 @@ from nightshift.watchdog.checks import (
     Rules,
     dwell_findings,
     stale_findings,
+    stale_limit,
     stopped_findings,
     streak_findings,
 )
@@ -130,14 +132,40 @@ def record(success_ago: float | None, first_ago: float = 10 * DAY) -> LabelRecor
     )
 
 
-def test_a_success_exactly_24h_ago_is_not_stale_a_moment_more_is() -> None:
-    assert stale_findings("cat", ["etl"], {"etl": record(DAY)}, NOW) == []
-    [alert] = stale_findings("cat", ["etl"], {"etl": record(DAY + 1)}, NOW)
+def test_a_daily_label_is_stale_past_its_interval_plus_a_grace() -> None:
+    limit = stale_limit(DAY)
+    assert limit == 30 * 3600.0  # a day and a quarter of one
+    assert stale_findings("cat", ["etl"], {"etl": record(limit)}, NOW) == []
+    [alert] = stale_findings("cat", ["etl"], {"etl": record(limit + 1)}, NOW)
     assert (alert.kind, alert.label, alert.night) == (STALE, "etl", "2026-11-27")
     assert (
         alert.detail
-        == "cat/etl stale: last success 24h00m ago, more than 24h00m (night 2026-11-27)"
+        == "cat/etl stale: last success 30h00m ago, more than 30h00m (night 2026-11-27)"
     )
+
+
+def test_the_schedule_sets_the_limit_and_a_given_one_wins() -> None:
+    hourly = Rules(interval_s=3600.0)
+    assert hourly.stale_s == 2 * 3600.0  # an hour's grace at least
+    assert len(stale_findings("cat", ["etl"], {"etl": record(2 * 3600.0 + 1)}, NOW, hourly)) == 1
+    assert Rules(stale_after_s=60.0, interval_s=3600.0).stale_s == 60.0
+
+
+def test_a_label_that_ran_and_failed_within_its_interval_is_not_stale() -> None:
+    # last success two days ago, last night's run failed: the digest said so already
+    failed_last_night = dataclasses.replace(
+        record(2 * DAY), last_night="2026-11-29", last_at=NOW - timedelta(hours=7)
+    )
+    assert stale_findings("cat", ["etl"], {"etl": failed_last_night}, NOW) == []
+    missed = dataclasses.replace(failed_last_night, last_at=NOW - timedelta(hours=31))
+    assert len(stale_findings("cat", ["etl"], {"etl": missed}, NOW)) == 1
+
+
+def test_messages_name_a_catalogue_by_its_name_never_its_path() -> None:
+    key = "/home/me/checkout/nightshift.yaml"
+    [alert] = stale_findings(key, ["etl"], {"etl": record(2 * DAY)}, NOW)
+    assert alert.catalogue == key and alert.detail is not None
+    assert alert.detail.startswith("nightshift/etl stale:") and "/home" not in alert.detail
 
 
 def test_a_label_that_never_finished_is_new_not_stale() -> None:
@@ -145,10 +173,11 @@ def test_a_label_that_never_finished_is_new_not_stale() -> None:
 
 
 def test_a_label_that_never_succeeded_is_stale_from_its_first_run() -> None:
-    [alert] = stale_findings("cat", ["etl"], {"etl": record(None, DAY + 60)}, NOW)
+    limit = stale_limit(DAY)
+    [alert] = stale_findings("cat", ["etl"], {"etl": record(None, limit + 60)}, NOW)
     assert alert.night == "2026-11-19"
-    assert "never succeeded (first run 24h01m ago)" in (alert.detail or "")
-    assert stale_findings("cat", ["etl"], {"etl": record(None, DAY)}, NOW) == []
+    assert "never succeeded (first run 30h01m ago)" in (alert.detail or "")
+    assert stale_findings("cat", ["etl"], {"etl": record(None, limit)}, NOW) == []
 
 
 def test_only_the_catalogues_labels_are_checked_and_the_window_is_configurable() -> None:
@@ -197,3 +226,16 @@ def test_rules_refuse_nonsense() -> None:
         Rules(streak_nights=0)
     with pytest.raises(ValueError, match="stale_after_s"):
         Rules(stale_after_s=0)
+
+
+def test_the_watchdogs_findings_are_warnings_of_a_pass_that_went_fine(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import logging
+
+    from nightshift.watchdog.run import LogFindingSink
+
+    [alert] = stale_findings("cat", ["etl"], {"etl": record(2 * DAY)}, NOW)
+    with caplog.at_level(logging.INFO, logger="test.watchdog"):
+        LogFindingSink(logging.getLogger("test.watchdog")).send(alert)
+    assert [r.levelno for r in caplog.records] == [logging.WARNING]

@@ -175,6 +175,8 @@ class CommandBackend:
             detail = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
             if (why := _read(jobdir / runner.START_ERROR)) is not None:
                 detail += f": {why.strip()}"  # argv never ran: say why here, not only in the log
+            elif (first := _read(jobdir / runner.FIRST_STDERR)) and first.strip():
+                detail += f": {first.strip()}"  # what it said went wrong, in the digest line
         return JobStatus(state, code, started, _dt(finished_ts), detail)
 
     def cancel(self, external_id: str) -> None:

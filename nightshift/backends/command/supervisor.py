@@ -4,7 +4,10 @@ Usage: ``python command_runner.py JOBDIR [--grace S] [--cwd DIR] -- ARGV...``
 
 Stdlib only and started by file path, so it works whatever the job's cwd, env or venv. It
 daemonizes (double fork) so the submitter never holds a zombie and the job outlives it. Files it
-writes in JOBDIR: runner.pid, child.pid, started_at, finished_at, exit_code (last, atomically).
+writes in JOBDIR: runner.pid, child.pid, started_at, finished_at, exit_code (last, atomically),
+and stderr_first: the first non-empty line the job wrote to stderr (its failure's one line). The
+job's stderr passes through the supervisor on its way to the log for that; a supervisor killed
+with -9 leaves the job without a reader for its stderr (the job is lost then anyway).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ __all__ = [
     "CHILD_PID",
     "EXIT_CODE",
     "FINISHED_AT",
+    "FIRST_STDERR",
     "LOG",
     "RUNNER_PID",
     "STARTED_AT",
@@ -44,6 +48,9 @@ EXIT_CODE = "exit_code"
 CANCEL = "cancel"
 LOG = "output.log"
 START_ERROR = "start_error"  # why argv could not be started, one line, for the job's detail
+FIRST_STDERR = "stderr_first"  # the job's first non-empty stderr line, for the job's detail
+_FIRST_CHARS = 500
+_TEE_JOIN_S = 2.0  # a grandchild may keep stderr open after the job exits: don't wait for it
 
 # exit codes for "argv could not be started", as a shell would report them
 _NOT_FOUND, _NOT_EXECUTABLE = 127, 126
@@ -166,7 +173,11 @@ class _Supervisor:
             return self._record(-signal.SIGTERM)
         try:
             self.child = subprocess.Popen(
-                self.argv, cwd=self.cwd, stdin=subprocess.DEVNULL, start_new_session=True
+                self.argv,
+                cwd=self.cwd,
+                stdin=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
             )
         except OSError as exc:
             print(f"nightshift: cannot start {self.argv[0]!r}: {exc}", file=sys.stderr, flush=True)
@@ -175,8 +186,11 @@ class _Supervisor:
             return self._record(code)
         write_atomic(self.jobdir / CHILD_PID, json.dumps(process_identity(self.child.pid)))
         write_atomic(self.jobdir / STARTED_AT, f"{time.time()!r}\n")
+        tee = threading.Thread(target=self._tee, args=(self.child.stderr,), daemon=True)
+        tee.start()
         self._forward()  # a signal that arrived while we were starting the child
         code = self.child.wait()
+        tee.join(timeout=_TEE_JOIN_S)
         if self.deadline is not None:
             # cancelled: leftovers of the group get the rest of the grace, then SIGKILL
             while group_alive(self.child.pid) and time.monotonic() < self.deadline:
@@ -188,6 +202,17 @@ class _Supervisor:
         if self.timer is not None:
             self.timer.cancel()
         return self._record(code)
+
+    def _tee(self, pipe: Any) -> None:
+        """Copy the job's stderr to the log (fd 2), keeping its first non-empty line."""
+        first = False
+        with contextlib.suppress(OSError, ValueError):
+            for line in iter(pipe.readline, b""):
+                os.write(2, line)
+                if not first and line.strip():
+                    first = True
+                    text = line.decode("utf-8", "replace").strip()[:_FIRST_CHARS]
+                    write_atomic(self.jobdir / FIRST_STDERR, text + "\n")
 
     def _record(self, code: int) -> int:
         write_atomic(self.jobdir / FINISHED_AT, f"{time.time()!r}\n")

@@ -1,0 +1,103 @@
+"""``nightshift init``: a commented starter catalogue, never over an existing file."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["INIT_EXIT_CODES", "STARTER", "register", "run_init", "starter_catalogue"]
+
+INIT_EXIT_CODES = """\
+exit codes:
+  0   the starter catalogue was written
+  4   the file exists already (nothing written), or it could not be written
+"""
+_EXISTS = 4
+
+STARTER = """\
+# A starter catalogue from `nightshift init`: one job that runs as is, the rest commented out.
+# `nightshift validate` checks it without running anything; `nightshift run` runs one night.
+# Every key is described in nightshift.example.yaml and the README ("The catalogue").
+name: %(name)s%(name_pad)s# how messages, the ledger and the lease name this catalogue
+defaults:                       # every key optional; these are the defaults
+  poll: {initial: 2s, factor: 2, max: 30s}   # no watch or alert before 3 x max (90 s)
+  deadline: 60m                 # the whole night; unfinished jobs are cancelled -> timeout
+  queued_timeout: 15m           # seen queued this long, never running -> stuck_queued
+# limits: {cli: 4}              # at most 4 job-CLI jobs in flight, longest expected first
+jobs:
+  - label: hello                # lowercase letters, digits and : _ . -
+    backend: command            # a local command, detached; its exit code decides
+    argv: [echo, "hello from nightshift"]   # a script's path is relative to this file
+  # - label: generate:article
+  #   backend: cli              # the agy-style job CLI (NIGHTSHIFT_AGY or cli.executable)
+  #   task: "generate article: ..."
+  #   model: gemini-2.5-flash
+  # - label: report:daily
+  #   backend: gemini_batch     # a Gemini Batch API job; key in GEMINI_API_KEY
+  #   model: gemini-2.5-flash
+  #   input: data/daily.jsonl   # one {"key": ..., "request": {...}} per line
+  #   output: out/daily.jsonl
+  #   sla: 24h
+  # - label: publish:article
+  #   backend: command
+  #   argv: [python, scripts/publish.py]
+  #   depends_on: [generate:article]   # runs after it succeeded, in one chain
+# notify:                       # Slack; without it the night tells only its exit code
+#   env: production
+#   slack: {token: SLACK_BOT_TOKEN}    # the name of an env var, never the token
+#   routes:
+#     failed: {channel: "#batch-alerts", mention: "<!here>"}
+#     partial: {channel: "#batch-digest"}
+#     alert: {channel: "#batch-alerts"}
+"""
+
+
+def starter_catalogue(name: str) -> str:
+    """The starter catalogue's text, named ``name``."""
+    return STARTER % {"name": name, "name_pad": " " * max(1, 26 - len(name))}
+
+
+def default_name(path: Path) -> str:
+    """A name from the catalogue's folder (``/srv/batch/nightshift.yaml``: ``batch``)."""
+    folder = path.absolute().parent.name
+    slug = re.sub(r"[^a-z0-9_.-]+", "-", folder.lower()).strip("-.")
+    return slug or "nightly"
+
+
+def register(sub: Any) -> None:
+    """Add ``init`` to the subcommands."""
+    from nightshift.cli.args import add_command, catalogue_flag
+
+    init = add_command(
+        sub,
+        "init",
+        "write a commented starter catalogue (never over an existing file)",
+        _command,
+        INIT_EXIT_CODES,
+    )
+    catalogue_flag(init, "where to write it")
+    init.add_argument("--name", help="the catalogue's name (default: its folder's name)")
+
+
+def _command(args: argparse.Namespace) -> int:
+    return run_init(args.catalogue, args.name)
+
+
+def run_init(path_text: str, name: str | None = None) -> int:
+    """Write the starter to ``path_text``; an existing file is left alone (one line, exit 4)."""
+    path = Path(path_text)
+    text = starter_catalogue(name or default_name(path))
+    try:
+        with path.open("x", encoding="utf-8") as out:  # "x": never over a file, even one racing
+            out.write(text)
+    except FileExistsError:
+        print(f"nightshift init: {path} exists; nothing written", file=sys.stderr)
+        return _EXISTS
+    except OSError as exc:
+        print(f"nightshift init: cannot write {path}: {exc.strerror}", file=sys.stderr)
+        return _EXISTS
+    print(f"wrote {path}: check it with `nightshift validate --catalogue {path}`")
+    return 0
