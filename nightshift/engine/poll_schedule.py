@@ -3,9 +3,10 @@
 Without history a job is looked at on its poll's backoff (``initial`` doubling to ``max``). With
 its usual duration (``nightshift/usual.py``, seconds from the start of watching):
 
-- before its p10 (far from the usual end) the backoff grows on to a *relaxed cap*, ``RELAX``
-  times the poll's ``max`` (2 min for the default 30 s), landing on the p10: a job that fails
-  early is seen at most one relaxed cap after it ended;
+- before its p10 (far from the usual end) it is looked at once after the poll's ``initial`` (a
+  job that fails at once is seen as soon as before), then a *relaxed cap* apart, ``RELAX`` times
+  the poll's ``max`` (2 min for the default 30 s), landing on the p10: a job that fails early
+  is seen at most one relaxed cap after it ended;
 - from its p10 to its p95 (the usual end) it is looked at on the poll's own backoff, at most
   ``max`` apart, landing on the p95;
 - past its p95 (late) it is looked at again soon (a twentieth of its p50, at most the poll's
@@ -60,8 +61,8 @@ class PollSchedule:
         if usual is None:
             return plain
         if elapsed < usual.p10 - _EPS:
-            far = Backoff(policy.initial, policy.factor, self.relaxed_cap)
-            return min(far.delay(looks), usual.p10 - elapsed)
+            far = policy.initial if looks == 0 else self.relaxed_cap
+            return min(far, usual.p10 - elapsed)
         if elapsed < usual.p95 - _EPS:
             return min(plain, usual.p95 - elapsed)
         first = min(policy.initial, max(0.1, usual.p50 / 20))

@@ -246,9 +246,10 @@ class Watcher:
                     due.setdefault(id(entry.backend), []).append(entry)
         for key, entries in due.items():
             backend = entries[0].backend
-            if capabilities(backend).lists_status is not None and len(idle[key]) > 1:
-                if key in self._listing:
-                    continue  # one listing at a time; its end wakes the loop for these
+            lists = capabilities(backend).lists_status is not None
+            if lists and key in self._listing:
+                continue  # one listing at a time; its end wakes the loop for these
+            if lists and len(idle[key]) > 1:
                 # one listing answers for every job of the backend, due or not: it is their look
                 self._listing.add(key)
                 for entry in idle[key]:

@@ -41,11 +41,12 @@ def test_far_from_its_usual_end_a_job_is_looked_at_on_the_relaxed_cap() -> None:
     schedule = PollSchedule(POLL, HOUR)
     assert schedule.relaxed_cap == RELAX * POLL.max == 120
     far = [t for t in looks(schedule, HOUR.p10) if t <= HOUR.p10]
-    # the backoff grows on past the poll's max, to the relaxed cap, and lands on the p10
-    assert gaps(far)[:8] == [2, 4, 8, 16, 32, 64, 120, 120]
+    # once after the poll's initial (a job that fails at once), then the relaxed cap apart,
+    # landing on the p10
+    assert gaps(far)[:4] == [2, 120, 120, 120]
     assert max(gaps(far)) == 120
     assert far[-1] == HOUR.p10
-    assert len(far) == 35  # on the plain backoff: 124 looks
+    assert len(far) == 31  # on the plain backoff: 124 looks
 
 
 def test_from_p10_to_past_p95_it_is_looked_at_on_the_polls_cap_then_soon() -> None:
@@ -60,8 +61,8 @@ def test_from_p10_to_past_p95_it_is_looked_at_on_the_polls_cap_then_soon() -> No
 
 
 def test_one_night_of_history_looks_at_that_nights_end_then_soon() -> None:
-    # p10 = p50 = p95 = 12 s: 2 and 6 on the backoff, 12 on the dot, then a twentieth of it
-    assert looks(PollSchedule(POLL, Usual.exactly(12.0)), 14) == [2.0, 6.0, 12.0, 12.6, 13.8, 16.2]
+    # p10 = p50 = p95 = 12 s: 2 (the first look), 12 on the dot, then a twentieth of it
+    assert looks(PollSchedule(POLL, Usual.exactly(12.0)), 14) == [2.0, 12.0, 12.6, 13.8, 16.2]
 
 
 @pytest.mark.parametrize("usual_s", [77 * 60, 20 * 60, 2 * 60])
@@ -122,8 +123,8 @@ def test_the_watcher_asks_a_long_job_on_the_relaxed_cap_and_at_its_usual_end() -
     finally:
         watcher.stop()
     times = backend.seen["long"]
-    assert gaps(times)[:8] == [2, 4, 8, 16, 32, 64, 120, 120]
-    assert times[34] == HOUR.p10 and times[35] == HOUR.p10 + 30  # the poll's cap near the end
+    assert gaps(times)[:4] == [2, 120, 120, 120]  # far from its usual end: the relaxed cap
+    assert times[30] == HOUR.p10 and times[31] == HOUR.p10 + 30  # the poll's cap near the end
 
 
 def test_a_listing_made_for_one_job_is_the_look_of_every_job_of_its_backend() -> None:
@@ -136,12 +137,13 @@ def test_a_listing_made_for_one_job_is_the_look_of_every_job_of_its_backend() ->
         drive(watcher, clock, [WatchRequest(x, backend, x, POLL) for x in ("short", "long")])
     finally:
         watcher.stop()
-    # 2 and 6 on both backoffs, 10 for short's usual end: one listing each, for both jobs
-    assert backend.lists == [2, 6, 10]
-    assert backend.seen["short"] == [2, 6, 10]
-    # long's schedule moved on from each listing: its 4th look is 16 s after the one at 10 s
-    # (alone by then, with a job status of its own), not on its own 2, 6, 14
-    assert backend.seen["long"] == [2, 6, 10, 26, 58, 122, 242]
+    # 2 (both first looks), 10 (short's usual end), 10.5 (short late, seen ended): one listing
+    # each, for both jobs
+    assert backend.lists == [2, 10, 10.5]
+    assert backend.seen["short"] == [2, 10, 10.5]
+    # long's schedule moved on from each listing: its next look is a relaxed cap after the one
+    # at 10.5 s (alone by then, with a status call of its own), not at 122 on its own schedule
+    assert backend.seen["long"] == [2, 10, 10.5, 130.5, 250.5, 370.5, 490.5]
     assert backend.single_calls == 4
 
 
@@ -154,5 +156,5 @@ def test_a_job_of_a_backend_that_cannot_list_keeps_the_same_schedule_alone() -> 
         drive(watcher, clock, [WatchRequest(x, backend, x, POLL) for x in ("short", "long")])
     finally:
         watcher.stop()
-    assert backend.seen["short"] == [2, 6, 10]
-    assert backend.seen["long"] == [2, 6, 14, 30, 62, 126, 246]
+    assert backend.seen["short"] == [2, 10, 10.5]
+    assert backend.seen["long"] == [2, 122, 242, 362, 482, 602, 722]
