@@ -69,6 +69,8 @@ class Sampler:
         self._thread = threading.Thread(target=self._run, daemon=True, name="bench-sampler")
 
     def __enter__(self) -> Sampler:
+        status = Path("/proc/self/status").read_text(encoding="utf-8")
+        self.start_kb = int(status.split("VmRSS:")[1].split()[0])  # before the night
         self._thread.start()
         return self
 
@@ -157,6 +159,7 @@ def one(n: int, stagger: float, low: float, high: float, trace: bool = False) ->
         "in_flight_max": most_at_once(spans),
         "peak_threads": peak.threads,
         "peak_rss_mb": peak.rss_kb / 1024,
+        "start_rss_mb": peak.start_kb / 1024,
         "status_calls_per_job": (lists + gets) / n,
         "list_calls": lists,
         "get_calls": gets,
@@ -223,6 +226,9 @@ def show(r: dict[str, float]) -> None:
     print(f"  jobs in flight at once (most)        {int(r['in_flight_max']):8d}")
     print(f"  peak threads (flow process)          {int(r['peak_threads']):8d}")
     print(f"  peak RSS (flow process)              {r['peak_rss_mb']:8.0f} MB")
+    if "start_rss_mb" in r:
+        grown = (r["peak_rss_mb"] - r["start_rss_mb"]) * 1024 / max(1, r["in_flight_max"])
+        print(f"  RSS before the night / grown per job {r['start_rss_mb']:8.0f} MB  {grown:.0f} KB")
     print(
         f"  status calls per job                 {r['status_calls_per_job']:8.2f}"
         f"  ({int(r['list_calls'])} `jobs list`, {int(r['get_calls'])} `jobs get`)"
