@@ -1,159 +1,198 @@
-"""Measure one night's fan-out: makespan vs. the slowest job and vs. the serial sum of jobs.
+"""Status calls and lag of one fan-out night: the original shell against ``nightshift run``.
 
-``--backend cli`` runs the jobs through the fake job CLI (sandbox/agy.py) with a queue timer
-shorter than every job, and prints the status calls the CLI saw per job against what each
-job's backoff allows.
+The night of the fan-out shell Nightshift replaces: 12 jobs of 77 down to 2 minutes, 30 s
+queued, polled 2 s doubling to 30 s; time compressed 60x (a night's minute is a second here),
+all on the same fake job CLI (sandbox/agy.py, each call logged with its time by
+bench/timed_agy.py). Side by side, in one run:
+
+- the shell, rebuilt as the loop it was: submit every job, then one ``jobs get`` per unfinished
+  job per loop, sleeping on the backoff between loops;
+- ``nightshift run`` twice on one ledger: the first night (no history), then the second (each
+  job's usual duration learned from the first);
+- a third night of the longest job only, failing at 10 % of its usual time: how long until a
+  call saw it, against the bound the poll schedule states (its relaxed cap).
+
+For each: the status calls (``jobs get`` + ``jobs list``), the median lag from a job's end to
+the first call that saw it, and the makespan (first submit to the last end seen) over the
+slowest job. Lags are in the night's minutes (= seconds here).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
+import statistics
+import subprocess
 import sys
 import tempfile
-import time
+from dataclasses import dataclass
 from pathlib import Path
 
-from nightshift.backoff import Backoff
+ROOT = Path(__file__).resolve().parents[1]
+SCALE = 60.0  # a night's minute is a second here
+MINUTES = [round(77 - 75 * i / 11, 1) for i in range(12)]  # 77 down to 2
+QUEUE_S = 30.0  # night seconds queued
+POLL_INITIAL, POLL_MAX = 2.0 / SCALE, 30.0 / SCALE  # 2 s doubling to 30 s, compressed
 
-POLL = Backoff(initial=0.2, factor=2, max=1.0)
-STAGGER = 0.05
+SHELL = r"""
+# the original fan-out: submit every job, then one `jobs get` per unfinished job per loop
+AGY="$1"; TASKS="$2"; delay="$3"; MAX="$4"
+ids=""
+while IFS= read -r task; do
+  ids="$ids $($AGY run --detach --json --task "$task" --model m |
+    sed -n 's/.*"job_id": "\([^"]*\)".*/\1/p')"
+done < "$TASKS"
+while [ -n "$ids" ]; do
+  sleep "$delay"
+  left=""
+  for id in $ids; do
+    state=$($AGY jobs get "$id" --json | sed -n 's/.*"state": "\([a-z]*\)".*/\1/p')
+    case "$state" in succeeded|failed|cancelled) ;; *) left="$left $id" ;; esac
+  done
+  ids=$left
+  delay=$(awk -v d="$delay" -v m="$MAX" 'BEGIN { d *= 2; if (d > m) d = m; print d }')
+done
+"""
 
 
-def sleeps(n: int, scale: float) -> list[float]:
-    """n sleep lengths spread evenly from 1 s to 6 s, times scale."""
-    return [round(scale * (1 + 5 * i / max(1, n - 1)), 3) for i in range(n)]
+def task(minutes: float, fail_at: float | None = None) -> str:
+    """The fake's task text: queued 30 s, running the rest (night seconds)."""
+    run_s = (fail_at if fail_at is not None else minutes) * 60 - QUEUE_S
+    return f"work [queue={QUEUE_S:g} run={run_s:g}{' exit=1' if fail_at is not None else ''}]"
 
 
-def catalogue_yaml(secs: list[float], backend: str = "command") -> str:
-    deadline = 60 + 10 * max(secs)
-    # hostile for the cli run: every job runs far longer than the queue timer
-    queued_timeout = 1 if backend == "cli" else deadline
+def catalogue_yaml(tasks: list[str], agy: str) -> str:
     lines = [
+        f"cli: {{executable: {json.dumps(agy)}}}",
         "defaults:",
-        f"  poll: {{initial: {POLL.initial}s, factor: {POLL.factor}, max: {POLL.max}s}}",
-        f"  stagger: {STAGGER}s",
-        "  retries: 0",
-        f"  deadline: {deadline}s",
-        f"  queued_timeout: {queued_timeout}s",
+        f"  poll: {{initial: {POLL_INITIAL:.6f}s, factor: 2, max: {POLL_MAX:.6f}s}}",
+        "  stagger: 0s",
+        "  retries: 1",
+        "  deadline: 3600s",
         "jobs:",
     ]
-    for i, s in enumerate(secs):
-        if backend == "cli":
-            lines.append(
-                f"  - {{label: job-{i:02d}, backend: cli, task: 'work [queue=0 run={s}]'}}"
-            )
-            continue
-        argv = f"[{json.dumps(sys.executable)}, -c, 'import time; time.sleep({s})']"
-        lines.append(f"  - {{label: job-{i:02d}, backend: command, argv: {argv}}}")
+    lines += [f"  - {{label: job-{i:02d}, backend: cli, task: '{t}'}}" for i, t in enumerate(tasks)]
     return "\n".join(lines) + "\n"
 
 
-def backoff_checks(seconds: float) -> int:
-    """Status checks a job of ``seconds`` gets on its own backoff (POLL), the last one seeing
-    it finished."""
-    t, n = 0.0, 0
-    while t < seconds:
-        t += POLL.delay(n)
-        n += 1
-    return n
+@dataclass(frozen=True)
+class Figures:
+    calls: int
+    lags: list[float]  # seconds here (= the night's minutes), per job
+    makespan: float
+    slowest: float
+
+    @property
+    def median_lag(self) -> float:
+        return statistics.median(self.lags)
 
 
-def print_status_calls(call_log: Path, records: list[object], secs: list[float]) -> None:
-    """What the job CLI saw: listing calls, single gets per job, against the backoff."""
-    calls = [json.loads(line) for line in call_log.read_text(encoding="utf-8").splitlines()]
-    lists = sum(1 for c in calls if c[:2] == ["jobs", "list"])
-    gets: dict[str, int] = {}
-    for c in calls:
-        if c[:2] == ["jobs", "get"]:
-            gets[c[2]] = gets.get(c[2], 0) + 1
-    per_job = [gets.get(getattr(r, "external_id", None) or "", 0) for r in records]
-    allowed = sum(backoff_checks(s) for s in secs)
-    print(f"\nstatus calls the job CLI saw: {lists} `jobs list`, {sum(per_job)} `jobs get`")
-    print(f"`jobs get` per job: max {max(per_job)}, mean {sum(per_job) / len(per_job):.1f}")
-    print(f"checks all jobs' backoffs allow (sum)  {allowed}")
-    print(f"status calls / jobs' backoff checks    {(lists + sum(per_job)) / allowed:.2f}")
-    print(f"status calls per job                   {(lists + sum(per_job)) / len(secs):.1f}")
+def measure(calls_log: Path, agy_state: Path) -> Figures:
+    """What the fake saw: status calls, and for each job the first call that showed it ended."""
+    calls = [json.loads(x) for x in calls_log.read_text(encoding="utf-8").splitlines()]
+    jobs = [json.loads(p.read_text(encoding="utf-8")) for p in (agy_state / "jobs").glob("*.json")]
+    status = [c for c in calls if c["argv"][:2] in (["jobs", "get"], ["jobs", "list"])]
+    lags, seen = [], []
+    for job in jobs:
+        end = job["created_at"] + job["queue_s"] + job["run_s"]
+        saw = min(c["t"] for c in status if job["job_id"] in c["final"])
+        lags.append(saw - end)
+        seen.append(saw)
+    first = min(c["t"] for c in calls if c["argv"][:1] == ["run"])
+    slowest = max(job["queue_s"] + job["run_s"] for job in jobs)
+    return Figures(len(status), lags, max(seen) - first, slowest)
+
+
+def env_for(tmp: Path, name: str) -> dict[str, str]:
+    (tmp / name).mkdir()
+    return {
+        "AGY_STATE_DIR": str(tmp / name / "agy"),
+        "AGY_TIME_SCALE": str(SCALE),
+        "FANOUT_CALLS": str(tmp / name / "calls.jsonl"),
+        "PYTHONPATH": str(ROOT),
+    }
+
+
+def run_shell(tmp: Path, agy: str) -> Figures:
+    env = env_for(tmp, "shell")
+    tasks = tmp / "tasks.txt"
+    tasks.write_text("".join(task(m) + "\n" for m in MINUTES), encoding="utf-8")
+    script = tmp / "fanout.sh"
+    script.write_text(SHELL, encoding="utf-8")
+    args = ["sh", str(script), agy, str(tasks), f"{POLL_INITIAL:.6f}", f"{POLL_MAX:.6f}"]
+    subprocess.run(args, env={**os.environ, **env}, check=True)
+    return measure(Path(env["FANOUT_CALLS"]), Path(env["AGY_STATE_DIR"]))
+
+
+def run_night(tmp: Path, name: str, night: str, catalog: Path, only: list[str] | None) -> Figures:
+    from flows.nightly import nightly
+
+    env = env_for(tmp, name)
+    os.environ.update(env)
+    nightly(catalog=str(catalog), night=night, run_dir=str(tmp / name / "run"), only=only)
+    return measure(Path(env["FANOUT_CALLS"]), Path(env["AGY_STATE_DIR"]))
+
+
+def row(what: str, f: Figures) -> str:
+    return (
+        f"| {what:<42} | {f.calls:>5} | {f.median_lag:>6.2f} min | {f.makespan / f.slowest:>6.3f} |"
+    )
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--jobs", type=int, default=12, help="independent jobs (default 12)")
-    parser.add_argument("--scale", type=float, default=1.0, help="multiply every sleep (1-6 s)")
-    parser.add_argument("--backend", choices=["command", "cli"], default="command")
-    args = parser.parse_args()
-    secs = sleeps(args.jobs, args.scale)
-    tmp = Path(tempfile.mkdtemp(prefix="nightshift-bench-"))
-    os.environ["NIGHTSHIFT_STATE_DIR"] = str(tmp / "state")
+    tmp = Path(tempfile.mkdtemp(prefix="nightshift-fanout-"))
+    os.environ["NIGHTSHIFT_STATE_DIR"] = str(tmp / "state")  # one ledger for every night
     os.environ.pop("NIGHTSHIFT_DATABASE_URL", None)
+    os.environ["PREFECT_HOME"] = str(tmp / "prefect")
     os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     os.environ["NO_PROXY"] = os.environ["no_proxy"] = "127.0.0.1,localhost"
-    catalog = tmp / "nightshift.yaml"
-    catalog.write_text(catalogue_yaml(secs, args.backend), encoding="utf-8")
-    call_log = tmp / "agy-calls.jsonl"
-    os.environ["NIGHTSHIFT_AGY"] = f"{sys.executable} -m sandbox.agy"
-    os.environ["AGY_STATE_DIR"] = str(tmp / "agy")
-    os.environ["AGY_CALL_LOG"] = str(call_log)
-    os.environ["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
+    agy = f"{sys.executable} {ROOT / 'bench' / 'timed_agy.py'}"
+    load = os.getloadavg()
+    print(
+        f"load average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} ({os.cpu_count()} cores)"
+    )
+    print(f"12 jobs of {MINUTES[0]:g} down to {MINUTES[-1]:g} min, 30 s queued, poll 2 s doubling")
+    print(f"to 30 s; time compressed {SCALE:g}x; the fake job CLI and everything in {tmp}\n")
+
+    shell = run_shell(tmp, agy)
+    print(row("the shell (one `jobs get` per job per loop)", shell), flush=True)
 
     from prefect.testing.utilities import prefect_test_harness
 
-    from flows.nightly import nightly
-    from nightshift.config.settings import load_settings
-    from nightshift.store.ledger import Ledger
+    from nightshift.backoff import Backoff
+    from nightshift.engine.poll_schedule import PollSchedule
 
-    night, run_dir = "2000-01-01", tmp / "run"
-    print(f"starting a temporary Prefect server; catalogue and state in {tmp}", flush=True)
-    with prefect_test_harness(server_startup_timeout=120):
-        t0 = time.monotonic()
-        state = nightly(catalog=str(catalog), run_dir=str(run_dir), night=night, return_state=True)
-        flow_wall = time.monotonic() - t0
-    summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
-    jobs = summary["jobs"]
-    bad = [j["label"] + ": " + j["state"] for j in jobs if j["state"] != "succeeded"]
-    if bad:
-        print(f"flow state {state.type.value}; not all jobs succeeded: {bad}", file=sys.stderr)
-        return 1
-    ledger = Ledger(load_settings().ledger_url(), str(catalog.resolve()))
-    records = [ledger.get_job(night, j["label"]) for j in jobs]
-    ledger.close()
-    first_submit = min(r.submitted_at for r in records if r and r.submitted_at)
-    last_end = max(r.finished_at for r in records if r and r.finished_at)
-    makespan = (last_end - first_submit).total_seconds()
-    spans = [(r.finished_at - r.submitted_at).total_seconds() for r in records if r]
-    durations = [j["duration_s"] for j in jobs]
-    slowest = max(jobs, key=lambda j: j["duration_s"])
-    serial = sum(durations)
-
-    kind = "job-CLI jobs (sandbox/agy.py)" if args.backend == "cli" else "command jobs (sleep S)"
-    print(f"\n{len(jobs)} independent {kind}, one night")
-    print(f"chosen sleeps (s): {secs}")
-    print(f"measured duration_s: {[round(d, 2) for d in durations]}")
+    catalog = tmp / "nightshift.yaml"
+    catalog.write_text(catalogue_yaml([task(m) for m in MINUTES], agy), encoding="utf-8")
+    with prefect_test_harness(server_startup_timeout=180):
+        first = run_night(tmp, "first", "2000-01-01", catalog, None)
+        print(row("nightshift, first night", first), flush=True)
+        second = run_night(tmp, "second", "2000-01-02", catalog, None)
+        print(row("nightshift, second night (with history)", second), flush=True)
+        fail_at = MINUTES[0] / 10
+        failing = [task(MINUTES[0], fail_at=fail_at), *[task(m) for m in MINUTES[1:]]]
+        catalog.write_text(catalogue_yaml(failing, agy), encoding="utf-8")
+        early = run_night(tmp, "early", "2000-01-03", catalog, ["job-00"])
+    bound = PollSchedule(Backoff(POLL_INITIAL, 2, POLL_MAX), None).relaxed_cap
+    load = os.getloadavg()
     print(
-        f"poll policy: initial {POLL.initial}s x{POLL.factor} up to {POLL.max}s, "
-        f"stagger {STAGGER}s; polling adds up to one poll interval of latency per job"
+        f"\nlong job failing at 10 % ({fail_at:g} of its usual {MINUTES[0]:g} min): seen "
+        f"{early.lags[0]:.2f} min after its end (bound: the relaxed cap, {bound:.2f} min)"
     )
-    print("duration_s = from the job's turn to submit (before the spawn) to its recorded end")
-    print("makespan   = ledger: first job's submitted_at -> last job's finished_at")
-    print("(duration_s includes the spawn, which the ledger's submitted_at does not)")
-    print(f"\nmakespan                       {makespan:8.2f} s")
-    print(f"slowest job (measured)         {slowest['duration_s']:8.2f} s  ({slowest['label']})")
-    print(f"slowest job (ledger span)      {max(spans):8.2f} s  (submitted_at -> finished_at)")
-    print(f"slowest job (chosen sleep)     {max(secs):8.2f} s")
-    print(f"serial sum (measured)          {serial:8.2f} s")
-    print(f"serial sum (chosen sleeps)     {sum(secs):8.2f} s")
-    print(f"flow call wall time            {flow_wall:8.2f} s  (includes Prefect/flow overhead)")
-    print(f"summary.json started->finished {summary['started_at']} -> {summary['finished_at']}")
-    print(f"\nmakespan / slowest job (measured)  {makespan / slowest['duration_s']:.2f}")
-    print(f"makespan / slowest ledger span     {makespan / max(spans):.2f}")
-    print(f"makespan / slowest sleep           {makespan / max(secs):.2f}")
-    print(f"serial sum (measured) / makespan   {serial / makespan:.2f}")
-    print(f"serial sum (sleeps) / makespan     {sum(secs) / makespan:.2f}")
-    if args.backend == "cli":
-        print_status_calls(call_log, records, secs)
-    return 0
+    print(f"second night's calls / the shell's: {second.calls / shell.calls:.2f} (target <= 0.25)")
+    print(f"first night's calls / the shell's:  {first.calls / shell.calls:.2f} (target <= 1)")
+    print(f"load average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    ok = (
+        first.calls <= shell.calls
+        and first.median_lag <= shell.median_lag
+        and second.calls <= shell.calls / 4
+        and second.median_lag <= shell.median_lag
+        and second.makespan / second.slowest <= shell.makespan / shell.slowest + 0.005
+        and early.lags[0] <= bound
+    )
+    print("every target met" if ok else "NOT every target met")
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

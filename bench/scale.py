@@ -8,6 +8,9 @@ process of its own, it prints:
 - peak threads and peak RSS of the flow process (sampled from /proc/self/status);
 - status calls per job the job CLI saw (``AGY_CALL_LOG``), and ``jobs list`` calls per tick;
 - Prefect overhead per job: the flow's wall time beyond the makespan, over N.
+
+``--trace`` runs one size under tracemalloc and prints where the memory of the night's fullest
+moment goes: the biggest allocation sites, and the traced bytes per job in flight.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import sys
 import tempfile
 import threading
 import time
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -54,14 +58,19 @@ def catalogue_yaml(secs: list[float], stagger: float) -> str:
 class Sampler:
     """Samples this process's thread count and RSS until stopped; keeps the peaks."""
 
-    def __init__(self, every: float = 0.1) -> None:
+    def __init__(self, every: float = 0.1, trace: bool = False) -> None:
         self.threads = 0
         self.rss_kb = 0
+        self.trace = trace
+        self.traced_peak = 0  # bytes traced at the fullest snapshot
+        self.snapshot: tracemalloc.Snapshot | None = None
         self._every = every
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="bench-sampler")
 
     def __enter__(self) -> Sampler:
+        status = Path("/proc/self/status").read_text(encoding="utf-8")
+        self.start_kb = int(status.split("VmRSS:")[1].split()[0])  # before the night
         self._thread.start()
         return self
 
@@ -75,13 +84,18 @@ class Sampler:
         fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
         self.threads = max(self.threads, int(fields["Threads"]))
         self.rss_kb = max(self.rss_kb, int(fields["VmHWM"].split()[0]))
+        if self.trace:
+            current = tracemalloc.get_traced_memory()[0]
+            if current > self.traced_peak * 1.05:  # a new high: keep where it went
+                self.traced_peak = current
+                self.snapshot = tracemalloc.take_snapshot()
 
     def _run(self) -> None:
         while not self._stop.wait(self._every):
             self._sample()
 
 
-def one(n: int, stagger: float, low: float, high: float) -> dict[str, float]:
+def one(n: int, stagger: float, low: float, high: float, trace: bool = False) -> dict[str, float]:
     """Run one night of n jobs in this process; return its figures."""
     secs = runs(n, low, high)
     tmp = Path(tempfile.mkdtemp(prefix="nightshift-scale-"))
@@ -109,7 +123,9 @@ def one(n: int, stagger: float, low: float, high: float) -> dict[str, float]:
     night, run_dir = "2000-01-01", tmp / "run"
     print(f"[{n}] temporary Prefect server; catalogue and state in {tmp}", flush=True)
     quiet = temporary_settings({PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None})
-    with prefect_test_harness(server_startup_timeout=120), quiet, Sampler() as peak:
+    if trace:
+        tracemalloc.start(1)
+    with prefect_test_harness(server_startup_timeout=120), quiet, Sampler(1.0, trace) as peak:
         t0 = time.monotonic()
         nightly(catalog=str(catalog), run_dir=str(run_dir), night=night, return_state=True)
         flow_wall = time.monotonic() - t0
@@ -125,6 +141,8 @@ def one(n: int, stagger: float, low: float, high: float) -> dict[str, float]:
     makespan = (max(ends) - submits[0]).total_seconds()
     window = (submits[-1] - submits[0]).total_seconds()
     slowest = QUEUE_S + max(secs)
+    if peak.snapshot is not None:
+        show_trace(peak.snapshot, peak.traced_peak, most_at_once(spans))
     calls = [json.loads(x) for x in call_log.read_text(encoding="utf-8").splitlines()]
     lists = sum(1 for c in calls if c[:2] == ["jobs", "list"])
     gets = sum(1 for c in calls if c[:2] == ["jobs", "get"])
@@ -141,6 +159,7 @@ def one(n: int, stagger: float, low: float, high: float) -> dict[str, float]:
         "in_flight_max": most_at_once(spans),
         "peak_threads": peak.threads,
         "peak_rss_mb": peak.rss_kb / 1024,
+        "start_rss_mb": peak.start_kb / 1024,
         "status_calls_per_job": (lists + gets) / n,
         "list_calls": lists,
         "get_calls": gets,
@@ -151,6 +170,20 @@ def one(n: int, stagger: float, low: float, high: float) -> dict[str, float]:
         "transition_s": sum(s for _, s in writes),
         "transition_max_ms": 1000 * max((s for _, s in writes), default=0.0),
     }
+
+
+def show_trace(snapshot: tracemalloc.Snapshot, traced: int, in_flight: int) -> None:
+    """The biggest allocation sites at the night's fullest snapshot, by line and by file."""
+    print(f"\ntraced at the fullest snapshot: {traced / 2**20:.0f} MB", flush=True)
+    each = traced / max(1, in_flight) / 1024
+    print(f"most jobs in flight at once: {in_flight} ({each:.0f} KB each)")
+    for key in ("lineno", "filename"):
+        print(f"top allocation sites by {key}:")
+        for stat in snapshot.statistics(key)[:15]:
+            frame = stat.traceback[0]
+            where = frame.filename.split("site-packages/")[-1].split("wt-poll/")[-1]
+            print(f"  {stat.size / 2**20:7.1f} MB {stat.count:8d} blocks  {where}:{frame.lineno}")
+    sys.stdout.flush()
 
 
 def most_at_once(spans: list[tuple[Any, Any]]) -> int:
@@ -193,6 +226,9 @@ def show(r: dict[str, float]) -> None:
     print(f"  jobs in flight at once (most)        {int(r['in_flight_max']):8d}")
     print(f"  peak threads (flow process)          {int(r['peak_threads']):8d}")
     print(f"  peak RSS (flow process)              {r['peak_rss_mb']:8.0f} MB")
+    if "start_rss_mb" in r:
+        grown = (r["peak_rss_mb"] - r["start_rss_mb"]) * 1024 / max(1, r["in_flight_max"])
+        print(f"  RSS before the night / grown per job {r['start_rss_mb']:8.0f} MB  {grown:.0f} KB")
     print(
         f"  status calls per job                 {r['status_calls_per_job']:8.2f}"
         f"  ({int(r['list_calls'])} `jobs list`, {int(r['get_calls'])} `jobs get`)"
@@ -214,9 +250,10 @@ def main() -> int:
     parser.add_argument("--run-min", type=float, default=RUN_MIN, help="shortest job (s)")
     parser.add_argument("--run-max", type=float, default=RUN_MAX, help="longest job (s)")
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--trace", action="store_true", help="with --jobs: where memory goes")
     args = parser.parse_args()
     if args.jobs:
-        result = one(args.jobs, args.stagger, args.run_min, args.run_max)
+        result = one(args.jobs, args.stagger, args.run_min, args.run_max, args.trace)
         print(json.dumps(result) if args.json else "", flush=True)
         if not args.json:
             show(result)

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["JOB_RETRY", "Backoff", "next_poll_at", "poll_until"]
+__all__ = ["JOB_RETRY", "Backoff", "poll_until"]
 
 
 @dataclass(frozen=True)
@@ -55,32 +55,6 @@ class Backoff:
 # a job's retries after a transient error: the catalogue's `retry_delay` (its `initial`),
 # doubling, no cap, as Prefect's exponential_backoff (which adds its own relative jitter)
 JOB_RETRY = Backoff(initial=2.0, factor=2.0, max=math.inf)
-
-
-def next_poll_at(
-    now: float,
-    policy: Backoff,
-    checks: int,
-    expected_end: float | None = None,
-    expected_s: float | None = None,
-    overdue: int = 0,
-) -> float:
-    """When to look at a job next: on its backoff, but never past its expected end.
-
-    ``checks``: the looks so far; ``expected_end``: when the job should be done (its start plus
-    the p50 of its duration, ``expected_s``), None if unknown. Before that moment the backoff
-    runs as ever, cut short to land on it; once it has passed (``overdue`` looks since), the job
-    is due any moment: looked at again soon (a twentieth of its duration, at most the policy's
-    ``initial``, at least 0.1 s), backing off anew, rather than on a backoff grown to its cap.
-    """
-    at = now + policy.delay(checks)
-    if expected_end is None:
-        return at
-    if now < expected_end:
-        return min(at, expected_end)
-    first = min(policy.initial, max(0.1, (expected_s or 0.0) / 20))
-    soon = Backoff(initial=first, factor=policy.factor, max=max(policy.max, first))
-    return min(at, now + soon.delay(overdue))
 
 
 def poll_until(

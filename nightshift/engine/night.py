@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -33,6 +33,7 @@ from nightshift.engine.stopping import NightStop
 from nightshift.engine.watcher import Watcher
 from nightshift.store.cancel_requests import CancelRequests
 from nightshift.store.ledger import Ledger
+from nightshift.usual import Usual
 
 if TYPE_CHECKING:
     from nightshift.config.settings import Settings
@@ -65,8 +66,8 @@ class HandsOn(Protocol):
         """The night is over: release every slot still held."""
 
 
-# label -> usual seconds from submit to end, for the watcher to look then (poll_hints.py)
-PollHints = Callable[[Catalogue, Ledger, datetime, Logger | None], dict[str, float]]
+# label -> usual duration from submit to end (seconds: one number), for the watcher's schedule
+PollHints = Callable[[Catalogue, Ledger, datetime, Logger | None], Mapping[str, Usual | float]]
 
 
 def no_hold(_backend: str, _timeout: float) -> AbstractContextManager[object]:

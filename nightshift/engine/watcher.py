@@ -1,16 +1,18 @@
 """One loop per night that watches every in-flight job.
 
-Each job keeps its own backoff and timers. A due backend that can list many jobs at once
-(``status_many``) is asked once per tick; otherwise each due job gets its own status call, side
-by side (bounded per backend), so a hung call costs only its own job. A job the listing does not
-show (or every job, when the listing fails for good) is asked at once on a call of its own:
-the answers the listing had in hand go on without waiting for it. Timers are checked by the
-loop itself: they fire on time whatever a status call is doing. A job is never asked again once
-it is final.
+Each job keeps its own poll schedule and timers (``engine/poll_schedule.py``: with a usual
+duration, rarely far from its usual end and densely around it; without, its backoff). When a job
+of a backend that can list many jobs at once (``status_many``) falls due, one listing answers
+for every job of that backend in flight: each one's schedule moves on from that look, so none is
+asked again separately for a state the listing just gave, and the next listing is made when the
+earliest of them is next due. A backend that answers one job at a time gets one status call per
+due job, side by side (bounded per backend), so a hung call costs only its own job. Timers are
+checked by the loop itself: they fire on time whatever a status call is doing. A job is never
+asked again once it is final.
+A job the listing does not show (or every job, when the listing fails for good) is asked at once
+on a call of its own: the answers the listing had in hand go on without waiting for it.
 
-A job whose usual duration is known (``expected``: the p50 of its time after submit) is looked at
-when it should be done rather than on a backoff grown to its cap (``backoff.next_poll_at``), and
-the moment a job is seen final ``on_final`` is told, before its record is written: the night's
+The moment a job is seen final ``on_final`` is told, before its record is written: the night's
 gate hands its slot to the next job within this tick.
 
 A job whose backend streams its changes (``Streams``) is listened to instead (``streams.py``: one
@@ -29,9 +31,11 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from nightshift.backends.base import Backend, ExternalState, JobStatus, capabilities
-from nightshift.backoff import Backoff, next_poll_at
+from nightshift.backoff import Backoff
+from nightshift.engine.poll_schedule import PollSchedule
 from nightshift.engine.streams import StreamListener
 from nightshift.errors import BackendError, PermanentBackendError, TransientBackendError
+from nightshift.usual import Usual
 
 __all__ = ["WatchRequest", "WatchResult", "Watcher"]
 
@@ -39,7 +43,8 @@ __all__ = ["WatchRequest", "WatchResult", "Watcher"]
 Reason = Literal["final", "timeout", "stuck_queued", "fallback", "unreadable", "detached"]
 OnChange = Callable[[str, ExternalState, JobStatus], None]
 OnError = Callable[[str, BaseException | None], None]  # a status call failed (or said nothing)
-Expected = Callable[[str], float | None]  # label -> usual seconds from submit to end, if known
+# label -> its usual duration from submit to end (seconds: known as one number), if known
+Expected = Callable[[str], Usual | float | None]
 _TIMER_REASONS: tuple[Reason, ...] = ("fallback", "timeout", "stuck_queued")
 
 
@@ -70,11 +75,12 @@ class WatchRequest:
     # a re-attached job: ask at once, and let no timer fire before that first answer (its
     # timers may have run out while nobody watched, but it may have finished meanwhile)
     look_first: bool = False
-    # usual seconds from now (its submit) to its end; None: the watcher's `expected` lookup
-    expected_s: float | None = None
+    # usual duration from now (its submit) to its end; None: the watcher's `expected` lookup
+    usual: Usual | float | None = None
     # bookkeeping, owned by the watcher
-    expected_end_at: float | None = None
-    overdue: int = 0  # looks since its expected end passed
+    schedule: PollSchedule | None = None
+    origin: float = 0.0  # when watching began (its schedule counts from there)
+    late: int = 0  # looks since its usual end passed
     checks: int = 0
     errors: int = 0
     next_at: float = 0.0
@@ -152,10 +158,12 @@ class Watcher:
     def watch(self, request: WatchRequest) -> Future[WatchResult]:
         """Start watching; the first check after the policy's initial delay (or its end)."""
         now = self._clock()
-        if request.expected_s is None:
-            request.expected_s = self._expected(request.label)
-        if request.expected_s is not None:
-            request.expected_end_at = now + request.expected_s
+        usual = request.usual if request.usual is not None else self._expected(request.label)
+        if isinstance(usual, int | float):
+            usual = Usual.exactly(float(usual))
+        request.usual = usual
+        request.schedule = PollSchedule(request.policy, usual)
+        request.origin = now
         request.next_at = now if request.look_first else self._next_poll(request, now)
         with self._cond:
             if self._detached:  # the night stops watching: this job is left running too
@@ -276,21 +284,29 @@ class Watcher:
                 entry.checking = True
                 work.append((self._run_streamed, (entry,)))
         due: dict[int, list[WatchRequest]] = {}
+        idle: dict[int, list[WatchRequest]] = {}  # every job not being asked, by backend
         for entry in self._entries:
-            if not entry.closing and not entry.checking and entry.next_at <= now:
-                due.setdefault(id(entry.backend), []).append(entry)
+            if not entry.closing and not entry.checking:
+                idle.setdefault(id(entry.backend), []).append(entry)
+                if entry.next_at <= now:
+                    due.setdefault(id(entry.backend), []).append(entry)
         for key, entries in due.items():
             backend = entries[0].backend
-            singles = [e for e in entries if e.single]
-            listed = [e for e in entries if not e.single]
-            if capabilities(backend).lists_status is not None and len(listed) > 1:
-                if key not in self._listing:  # one listing at a time; its end wakes the loop
+            lists = capabilities(backend).lists_status is not None
+            singles = [e for e in entries if e.single]  # the last listing did not show them
+            rest = [e for e in entries if not e.single]
+            if lists and rest:
+                listed = [e for e in idle[key] if not e.single]
+                if key in self._listing:
+                    rest = []  # one listing at a time; its end wakes the loop for these
+                elif len(listed) > 1:
+                    # one listing answers for every job of the backend, due or not: their look
                     self._listing.add(key)
                     for entry in listed:
                         entry.checking = True
                     work.append((self._run_listing, (key, listed)))
-                listed = []
-            for entry in [*singles, *listed]:
+                    rest = []
+            for entry in [*singles, *rest]:
                 if self._calls.get(key, 0) >= self._calls_per_backend:
                     break  # bounded: the rest wait for a free call
                 self._calls[key] = self._calls.get(key, 0) + 1
@@ -443,17 +459,12 @@ class Watcher:
 
     @staticmethod
     def _next_poll(entry: WatchRequest, now: float) -> float:
-        """When to look at ``entry`` next (a look at or after its expected end is overdue)."""
-        at = next_poll_at(
-            now,
-            entry.policy,
-            entry.checks,
-            entry.expected_end_at,
-            entry.expected_s,
-            entry.overdue,
-        )
-        if entry.expected_end_at is not None and now >= entry.expected_end_at:
-            entry.overdue += 1
+        """When to look at ``entry`` next, by its schedule (a look past its usual end is late)."""
+        schedule = entry.schedule or PollSchedule(entry.policy)
+        elapsed = now - entry.origin
+        at = now + schedule.delay(elapsed, entry.checks, entry.late)
+        if schedule.late(elapsed):
+            entry.late += 1
         return at
 
     def _final(self, label: str) -> None:

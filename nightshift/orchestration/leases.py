@@ -58,6 +58,10 @@ def slot_lease_s(night_lease_ttl: float) -> float:
 class SlotLeaseApi(Protocol):
     """The server side: take one slot of a limit, renew its lease, give it back."""
 
+    def open(self) -> None:
+        """Connect now, before the first acquire (which then costs what every other does)."""
+        ...
+
     def acquire(self, name: str) -> str | None:
         """A lease id; ``FULL`` if every slot is taken; None if the limit does not exist."""
         ...
@@ -107,6 +111,10 @@ class SlotLeases:
         self._closed = threading.Event()
         self._interrupted = threading.Event()
         self._renewer: threading.Thread | None = None
+
+    def open(self) -> None:
+        """Connect to the server before the night's first job asks for a slot."""
+        self._api.open()
 
     def hold(self, name: str, timeout_s: float) -> AbstractContextManager[object]:
         """One slot of ``name`` while inside (TimeoutError if none comes by ``timeout_s``)."""
@@ -283,7 +291,7 @@ class PrefectLeaseApi:
     """``SlotLeaseApi`` on the Prefect server's global concurrency limits.
 
     Its own client, not the flow run's shared one (whose context count is not thread-safe):
-    opened on first use, closed by ``close``.
+    opened by ``open`` (or on first use), closed by ``close``.
     """
 
     def __init__(self, lease_s: float = LEASE_S) -> None:
@@ -304,6 +312,11 @@ class PrefectLeaseApi:
                 client = get_client(sync_client=True, httpx_settings={"timeout": 30.0})
                 self._client = client.__enter__()
             return self._client
+
+    def open(self) -> None:
+        """Make the client and its connection now: one small POST (as an acquire is), so the
+        night's first acquire finds the connection made and the client's first-call work done."""
+        self._api().read_global_concurrency_limits(limit=1)
 
     def acquire(self, name: str) -> str | None:
         import httpx

@@ -152,6 +152,8 @@ def prefect_slots(
                 )
     if leases is None:  # ``lease_s``: how long a slot outlives a night that died holding it
         leases = SlotLeases(PrefectLeaseApi(lease_s), renew_every=lease_s * 0.75)
+    if caps:  # before the first submit: the night's first lease costs what the later ones do
+        leases.open()
     return PrefectHold(caps, rates, scope, leases)
 
 

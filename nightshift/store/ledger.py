@@ -10,7 +10,6 @@ schema is Alembic's (``nightshift.store.migrations``), brought up to date when a
 from __future__ import annotations
 
 import json
-import statistics
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ import sqlalchemy as sa
 from nightshift.states import JobState
 from nightshift.store import migrations
 from nightshift.store.db import UTCDateTime, make_engine
+from nightshift.usual import Usual
 
 if TYPE_CHECKING:  # a night never reads history as a frame: pandas comes with history()
     import pandas as pd
@@ -346,7 +346,7 @@ class Ledger:
     def expected_durations(
         self, labels: Iterable[str], since: datetime, *, succeeded: str = JobState.SUCCEEDED
     ) -> dict[str, float]:
-        """Median seconds from submit to finish of each label's succeeded jobs since ``since``."""
+        """The p50 seconds from submit to finish of each label's succeeded jobs since ``since``."""
         wanted = sorted(set(labels))
         if not wanted:
             return {}
@@ -361,7 +361,7 @@ class Ledger:
         with self.engine.begin() as conn:
             for label, submitted_at, finished_at in conn.execute(query):
                 seconds.setdefault(label, []).append((finished_at - submitted_at).total_seconds())
-        return {label: float(statistics.median(values)) for label, values in seconds.items()}
+        return {label: u.p50 for label, values in seconds.items() if (u := Usual.of(values))}
 
     def _mine(self, table: sa.Table) -> tuple[sa.ColumnElement[bool]]:
         """The filter every query carries: this catalogue's rows only."""

@@ -39,6 +39,26 @@ def test_a_prefect_api_blip_during_a_capped_job_does_not_cancel_it(
     assert survived
 
 
+def test_the_lease_client_is_open_before_the_nights_first_job_asks_for_a_slot() -> None:
+    calls: list[str] = []
+
+    class Recorded(PrefectLeaseApi):
+        def open(self) -> None:
+            calls.append("open")
+            super().open()
+
+        def acquire(self, name: str) -> str | None:
+            calls.append("acquire")
+            return super().acquire(name)
+
+    hold = prefect_slots({"cli": 1}, scope="early", leases=SlotLeases(Recorded()))
+    assert calls == ["open"]  # the night's first lease finds the connection made
+    with hold("cli", 10):
+        pass
+    hold.close()
+    assert calls == ["open", "acquire"]
+
+
 def test_a_slot_goes_to_the_nights_next_job_and_to_another_night_once_released() -> None:
     from prefect.client.orchestration import get_client
 

@@ -21,9 +21,13 @@ class FakeServer:
     releases: list[str] = field(default_factory=list)
     renewals: list[str] = field(default_factory=list)
     missing: bool = False
+    opened: bool = False
     closed: bool = False
     _n: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def open(self) -> None:
+        self.opened = True
 
     def acquire(self, name: str) -> str | None:
         with self._lock:
@@ -115,3 +119,9 @@ def test_a_failed_renewal_only_warns(caplog: pytest.LogCaptureFixture) -> None:
         server.held.clear()  # the server forgot it (expired): renewing now fails
         wait_until(lambda: "could not renew" in caplog.text, 10, "a renewal to fail")
     leases.close()
+
+
+def test_opening_the_leases_connects_before_any_slot_is_asked_for() -> None:
+    server = FakeServer()
+    SlotLeases(server).open()
+    assert (server.opened, server.acquires) == (True, 0)

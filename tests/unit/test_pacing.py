@@ -1,4 +1,4 @@
-"""Submission pace per backend, a freed slot handed on at once, and when to poll next."""
+"""Submission pace per backend, and a freed slot handed on at once."""
 
 from __future__ import annotations
 
@@ -6,11 +6,8 @@ import threading
 
 import pytest
 
-from nightshift.backoff import Backoff, next_poll_at
 from nightshift.engine.admission import Admission, Deadline, Pace
 from tests.support import FakeClock, wait_until
-
-POLL = Backoff(initial=2, factor=2, max=30)
 
 
 # -- the pace ------------------------------------------------------------------------------
@@ -102,40 +99,3 @@ def test_freeing_an_unknown_job_changes_nothing() -> None:
         assert gate.free("cli", 7) is False
         assert gate.free("command", 0) is False
         assert gate._in_use["cli"] == 1
-
-
-# -- when to poll next ---------------------------------------------------------------------
-def test_without_an_expected_end_the_backoff_alone_decides() -> None:
-    assert [next_poll_at(100.0, POLL, n) for n in range(6)] == [
-        102.0,
-        104.0,
-        108.0,
-        116.0,
-        130.0,
-        130.0,
-    ]
-
-
-def test_a_job_is_polled_at_its_expected_end_not_on_a_grown_backoff() -> None:
-    # a 12 s job submitted at 0: looks at 2, 6 (on the backoff), then at 12, not 14
-    at, checks = 0.0, 0
-    looks = []
-    while at < 12.0:
-        at = next_poll_at(at, POLL, checks, expected_end=12.0, expected_s=12.0)
-        checks += 1
-        looks.append(at)
-    assert looks == [2.0, 6.0, 12.0]
-    # a long job whose backoff has grown to its cap is still looked at on the dot
-    assert next_poll_at(1000.0, POLL, 20, expected_end=1007.5, expected_s=1200.0) == 1007.5
-
-
-def test_an_overdue_job_is_looked_at_soon_backing_off_anew() -> None:
-    # past its expected end: a twentieth of its duration, at most the policy's initial
-    twelve = {"expected_end": 12.0, "expected_s": 12.0}
-    assert next_poll_at(12.0, POLL, 3, **twelve, overdue=0) == pytest.approx(12.6)
-    assert next_poll_at(12.6, POLL, 4, **twelve, overdue=1) == pytest.approx(13.8)
-    two = {"expected_end": 20.0, "expected_s": 2.0}
-    assert next_poll_at(50.0, POLL, 3, **two, overdue=0) == pytest.approx(50.1)
-    assert next_poll_at(900.0, POLL, 9, expected_end=800.0, expected_s=800.0) == 902.0
-    # never later than the backoff would have looked anyway
-    assert next_poll_at(12.0, POLL, 0, expected_end=11.0, expected_s=1000.0) == 14.0
