@@ -7,6 +7,7 @@ import contextvars
 import threading
 import uuid
 from collections.abc import Coroutine
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -14,8 +15,9 @@ from typing import Any
 from prefect import flow, get_run_logger, tags
 from prefect.context import AsyncClientContext
 from prefect.runtime import flow_run
-from prefect.states import Completed, Failed, State
+from prefect.states import State
 
+from flows.chain import chain
 from nightshift.config.catalogue import Catalogue, load_catalogue
 from nightshift.config.settings import Settings, load_settings
 from nightshift.engine.admission import Admission
@@ -40,10 +42,11 @@ from nightshift.orchestration.leases import slot_lease_s
 from nightshift.orchestration.limits import limit_scope, prefect_slots
 from nightshift.orchestration.progress import ProgressSink
 from nightshift.orchestration.report import not_run, report, why
+from nightshift.orchestration.states import name_the_night, night_result, quiet_job_finish
 from nightshift.store.lease import Lease
 from nightshift.store.ledger import Ledger
 from nightshift.store.outbox import Outbox
-from tasks.jobs import NIGHTS, Night, outcome_of, run_chain, with_retries
+from tasks.jobs import NIGHTS, Night, job_task, outcome_of, with_retries
 from tasks.notify import notify
 
 __all__ = ["LIVE_SINKS", "nightly", "run_dir_for"]
@@ -53,7 +56,7 @@ LIVE_SINKS: list[Sink] = []
 EXIT_LOCKED = 3  # as the CLI's: another night of the catalogue holds its lease
 
 
-@flow(name="nightly")
+@flow(name="nightly", on_failure=[name_the_night])
 def nightly(
     catalog: str = "nightshift.yaml",
     only: list[str] | None = None,
@@ -62,8 +65,8 @@ def nightly(
 ) -> State | list[State]:
     """One night of the catalogue: Completed only when every job succeeded.
 
-    A night that did not fully succeed returns its jobs' states, not one Failed state: the
-    run is Failed all the same, but a worker's engine does not log it as a crash.
+    A night that did not fully succeed ends Failed, named by its verdict (``Partial`` or
+    ``Failed``) with the headline and worst jobs as its message (``orchestration/states``).
     The jobs are async tasks awaited together on the night's event loop, each its own task
     run: a job in flight holds no thread. The flow itself stays sync for its callers.
     """
@@ -102,15 +105,14 @@ def nightly(
             _night_end(notifier, summary, night, ledger, settings)
         ledger.close()
         raise  # the CLI reads a LockHeldError from the flow run's result (exit 3)
-    report(run_path, summary)  # the headline and bad jobs were logged by the night's LogSink
+    if (flow_run.run_count or 1) > 1:  # a retry of the night's flow run (the UI's Retry)
+        summary = replace(summary, rerun=True)
+    report(run_path, summary)  # the headline was logged by the night's LogSink
     try:
         _night_end(notifier, summary, night, ledger, settings)
     finally:
         ledger.close()
-    if summary.severity.value == "ok":
-        return Completed(message=summary.headline())
-    # a list of states makes the run Failed without the engine raising FailedRun on the way out
-    return [Completed(message=o.line()) if o.ok else Failed(message=o.line()) for o in summary.jobs]
+    return night_result(summary)
 
 
 def _notifier(catalogue: Catalogue, ledger: Ledger, logger: Any) -> Notifier | None:
@@ -189,7 +191,8 @@ def _run_night(
         outcomes=results,
     ) as ctx:
         pools = JobPools()
-        NIGHTS[key] = Night(ctx, pools)
+        kept = {r.label for r in ledger.jobs_of(night) if r.state == "succeeded" and r.external_id}
+        NIGHTS[key] = Night(ctx, pools, kept)
         try:
             logger.info(
                 "night %s: %d jobs, %d independent, %d chains",
@@ -198,7 +201,8 @@ def _run_night(
                 len(plan.independent),
                 len(plan.chains),
             )
-            _on_a_loop(_run_jobs(ctx, plan, key, pools))
+            with quiet_job_finish():
+                _on_a_loop(_run_jobs(ctx, plan, key, pools))
         finally:
             NIGHTS.pop(key, None)
             pools.shutdown()
@@ -206,15 +210,18 @@ def _run_night(
 
 
 async def _run_jobs(ctx: NightContext, plan: Plan, key: str, pools: JobPools) -> None:
-    """Every job and chain of the night as async task runs, awaited together."""
+    """Every job of the night as an async task run and every chain as an async subflow run,
+    awaited together."""
     runner = with_retries(ctx)
+    night = NIGHTS[key]
 
     async def job(label: str) -> None:
-        await outcome_of(ctx, label, await runner(label, key, return_state=True), pools)
+        ran = await job_task(night, label, runner)(label, key, return_state=True)
+        await outcome_of(ctx, label, ran, pools)
 
     # one API client on this loop for every task run (else each task run makes its own)
     async with AsyncClientContext.get_or_create():
-        chains = [run_chain(" → ".join(c), c, key, return_state=True) for c in plan.chains]
+        chains = [chain(" → ".join(c), c, key, return_state=True) for c in plan.chains]
         await asyncio.gather(*(job(label) for label in plan.independent), *chains)
 
 

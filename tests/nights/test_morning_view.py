@@ -1,0 +1,159 @@
+"""The morning view through the Prefect API of a real server: states named for what happened,
+the night's message, chains as subflows, one ERROR record per job that did not succeed."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import pytest
+
+from flows.nightly import nightly
+from tests.support import read_until
+
+pytestmark = pytest.mark.usefixtures("prefect_server")
+
+PY = json.dumps(sys.executable)
+CATALOGUE = """\
+defaults:
+  poll: {initial: 0.2s, factor: 2, max: 0.5s}
+  stagger: 0s
+  retries: 0
+  deadline: 60s
+  queued_timeout: 3s
+jobs:
+"""
+
+
+def command(label: str, code: str, extra: str = "") -> str:
+    return f"  - {{label: '{label}', backend: command, argv: [{PY}, -c, {json.dumps(code)}]{extra}}}\n"
+
+
+BODY = (
+    command("hello", "print(1)")
+    + command("broken", "import sys; print('disk full on /data', file=sys.stderr); sys.exit(3)")
+    + command("slow", "import time; time.sleep(60)", ", timeout: 2s")
+    + "  - {label: stuck, backend: cli, task: 'stuck [stuck]'}\n"
+    + command("fetch", "print('fetched')")
+    + command("link", "print('linked')", ", depends_on: [fetch]")
+    + command("publish", "print('published')", ", depends_on: [link]")
+    + command("pull", "raise SystemExit(4)")
+    + command("push", "print(1)", ", depends_on: [pull]")
+)
+
+
+def run_night(sandbox: Path, body: str = BODY, night: str | None = None) -> Any:
+    path = sandbox / "nightshift.yaml"
+    path.write_text(CATALOGUE + body, encoding="utf-8")
+    params = {"night": night} if night else {}
+    return nightly(catalog=str(path), run_dir=str(sandbox / "run"), return_state=True, **params)
+
+
+def client() -> Any:
+    from prefect.client.orchestration import get_client
+
+    return get_client(sync_client=True)
+
+
+def flow_run(run_id: UUID) -> Any:
+    with client() as c:
+        return c.read_flow_run(run_id)
+
+
+def task_runs(run_ids: list[UUID]) -> dict[str, Any]:
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    with client() as c:
+        runs = c.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=run_ids)))
+    return {t.name: t for t in runs}
+
+
+def subflows(run_id: UUID) -> list[Any]:
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
+
+    parent = FlowRunFilter(parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[run_id]))
+    with client() as c:
+        return list(c.read_flow_runs(flow_run_filter=parent))
+
+
+def logs(run_ids: list[UUID]) -> list[Any]:
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+
+    with client() as c:
+        return list(c.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=run_ids))))
+
+
+def test_a_night_names_its_states_and_its_chains_and_says_each_failure_once(
+    sandbox: Path,
+) -> None:
+    state = run_night(sandbox)
+    run_id = state.state_details.flow_run_id
+
+    # the run is named by the night's verdict, its message the headline and the worst jobs
+    final = read_until(
+        lambda: flow_run(run_id).state, lambda s: s.name == "Partial", 30, "the named night"
+    )
+    assert final.type.value == "FAILED"
+    assert final.message.startswith("partial: 4/9 succeeded")
+    assert "worst: broken (failed), pull (failed), slow (timeout)" in final.message
+    assert "states failed" not in final.message
+
+    # each chain is one subflow run named by its steps; its steps are its task runs
+    chains = read_until(
+        lambda: subflows(run_id), lambda runs: len(runs) == 2, 30, "the chains' subflow runs"
+    )
+    by_name = {c.name: c for c in chains}
+    assert set(by_name) == {"fetch → link → publish", "pull → push"}
+    assert by_name["fetch → link → publish"].state.is_completed()
+    assert by_name["pull → push"].state.is_failed()
+    steps = task_runs([by_name["fetch → link → publish"].id])
+    assert {"fetch", "link", "publish"} <= set(steps)
+
+    # task runs are named apart from failed
+    everything = [run_id, *(c.id for c in chains)]
+    names = read_until(
+        lambda: {n: t.state.name for n, t in task_runs(everything).items() if t.state},
+        lambda seen: seen.get("stuck") == "Stuck" and seen.get("slow") == "TimedOut",
+        30,
+        "the jobs' final task run states",
+    )
+    assert names["hello"] == "Completed"
+    assert names["broken"] == "Failed"
+    assert names["stuck"] == "Stuck"
+    assert names["slow"] == "TimedOut"
+    # a chain appears once: no task run wraps its steps under the night's own task runs
+    assert not any("→" in n for n in task_runs([run_id]))
+
+    # one ERROR record for the broken job: reason, external id, tail path and its first lines
+    summary = json.loads((sandbox / "run" / "summary.json").read_text())
+    broken = next(j for j in summary["jobs"] if j["label"] == "broken")
+
+    def about_broken(records: list[Any]) -> list[Any]:
+        return [r for r in records if "broken" in r.message or "exit code 3" in r.message]
+
+    records = read_until(
+        lambda: logs(everything),
+        lambda rs: any(r.level >= 40 and "disk full" in r.message for r in rs),
+        30,
+        "the broken job's ERROR record",
+    )
+    (error,) = [r for r in about_broken(records) if r.level >= 30]
+    assert error.level == 40
+    assert "exit code 3" in error.message
+    assert broken["external_id"] in error.message
+    assert broken["log_tail_path"] in error.message
+    assert "disk full on /data" in error.message
+    assert not any(r.message.startswith("finished broken") for r in records)
+
+    # the progress artifact says how many are not ok, not a full bar on a failed night
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    only = ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run_id]))
+    with client() as c:
+        artifacts = {a.key: a for a in c.read_artifacts(artifact_filter=only)}
+    progress = artifacts["nightly-progress"]
+    assert "5 not ok" in progress.description
+    assert progress.data < 100.0
