@@ -29,7 +29,8 @@ jobs:
 
 
 def command(label: str, code: str, extra: str = "") -> str:
-    return f"  - {{label: '{label}', backend: command, argv: [{PY}, -c, {json.dumps(code)}]{extra}}}\n"
+    argv = f"[{PY}, -c, {json.dumps(code)}]"
+    return f"  - {{label: '{label}', backend: command, argv: {argv}{extra}}}\n"
 
 
 BODY = (
