@@ -42,6 +42,7 @@ from nightshift.orchestration.leases import slot_lease_s
 from nightshift.orchestration.limits import limit_scope, prefect_slots
 from nightshift.orchestration.progress import ProgressSink
 from nightshift.orchestration.report import not_run, report, why
+from nightshift.orchestration.report_inputs import gather_report
 from nightshift.orchestration.states import name_the_night, night_result, quiet_job_finish
 from nightshift.store.lease import Lease
 from nightshift.store.ledger import Ledger
@@ -99,20 +100,38 @@ def nightly(
             _stamp(),
         )
         code = EXIT_LOCKED if isinstance(exc, LockHeldError) else summary.exit_code
-        report(run_path, summary, reason=reason, exit_code=code)
         logger.warning("the night ended early: %s", reason)
         if not isinstance(exc, LockHeldError):  # a refused second night is not a bad night
             _night_end(notifier, summary, night, ledger, settings)
+        report(
+            run_path,
+            summary,
+            reason=reason,
+            exit_code=code,
+            page=_page(summary, catalogue, ledger, night, logger),
+        )
         ledger.close()
         raise  # the CLI reads a LockHeldError from the flow run's result (exit 3)
     if (flow_run.run_count or 1) > 1:  # a retry of the night's flow run (the UI's Retry)
         summary = replace(summary, rerun=True)
-    report(run_path, summary)  # the headline was logged by the night's LogSink
     try:
         _night_end(notifier, summary, night, ledger, settings)
+        # after Slack: the report says what Slack was told
+        report(run_path, summary, page=_page(summary, catalogue, ledger, night, logger))
     finally:
         ledger.close()
     return night_result(summary)
+
+
+def _page(
+    summary: NightSummary, catalogue: Catalogue, ledger: Ledger, night: str, logger: Any
+) -> dict[str, Any] | None:
+    """The night report's fields; None (and a warning) when they cannot be read."""
+    try:
+        return gather_report(summary, catalogue, ledger, night)
+    except Exception as exc:  # the report never changes the night's verdict
+        logger.warning("the night report could not be gathered: %s: %s", type(exc).__name__, exc)
+        return None
 
 
 def _notifier(catalogue: Catalogue, ledger: Ledger, logger: Any) -> Notifier | None:

@@ -1,21 +1,35 @@
-"""What a night leaves behind: summary.json and the table artifact, also when it ends early."""
+"""What a night leaves behind: summary.json, the table artifact and the night report (markdown
+artifact ``nightly-report``, ``report.png`` in the run folder), also when it ends early."""
 
 from __future__ import annotations
 
+import base64
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from prefect.artifacts import create_table_artifact
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from nightshift.config.catalogue import Catalogue
 from nightshift.engine.outcomes import JobOutcome, NightSummary, Outcome
 from nightshift.errors import LockHeldError, NightshiftError
 from nightshift.files import write_atomic
+from nightshift.orchestration.night_report import REPORT_KEY, render_report
+from nightshift.orchestration.report_plot import plot_report
 
-__all__ = ["SUMMARY_FILE", "NightEndedEarly", "not_run", "report", "summary_json", "why"]
+__all__ = [
+    "PLOT_FILE",
+    "SUMMARY_FILE",
+    "NightEndedEarly",
+    "not_run",
+    "report",
+    "summary_json",
+    "why",
+]
 
 SUMMARY_FILE = "summary.json"
+PLOT_FILE = "report.png"
 
 
 class NightEndedEarly(NightshiftError):
@@ -42,20 +56,38 @@ def report(
     *,
     reason: str | None = None,
     exit_code: int | None = None,
+    page: Mapping[str, Any] | None = None,
 ) -> None:
-    """summary.json and the table artifact: what happened, and why a night ended early."""
+    """summary.json and the artifacts: what happened, and why a night ended early.
+
+    ``page`` is the night report (``build_report``): kept in summary.json under ``report``,
+    drawn as ``report.png`` and published as the ``nightly-report`` markdown artifact, its plot
+    inline.
+    """
     data = summary_json(summary)
     if exit_code is not None:
         data["exit_code"] = exit_code
     data["reason"] = reason
+    if page is not None:
+        data["catalogue"] = page["catalogue"]
+        data["report"] = dict(page)
     write_atomic(run_path / SUMMARY_FILE, json.dumps(data, indent=2) + "\n")
     _publish(summary, reason)
+    if page is not None:
+        png = plot_report(page)
+        (run_path / PLOT_FILE).write_bytes(png)
+        inline = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+        markdown = render_report(page, plot=inline)
+        if reason:
+            markdown = f"> {reason}\n\n{markdown}"
+        create_markdown_artifact(markdown, key=REPORT_KEY, description=page["headline"])
 
 
 def summary_json(summary: NightSummary) -> dict[str, Any]:
     """The summary object of ``nightshift run --json``."""
     return {
         "severity": summary.severity.value,
+        "headline": summary.message(),
         "exit_code": summary.exit_code,
         "started_at": summary.started_at,
         "finished_at": summary.finished_at,
