@@ -30,7 +30,7 @@ NIGHT = join(
             detail="exit code 3",
             external_id="c-3",
             log_tail_path="/runs/x/logs/broken.tail.log",
-        ),  # fmt: skip
+        ),
         job("kept", Outcome.SUCCEEDED, 50, external_id="c-0", kept=True),
     ],
     "2026-12-01T02:00:00+00:00",
