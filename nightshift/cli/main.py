@@ -14,6 +14,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from nightshift.cli.budgets import BUDGET_EXIT_CODES
 from nightshift.cli.notify import NOTIFY_EXIT_CODES
 from nightshift.cli.prune import PRUNE_EXIT_CODES
+from nightshift.cli.report import add_report_parser
 from nightshift.cli.watchdog import WATCHDOG_EXIT_CODES
 
 __all__ = ["main"]
@@ -75,6 +76,10 @@ def main(argv: list[str] | None = None) -> int:
         return _watchdog(args.catalogue, args.json, args.stale_after, args.streak)
     if args.command == "notify":
         return _notify(args.catalogue, args.flush)
+    if args.command == "report":
+        from nightshift.cli.report import run_report
+
+        return run_report(args.catalogue, args.night)
     if args.command == "demo":
         from nightshift.cli.demo import run_demo
 
@@ -130,6 +135,7 @@ def _parser() -> argparse.ArgumentParser:
     prune.add_argument("--keep", default="90d", help="the window kept (default 90d)")
     _catalogue_flag(prune, "only this catalogue's ledger rows, and its manifests", default=None)
     prune.add_argument("--dry-run", action="store_true", help="say what would go, delete nothing")
+    add_report_parser(sub, _catalogue_flag)
     watchdog = sub.add_parser(
         "watchdog",
         help="one watchdog pass: overstaying jobs, stopped nights, stale labels, failure streaks",

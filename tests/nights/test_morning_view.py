@@ -46,11 +46,17 @@ BODY = (
 )
 
 
-def run_night(sandbox: Path, body: str = BODY, night: str | None = None) -> Any:
+def run_night(
+    sandbox: Path, body: str = BODY, night: str | None = None, run_dir: bool = True
+) -> Any:
+    """The night's final state; its run folder is ``sandbox/run``, or with ``run_dir=False``
+    the default one under the state folder (``runs/<night>/<stamp>``)."""
     path = sandbox / "nightshift.yaml"
     path.write_text(CATALOGUE + body, encoding="utf-8")
-    params = {"night": night} if night else {}
-    return nightly(catalog=str(path), run_dir=str(sandbox / "run"), return_state=True, **params)
+    params: dict[str, Any] = {"night": night} if night else {}
+    if run_dir:
+        params["run_dir"] = str(sandbox / "run")
+    return nightly(catalog=str(path), return_state=True, **params)
 
 
 def client() -> Any:
@@ -158,3 +164,50 @@ def test_a_night_names_its_states_and_its_chains_and_says_each_failure_once(
     progress = artifacts["nightly-progress"]
     assert "5 not ok" in progress.description
     assert progress.data < 100.0
+
+
+def test_the_night_report_is_an_artifact_the_cli_prints_and_summary_json_keeps(
+    sandbox: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    from nightshift.cli.main import main
+
+    body = command("hello", "print(1)") + command(
+        "broken", "import sys; print('disk full on /data', file=sys.stderr); sys.exit(3)"
+    )
+    state = run_night(sandbox, body, night="2026-11-30", run_dir=False)
+    (folder,) = (sandbox / "state" / "runs" / "2026-11-30").iterdir()
+    run_id = state.state_details.flow_run_id
+    only = ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run_id]))
+    with client() as c:
+        artifacts = {a.key: a for a in c.read_artifacts(artifact_filter=only)}
+    page = artifacts["nightly-report"]
+    assert page.type == "markdown"
+    text = page.data
+    assert text.startswith("# Night 2026-11-30 · nightshift\n")
+    assert page.description == "partial: 1/2 succeeded (1 failed); worst: broken (failed)"
+    rows = [line for line in text.splitlines() if line.startswith("| `")]
+    assert rows[0].startswith("| `broken` | Failed | ") and rows[1].startswith("| `hello` |")
+    assert "**broken** (Failed): exit code 3" in text
+    assert "disk full on /data" in text  # the excerpt of its log
+    assert "![durations against budgets](data:image/png;base64," in text
+
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["report"]["headline"] == page.description
+    assert [j["label"] for j in summary["report"]["jobs"]] == ["broken", "hello"]
+    assert (folder / "report.png").read_bytes().startswith(b"\x89PNG")
+
+    # the same page locally, its plot the run folder's file
+    catalogue = str(sandbox / "nightshift.yaml")
+    capsys.readouterr()
+    assert main(["report", "--catalogue", catalogue, "--night", "2026-11-30"]) == 0
+    printed = capsys.readouterr().out
+    inline = text.split("](data:", 1)[1].split(")", 1)[0]
+    assert printed == text.replace(f"data:{inline}", str(folder / "report.png"))
+
+    # a night with no rows: one line, exit 4
+    assert main(["report", "--catalogue", catalogue, "--night", "2020-01-01"]) == 4
+    out = capsys.readouterr()
+    assert out.out == ""
+    assert out.err == "no ledger rows for night 2020-01-01 of catalogue nightshift\n"
