@@ -211,3 +211,79 @@ def test_the_night_report_is_an_artifact_the_cli_prints_and_summary_json_keeps(
     out = capsys.readouterr()
     assert out.out == ""
     assert out.err == "no ledger rows for night 2020-01-01 of catalogue nightshift\n"
+
+
+def test_a_retry_of_the_night_shows_what_it_kept_and_replies_in_the_first_digest_thread(
+    sandbox: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The UI's Retry: the same flow run runs again (run_count 2), as a worker would run it."""
+    from prefect.flow_engine import run_flow
+    from prefect.states import AwaitingRetry
+
+    from sandbox.slack_emulator import SlackEmulator
+
+    token = "xoxb-morning-7d1e"
+    monkeypatch.setenv("SLACK_BOT_TOKEN", token)
+    flaky = "import os,sys; sys.exit(0 if os.path.exists('fixed') else 1)"
+    with SlackEmulator(token) as slack:
+        head = (
+            "notify:\n  env: test\n"
+            f'  slack: {{base_url: "{slack.base_url}", timeout: 2}}\n'
+            '  routes: {partial: {channel: "#digest"}, failed: {channel: "#failed"}}\n'
+        )
+        path = sandbox / "nightshift.yaml"
+        path.write_text(
+            head + CATALOGUE + command("good", "print(1)") + command("flaky", flaky),
+            encoding="utf-8",
+        )
+        parameters = {"catalog": str(path), "run_dir": str(sandbox / "run")}
+        with client() as c:
+            run = c.create_flow_run(nightly, parameters=parameters)
+        first = run_flow(nightly, flow_run=run, parameters=parameters, return_type="state")
+        assert first.is_failed()
+        (digest,) = slack.messages
+        assert digest.channel == "#digest" and digest.thread_ts is None
+
+        (sandbox / "fixed").touch()  # the job runs in the catalogue's folder
+        with client() as c:
+            c.set_flow_run_state(run.id, AwaitingRetry(), force=True)
+            again = c.read_flow_run(run.id)
+        second = run_flow(nightly, flow_run=again, parameters=parameters, return_type="state")
+        assert second.is_completed()
+        assert "retry: 1 re-ran, 1 now ok, 0 still failing (1 kept)" in second.message
+
+        # the retry's digest: a reply in the first digest's thread, saying it is a retry
+        _, reply = slack.messages
+        assert reply.channel == "#digest" and reply.thread_ts == digest.ts
+        assert reply.text is not None
+        assert reply.text.startswith("ok: 2/2 succeeded")
+        assert "retry: 1 re-ran, 1 now ok, 0 still failing (1 kept)" in reply.text
+
+    # the kept job is visibly kept: named so, its state Kept
+    runs = read_until(
+        lambda: {n: t.state.name for n, t in task_runs([run.id]).items() if t.state},
+        lambda seen: seen.get("good (kept)") == "Kept",
+        30,
+        "the kept job's task run",
+    )
+    assert runs["good"] == "Completed"  # the first run's
+    assert runs["flaky"] in ("Failed", "Completed")  # the first run's and the retry's share it
+    # the notify task: named, tagged, and it said what it sent
+    with client() as c:
+        notify_runs = [t for t in task_runs([run.id]).values() if t.name == "notify slack"]
+        assert notify_runs and all("nightshift" in t.tags for t in notify_runs)
+    said = read_until(
+        lambda: [r.message for r in logs([run.id]) if r.message.startswith("slack: ")],
+        lambda lines: len(lines) >= 2,
+        30,
+        "the notify task's lines",
+    )
+    assert any(line.startswith("slack: digest to #digest (top-level, accepted") for line in said)
+    assert any(f"slack: digest to #digest (reply in {digest.ts}, accepted" in ln for ln in said)
+
+    summary = json.loads((sandbox / "run" / "summary.json").read_text())
+    report = summary["report"]
+    assert report["retry"] == "retry: 1 re-ran, 1 now ok, 0 still failing (1 kept)"
+    kept = next(j for j in report["jobs"] if j["label"] == "good")
+    assert kept["tonight"] == "kept" and kept["shown_as"] == "Kept"
+    assert [s["thread"] for s in report["slack"]] == [None, digest.ts]
