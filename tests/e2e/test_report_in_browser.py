@@ -33,8 +33,11 @@ defaults: {poll: {initial: 0.2s, factor: 2, max: 1s}, deadline: 120s, retries: 0
 jobs:
   - {label: "audit:links", backend: command, argv: [%(py)s, -c, "import time; time.sleep(2)"]}
   - {label: "gen:articles", backend: command, argv: [%(py)s, -c, "print('ok')"]}
-  - {label: "feed:fetch", backend: command, argv: [%(py)s, -c, "import sys; print('feed down: 503 from upstream', file=sys.stderr); sys.exit(3)"]}
-  - {label: "feed:summarize", backend: command, argv: [%(py)s, -c, "print(1)"], depends_on: ["feed:fetch"]}
+  - label: "feed:fetch"
+    backend: command
+    argv: [%(py)s, -c, "import sys; print('feed down: 503 from upstream', file=sys.stderr); exit(3)"]
+  - {label: "feed:summarize", backend: command, argv: [%(py)s, -c, "print(1)"],
+     depends_on: ["feed:fetch"]}
 """
 
 pytestmark = pytest.mark.skipif(
