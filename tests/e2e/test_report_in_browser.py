@@ -35,7 +35,7 @@ jobs:
   - {label: "gen:articles", backend: command, argv: [%(py)s, -c, "print('ok')"]}
   - label: "feed:fetch"
     backend: command
-    argv: [%(py)s, -c, "import sys; print('feed down: 503 from upstream', file=sys.stderr); exit(3)"]
+    argv: [%(py)s, -c, "import sys; print('feed down: 503 upstream', file=sys.stderr); exit(3)"]
   - {label: "feed:summarize", backend: command, argv: [%(py)s, -c, "print(1)"],
      depends_on: ["feed:fetch"]}
 """
@@ -125,7 +125,7 @@ def test_the_deployed_nights_report_page_renders_its_table_and_its_plot(tmp_path
         assert "<table" in html, html[-3000:]
         assert "Jobs, worst first" in html
         assert html.index("feed:fetch") < html.index("gen:articles")
-        assert "feed down: 503 from upstream" in html  # the excerpt of its log
+        assert "feed down: 503 upstream" in html  # the excerpt of its log
         # the plot: an image drawn from the inline PNG
         assert '<img src="data:image/png;base64,' in html or "data:image/png;base64," in html
 
