@@ -83,6 +83,7 @@ def _seed(state_dir: Path, night: str) -> None:
         ledger.close()
 
 
+@pytest.mark.timeout(900)  # a server, a deploy and a worker on a loaded machine
 def test_the_deployed_nights_report_page_renders_its_table_and_its_plot(tmp_path: Path) -> None:
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
