@@ -14,6 +14,7 @@ from typing import Any
 __all__ = ["plot_report"]
 
 _FLOOR = 0.1  # a log axis has no 0
+_TICKS = {0.1: "100ms", 1: "1s", 10: "10s", 60: "1m", 600: "10m", 3600: "1h", 21_600: "6h"}
 _COLOURS = {"succeeded": "#2e7d32", "partial": "#ef6c00", "skipped": "#9e9e9e"}
 _BAD = "#c62828"
 
@@ -48,7 +49,11 @@ def plot_report(report: Mapping[str, Any], max_jobs: int = 40) -> bytes:
         ax.set_yticks(range(len(jobs)))
         ax.set_yticklabels([f"{j['label']} ({j['shown_as']})" for j in reversed(jobs)], fontsize=8)
         ax.set_xscale("log")
-        ax.set_xlabel("seconds (grey: usual p50-p95, red tick: 2 x p95 = alert, dot: tonight)")
+        low, high = ax.get_xlim()
+        ticks = [t for t in _TICKS if low <= t <= high] or list(_TICKS)[:3]
+        ax.set_xticks(ticks, [_TICKS[t] for t in ticks])
+        ax.minorticks_off()
+        ax.set_xlabel("grey: usual p50 to p95 · red tick: 2 x p95 (alert) · dot: tonight")
         ax.set_title(f"Night {report['night']}: durations against budgets", fontsize=10)
         ax.grid(axis="x", which="major", alpha=0.3)
         fig.tight_layout()

@@ -46,7 +46,9 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def _chromium(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+def _chromium(
+    *args: str, budget_ms: int = 30_000, timeout: float = 240
+) -> subprocess.CompletedProcess[str]:
     assert CHROMIUM is not None
     argv = [
         CHROMIUM,
@@ -57,7 +59,7 @@ def _chromium(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[s
         "--hide-scrollbars",
         "--window-size=1400,2600",
         # the UI is a single-page app: let its scripts fetch and draw before the capture
-        "--virtual-time-budget=30000",
+        f"--virtual-time-budget={budget_ms}",
         *args,
     ]
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
@@ -119,20 +121,25 @@ def test_the_deployed_nights_report_page_renders_its_table_and_its_plot(tmp_path
         ui = site.api.removesuffix("/api")
         page = f"{ui}/artifacts/artifact/{report.id}"
 
-        dom = _chromium("--dump-dom", page)
-        assert dom.returncode == 0, dom.stderr[-2000:]
-        html = dom.stdout
+        shots = Path(SCREENSHOT_DIR) if SCREENSHOT_DIR else tmp_path
+        shots.mkdir(parents=True, exist_ok=True)
+        html = ""
+        for budget_ms in (30_000, 60_000, 120_000):  # a loaded machine draws the page late
+            dom = _chromium("--dump-dom", page, budget_ms=budget_ms)
+            assert dom.returncode == 0, dom.stderr[-2000:]
+            html = dom.stdout
+            (shots / "nightly-report.html").write_text(html)
+            if "markdown-renderer" in html and "<table" in html:
+                break
         # the table: its header and the worst job first
-        assert "<table" in html, html[-3000:]
+        assert "<table" in html, f"no table in the page: see {shots / 'nightly-report.html'}"
         assert "Jobs, worst first" in html
         assert html.index("feed:fetch") < html.index("gen:articles")
         assert "feed down: 503 upstream" in html  # the excerpt of its log
         # the plot: an image drawn from the inline PNG
         assert '<img src="data:image/png;base64,' in html or "data:image/png;base64," in html
 
-        shots = Path(SCREENSHOT_DIR) if SCREENSHOT_DIR else tmp_path
-        shots.mkdir(parents=True, exist_ok=True)
         picture = shots / "nightly-report.png"
-        shot = _chromium(f"--screenshot={picture}", page)
+        shot = _chromium(f"--screenshot={picture}", page, budget_ms=budget_ms)
         assert shot.returncode == 0, shot.stderr[-2000:]
         assert picture.stat().st_size > 50_000  # a page with a table and a plot, not a blank one
