@@ -12,7 +12,8 @@ from typing import Any
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from nightshift.config.catalogue import Catalogue
-from nightshift.engine.outcomes import JobOutcome, NightSummary, Outcome
+from nightshift.config.durations import format_duration
+from nightshift.engine.outcomes import JobOutcome, NightSummary, Outcome, state_name
 from nightshift.errors import LockHeldError, NightshiftError
 from nightshift.files import write_atomic
 from nightshift.orchestration.night_report import REPORT_KEY, render_report
@@ -100,8 +101,13 @@ def _publish(summary: NightSummary, reason: str | None = None) -> None:
     rows = [
         {
             "job": job.label,
-            "state": job.state.value,
-            "duration": job.line().split(" (", 1)[1].split(",")[0],
+            "state": state_name(job),
+            # a kept job did not run tonight: its time is the earlier run's, said so
+            "duration": (
+                f"kept ({format_duration(job.duration_s)} earlier)"
+                if job.kept
+                else format_duration(job.duration_s)
+            ),
             "attempts": job.attempts,
             "detail": job.detail or "",
         }
