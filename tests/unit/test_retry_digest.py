@@ -13,7 +13,7 @@ CONFIG = NotifyConfig.model_validate(
             "partial": {"channel": "#digest"},
             "failed": {"channel": "#fail", "mention": "<!here>"},
         },
-    }  # fmt: skip
+    }
 )
 FIRST = (Route(channel="#digest"), "1700000000.000100")
 
@@ -25,8 +25,9 @@ def retry(*states: Outcome) -> object:
 
 
 def test_a_retry_that_made_the_night_ok_replies_in_the_first_digest_thread() -> None:
-    (message,) = render_night(retry(Outcome.SUCCEEDED), CONFIG, night="n", catalogue="c",
-                              reply_in=FIRST)  # fmt: skip
+    (message,) = render_night(
+        retry(Outcome.SUCCEEDED), CONFIG, night="n", catalogue="c", reply_in=FIRST
+    )
     assert message.reply_to == FIRST[1] and message.destination.channel == "#digest"
     assert message.text.splitlines()[:2] == [
         "ok: 2/2 succeeded (prod, night n)",
