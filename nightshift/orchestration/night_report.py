@@ -14,7 +14,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from nightshift.config.durations import format_duration
-from nightshift.engine.outcomes import NightSummary, retry_line, state_name, worst_first
+from nightshift.engine.outcomes import (
+    JobOutcome,
+    NightSummary,
+    Outcome,
+    retry_line,
+    state_name,
+    worst_first,
+)
 
 __all__ = ["REPORT_KEY", "SlackLine", "Usual", "WatchLine", "build_report", "render_report"]
 
@@ -68,10 +75,11 @@ def build_report(
     """The report's fields, JSON-ready; ``slack`` None: the catalogue has no ``notify:``."""
     usual = usual or {}
     excerpts = excerpts or {}
+    tonight = {job.label: _tonight(job) for job in summary.jobs}
     ratios = {
         job.label: job.duration_s / usual[job.label].p95_s
         for job in summary.jobs
-        if job.label in usual and usual[job.label].p95_s > 0 and not job.kept
+        if job.label in usual and usual[job.label].p95_s > 0 and tonight[job.label] == "ran"
     }
     jobs = []
     for job in worst_first(summary.jobs, ratios):
@@ -87,7 +95,7 @@ def build_report(
                 "usual_p95_s": None if seen is None else round(seen.p95_s, 3),
                 "ratio": None if job.label not in ratios else round(ratios[job.label], 2),
                 "attempts": job.attempts,
-                "tonight": "kept" if job.kept else "ran",
+                "tonight": tonight[job.label],
                 "external_id": job.external_id,
                 "reason": None if job.ok else (job.detail or "no reason recorded"),
                 "excerpt": [] if job.ok else list(excerpts.get(job.label, []))[:EXCERPT_LINES],
@@ -106,6 +114,16 @@ def build_report(
         "watches": [vars(w) for w in watches],
         "slack": None if slack is None else [vars(s) for s in slack],
     }
+
+
+def _tonight(job: JobOutcome) -> str:
+    """``ran``, ``kept`` (succeeded in an earlier run of the night) or ``not run`` (skipped,
+    or never reached)."""
+    if job.kept:
+        return "kept"
+    if job.state is Outcome.SKIPPED or (job.attempts == 0 and job.external_id is None):
+        return "not run"
+    return "ran"
 
 
 def render_report(report: Mapping[str, Any], plot: str | None = None) -> str:
@@ -158,6 +176,8 @@ def _job_row(job: Mapping[str, Any]) -> str:
     took = format_duration(job["duration_s"])
     if job["tonight"] == "kept":
         took = f"({took} earlier)"
+    elif job["tonight"] == "not run":
+        took = "-"
     cells = [
         f"`{_cell(job['label'])}`",
         job["shown_as"],

@@ -36,6 +36,8 @@ def plot_report(report: Mapping[str, Any], max_jobs: int = 40) -> bytes:
                 p50, p95 = max(job["usual_p50_s"], _FLOOR), max(job["usual_p95_s"], _FLOOR)
                 ax.plot([p50, p95], [y, y], color="#bdbdbd", linewidth=7, solid_capstyle="butt")
                 ax.plot([2 * p95], [y], marker="|", markersize=12, color=_BAD)
+            if job["tonight"] == "not run":
+                continue  # nothing ran tonight: no dot
             colour = _COLOURS.get(job["state"], _BAD)
             kept = job["tonight"] == "kept"
             ax.plot(

@@ -111,6 +111,19 @@ def test_a_failure_note_says_why_where_and_how_it_ended() -> None:
     assert tail_head("a\nb\nc", lines=2) == ["a", "b"]
 
 
+def test_a_job_that_did_not_run_tonight_has_no_time_and_no_ratio() -> None:
+    night = join(
+        [
+            job("fetch", Outcome.FAILED, 1, external_id="c-1", detail="exit code 3"),
+            JobOutcome("summarize", Outcome.SKIPPED, detail="fetch failed"),
+        ]
+    )
+    page = build_report(night, night="n", catalogue="c", usual={"summarize": Usual(2, 3)})
+    skipped = page["jobs"][1]
+    assert (skipped["tonight"], skipped["ratio"]) == ("not run", None)
+    assert "| `summarize` | Skipped | - | 2s / 3s |  | 0 | not run |  |" in render_report(page)
+
+
 def test_a_first_run_has_no_retry_line() -> None:
     first = join([job("a", Outcome.SUCCEEDED, 1)])
     assert retry_line(first) is None
