@@ -74,6 +74,9 @@ def name_the_night(flow: Any, flow_run: Any, state: State) -> None:
     if not named.is_failed() or named.name not in ("Partial", "Failed"):
         return
     with get_client(sync_client=True) as client:
+        current = client.read_flow_run(flow_run.id).state
+        if current is None or current.id != state.id:
+            return  # moved on already (a retry was asked for): never undo that
         client.set_flow_run_state(
             flow_run.id, Failed(name=named.name, message=named.message), force=True
         )
