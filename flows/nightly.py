@@ -8,6 +8,7 @@ import threading
 import uuid
 from collections.abc import Coroutine
 from contextvars import ContextVar
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -16,8 +17,9 @@ from prefect import flow, get_run_logger, tags
 from prefect.context import AsyncClientContext
 from prefect.logging.loggers import flow_run_logger
 from prefect.runtime import flow_run
-from prefect.states import Completed, Failed, State
+from prefect.states import Failed, State
 
+from flows.chain import chain
 from nightshift.config.catalogue import Catalogue
 from nightshift.config.loader import load_catalogue
 from nightshift.config.settings import Settings, load_settings
@@ -45,12 +47,14 @@ from nightshift.notify.sinks import NoticeSink
 from nightshift.orchestration.leases import slot_lease_s
 from nightshift.orchestration.limits import limit_scope, night_slots
 from nightshift.orchestration.progress import ProgressSink
-from nightshift.orchestration.report import not_run, publish_summary, report, why
+from nightshift.orchestration.report import not_run, report, why
+from nightshift.orchestration.report_inputs import gather_report
+from nightshift.orchestration.states import name_the_night, night_result, quiet_job_finish
 from nightshift.store.lease import Lease, default_owner
 from nightshift.store.ledger import Ledger
 from nightshift.store.outbox import Outbox
 from nightshift.store.slot_holders import SlotHolders
-from tasks.jobs import NIGHTS, Night, outcome_of, run_chain, with_retries
+from tasks.jobs import NIGHTS, Night, job_task, outcome_of, with_retries
 from tasks.notify import notify
 
 __all__ = ["LIVE_SINKS", "NIGHT_STOP", "cancel_in_flight", "nightly", "run_dir_for"]
@@ -87,7 +91,7 @@ def cancel_in_flight(flow: Any, flow_run: Any, state: State) -> None:
         logger.warning("%s (%s %s): %s", job.label, job.backend, job.external_id, what)
 
 
-@flow(name="nightly", on_cancellation=[cancel_in_flight])
+@flow(name="nightly", on_failure=[name_the_night], on_cancellation=[cancel_in_flight])
 def nightly(
     catalog: str = "nightshift.yaml",
     only: list[str] | None = None,
@@ -96,8 +100,8 @@ def nightly(
 ) -> State | list[State]:
     """One night of the catalogue: Completed only when every job succeeded.
 
-    A night that did not fully succeed returns its jobs' states, not one Failed state: the
-    run is Failed all the same, but a worker's engine does not log it as a crash.
+    A night that did not fully succeed ends Failed, named by its verdict (``Partial`` or
+    ``Failed``) with the headline and worst jobs as its message (``orchestration/states``).
     The jobs are async tasks awaited together on the night's event loop, each its own task
     run: a job in flight holds no thread. The flow itself stays sync for its callers.
     """
@@ -145,38 +149,52 @@ def nightly(
         code = EXIT_LOCKED if isinstance(exc, LockHeldError) else summary.exit_code
         report(run_path, summary, reason=reason, exit_code=code, publish=False)
         logger.warning("the night ended early: %s", reason)
+        page = None
         try:
             if not isinstance(exc, LockHeldError):  # a refused second night is not a bad night
                 _night_end(notifier, summary, night, ledger, settings)
+            page = _page(summary, catalogue, ledger, night, logger)
         finally:
             ledger.close()
             stop.over.set()
-        publish_summary(summary, reason)
+        report(run_path, summary, reason=reason, exit_code=code, page=page)
         raise  # the CLI reads a LockHeldError from the flow run's result (exit 3)
+    if (flow_run.run_count or 1) > 1:  # a retry of the night's flow run (the UI's Retry)
+        summary = replace(summary, rerun=True)
     # summary.json first: what follows may wait on the Prefect API, which may be gone
     ended: str | None = None
+    stopped_code: int | None = None
     if stop.requested:
         left = [o for o in summary.jobs if o.state is Outcome.LEFT_RUNNING]
-        ended = INTERRUPTED
+        ended, stopped_code = INTERRUPTED, stop.exit_code
         logger.warning("interrupted: %d job(s) left running, a rerun re-attaches", len(left))
-        report(run_path, summary, reason=ended, exit_code=stop.exit_code, publish=False)
-    else:
-        report(run_path, summary, publish=False)  # the night's LogSink logged its jobs
+    report(run_path, summary, reason=ended, exit_code=stopped_code, publish=False)
+    page = None
     try:
         if not stop.requested:  # an interrupted night has no verdict to send
             _night_end(notifier, summary, night, ledger, settings)
+        # after Slack: the report says what Slack was told
+        page = _page(summary, catalogue, ledger, night, logger)
     finally:
         ledger.close()
         stop.over.set()
     if not stop.requested:  # the UI's progress reaches its end (bounded: the API may be gone)
         progress.flush(timeout=PROGRESS_FLUSH_S)
-    publish_summary(summary, ended)
+    report(run_path, summary, reason=ended, exit_code=stopped_code, page=page)
     if stop.requested:
         return Failed(name="Interrupted", message=f"{ended}: {summary.headline()}")
-    if summary.severity.value == "ok":
-        return Completed(message=summary.headline())
-    # a list of states makes the run Failed without the engine raising FailedRun on the way out
-    return [Completed(message=o.line()) if o.ok else Failed(message=o.line()) for o in summary.jobs]
+    return night_result(summary)
+
+
+def _page(
+    summary: NightSummary, catalogue: Catalogue, ledger: Ledger, night: str, logger: Any
+) -> dict[str, Any] | None:
+    """The night report's fields; None (and a warning) when they cannot be read."""
+    try:
+        return gather_report(summary, catalogue, ledger, night)
+    except Exception as exc:  # the report never changes the night's verdict
+        logger.warning("the night report could not be gathered: %s: %s", type(exc).__name__, exc)
+        return None
 
 
 def _catalogue_or_none(catalog: str, logger: Any) -> Catalogue | None:
@@ -273,7 +291,8 @@ def _run_night(
         stop=stop,
     ) as ctx:
         pools = JobPools()
-        NIGHTS[key] = Night(ctx, pools)
+        kept = {r.label for r in ledger.jobs_of(night) if r.state == "succeeded" and r.external_id}
+        NIGHTS[key] = Night(ctx, pools, kept)
         try:
             logger.info(
                 "night %s: %d jobs, %d independent, %d chains",
@@ -282,7 +301,8 @@ def _run_night(
                 len(plan.independent),
                 len(plan.chains),
             )
-            _on_a_loop(_run_jobs(ctx, plan, key, pools), stop)
+            with quiet_job_finish():
+                _on_a_loop(_run_jobs(ctx, plan, key, pools), stop)
         finally:
             NIGHTS.pop(key, None)
             pools.shutdown()
@@ -290,15 +310,18 @@ def _run_night(
 
 
 async def _run_jobs(ctx: NightContext, plan: Plan, key: str, pools: JobPools) -> None:
-    """Every job and chain of the night as async task runs, awaited together."""
+    """Every job of the night as an async task run and every chain as an async subflow run,
+    awaited together."""
     runner = with_retries(ctx)
+    night = NIGHTS[key]
 
     async def job(label: str) -> None:
-        await outcome_of(ctx, label, await runner(label, key, return_state=True), pools)
+        ran = await job_task(night, label, runner)(label, key, return_state=True)
+        await outcome_of(ctx, label, ran, pools)
 
     # one API client on this loop for every task run (else each task run makes its own)
     async with AsyncClientContext.get_or_create():
-        chains = [run_chain(" → ".join(c), c, key, return_state=True) for c in plan.chains]
+        chains = [chain(" → ".join(c), c, key, return_state=True) for c in plan.chains]
         await asyncio.gather(*(job(label) for label in plan.independent), *chains)
 
 

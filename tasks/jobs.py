@@ -1,30 +1,29 @@
-"""The Prefect tasks of a night: one task run per job, one per chain. Thin: they call the engine.
+"""The Prefect task of a night: one task run per job. Thin: it calls the engine.
 
 Async tasks, awaited together on the flow's event loop: a job in flight holds no thread.
+A chain of jobs is a subflow (``flows/chain.py``) whose steps are these task runs.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
-from prefect import task
+from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.runtime import task_run
-from prefect.states import Completed, Failed, State
+from prefect.states import State
 
 from nightshift.backoff import JOB_RETRY
 from nightshift.engine.context import NightContext
+from nightshift.engine.explain import failure_note
 from nightshift.engine.outcomes import JobOutcome
-from nightshift.engine.steps import (
-    JobPools,
-    run_chain_steps_async,
-    run_job_step_async,
-    settle_job_async,
-)
+from nightshift.engine.steps import JobPools, run_job_step_async, settle_job_async
 from nightshift.errors import TransientBackendError
+from nightshift.orchestration.states import JOB_TASK, job_state
 
-__all__ = ["NIGHTS", "Night", "outcome_of", "run_chain", "run_job", "with_retries"]
+__all__ = ["NIGHTS", "Night", "job_task", "never_retry", "outcome_of", "run_job", "with_retries"]
 
 
 @dataclass
@@ -33,6 +32,7 @@ class Night:
 
     ctx: NightContext
     pools: JobPools
+    kept: set[str] = field(default_factory=set)  # succeeded in an earlier run of the night
 
 
 # the nights running in this process, by key; tasks get the key, not the live objects
@@ -51,7 +51,7 @@ async def _transient_only(task: Any, task_run: Any, state: State) -> bool:
 
 
 @task(
-    name="run-job",
+    name=JOB_TASK,
     task_run_name="{label}",
     cache_policy=NO_CACHE,
     retries=2,
@@ -62,50 +62,39 @@ async def _transient_only(task: Any, task_run: Any, state: State) -> bool:
 async def run_job(label: str, night_key: str) -> JobOutcome | State:
     """Submit or re-attach one external job and wait for its outcome.
 
-    A job that did not succeed ends its task run Failed (red on the night's timeline); its
-    outcome stays with the night, which reads it from there.
+    A job that did not succeed ends its task run Failed, named for what happened (``Partial``,
+    ``Stuck``, ``TimedOut``: red on the night's timeline), and says why in one ERROR record;
+    its outcome stays with the night, which reads it from there.
     """
     night = NIGHTS[night_key]
     attempt = task_run.run_count or 1
     outcome = await run_job_step_async(night.ctx, label, night.pools, attempt=attempt)
-    return outcome if outcome.ok else Failed(message=outcome.line())
+    if not outcome.ok:
+        log_failure(outcome)
+    return job_state(outcome)
 
 
-def _never(task: Any, task_run: Any, state: State) -> bool:
-    """Never retry (a chain as a whole: its steps retry themselves; jobs with `retries: 0`)."""
+def log_failure(outcome: JobOutcome) -> None:
+    """The one ERROR record of a job that did not succeed: why, its id, its tail's path and head."""
+    tail = None
+    if outcome.log_tail_path:
+        try:
+            tail = Path(outcome.log_tail_path).read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            tail = f"(could not read the tail: {exc})"
+    get_run_logger().error("%s", failure_note(outcome, tail))
+
+
+def never_retry(task: Any, task_run: Any, state: State) -> bool:
+    """Never retry (jobs with `retries: 0`)."""
     return False
-
-
-# retries=1 that never fire: a task returning Failed with no retries configured makes Prefect
-# log "Task run failed with state" with an empty traceback at ERROR
-@task(
-    name="run-chain",
-    task_run_name="{name}",
-    cache_policy=NO_CACHE,
-    retries=1,
-    retry_condition_fn=_never,
-)
-async def run_chain(name: str, labels: list[str], night_key: str) -> State:
-    """Run dependent jobs one after another; a step that did not succeed skips its dependents.
-
-    One task run per chain, named by its steps; each step is a task run of its own inside it.
-    """
-    night = NIGHTS[night_key]
-    ctx = night.ctx
-
-    async def step(label: str) -> JobOutcome:
-        ran = await with_retries(ctx)(label, night_key, return_state=True)
-        return await outcome_of(ctx, label, ran, night.pools)
-
-    done = await run_chain_steps_async(ctx, labels, step, night.pools)
-    bad = [o.line() for o in done if not o.ok]
-    return Failed(message="; ".join(bad)) if bad else Completed(message=f"{len(done)} steps ok")
 
 
 def with_retries(ctx: NightContext) -> Any:
     """The job task with the catalogue's retry policy."""
     defaults = ctx.catalogue.defaults
-    # `retries: 0` as one retry that never fires: see run_chain on Prefect's empty traceback
+    # `retries: 0` as one retry that never fires: a task returning Failed with no retries
+    # configured makes Prefect log "Task run failed with state" with an empty traceback
     retries = max(defaults.retries, 1)
 
     async def retry(task: Any, task_run: Any, state: State) -> bool:
@@ -119,6 +108,13 @@ def with_retries(ctx: NightContext) -> Any:
         retry_condition_fn=retry,
         retry_delay_seconds=replace(JOB_RETRY, initial=defaults.retry_delay).delays(retries),
     )
+
+
+def job_task(night: Night, label: str, runner: Any) -> Any:
+    """The job's task: named ``<label> (kept)`` when an earlier run of the night did it."""
+    if label in night.kept:
+        return runner.with_options(task_run_name=f"{label} (kept)")
+    return runner
 
 
 async def outcome_of(ctx: NightContext, label: str, state: State, pools: JobPools) -> JobOutcome:

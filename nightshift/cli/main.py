@@ -13,6 +13,7 @@ from nightshift.cli import (
     init,
     notify,
     prune,
+    report,
     run,
     status,
     validate,
@@ -57,7 +58,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="show Prefect's logs")
     sub = parser.add_subparsers(dest="command")
     # the order of `nightshift --help`
-    for command in (init, run, validate, demo, status, cancel, budgets, prune, watchdog, notify):
+    for command in (
+        init,
+        run,
+        validate,
+        demo,
+        status,
+        cancel,
+        report,
+        budgets,
+        prune,
+        watchdog,
+        notify,
+    ):
         command.register(sub)
     return parser
 

@@ -165,18 +165,19 @@ class Since:
 
 
 class LogSink:
-    """The flow's log lines: each finished job, each watch/alert, the headline and bad jobs."""
+    """The flow's log lines, each thing once: a job that succeeded, each watch (INFO) and alert
+    (ERROR), the night's message. A job that did not succeed is not logged here: its task
+    says why, once, at ERROR, on its own task run."""
 
     def __init__(self, logger: Logger) -> None:
         self._logger = logger
 
     def __call__(self, event: NightEvent) -> None:
         if isinstance(event, JobFinished):
-            self._logger.info("finished %s", event.outcome.line())
+            if event.outcome.ok:
+                self._logger.info("finished %s", event.outcome.line())
         elif isinstance(event, NightFinished):
-            self._logger.info("%s", event.summary.headline())
-            for outcome in event.summary.not_ok:
-                self._logger.warning("%s", outcome.line())
+            self._logger.info("%s", event.summary.message())
         elif isinstance(event, LevelChanged):
             # once each: a watch for the record, an alert for someone to act on
             severity = logging.ERROR if event.alert.level == "alert" else logging.INFO

@@ -21,8 +21,11 @@ __all__ = [
     "join_details",
     "outcome_from_external",
     "outcome_from_record",
+    "retry_line",
+    "state_name",
     "status_detail",
     "verdict",
+    "worst_first",
 ]
 
 
@@ -65,6 +68,7 @@ class JobOutcome:
     backend: str | None = None
     detail: str | None = None
     data: dict[str, Any] = field(default_factory=dict)
+    kept: bool = False  # succeeded in an earlier run of the night; not run again tonight
 
     @property
     def ok(self) -> bool:
@@ -93,6 +97,7 @@ class NightSummary:
     jobs: list[JobOutcome]
     started_at: str | None = None
     finished_at: str | None = None
+    rerun: bool = False  # a later run of the night (a retry): some jobs may be kept
 
     @property
     def exit_code(self) -> int:
@@ -116,6 +121,71 @@ class NightSummary:
         text = f"{self.severity.value}: {ok}/{len(self.jobs)} succeeded"
         return f"{text} ({rest})" if rest else text
 
+    def message(self, worst: int = 3) -> str:
+        """The headline, the retry's counts and the worst jobs: the flow run's message.
+
+        ``partial: 5/8 succeeded (1 failed, 1 stuck_queued); worst: gen:broken (failed), ...``
+        """
+        parts = [self.headline()]
+        if (retry := retry_line(self)) is not None:
+            parts.append(retry)
+        bad = worst_first(self.not_ok)[:worst]
+        if bad:
+            more = len(self.not_ok) - len(bad)
+            named = ", ".join(f"{j.label} ({j.state.value})" for j in bad)
+            parts.append(f"worst: {named}" + (f" and {more} more" if more else ""))
+        return "; ".join(parts)
+
+
+# the worst first: what a reader must act on leads every list
+SEVERITY_ORDER = (
+    Outcome.FAILED,
+    Outcome.TIMEOUT,
+    Outcome.STUCK_QUEUED,
+    Outcome.CANCELLED,
+    Outcome.PARTIAL,
+    Outcome.LEFT_RUNNING,
+    Outcome.SKIPPED,
+    Outcome.SUCCEEDED,
+)
+_RANK = {state: i for i, state in enumerate(SEVERITY_ORDER)}
+# how Prefect shows each outcome (a state's name; its type stays Completed or Failed)
+_STATE_NAMES = {
+    Outcome.SUCCEEDED: "Completed",
+    Outcome.PARTIAL: "Partial",
+    Outcome.FAILED: "Failed",
+    Outcome.CANCELLED: "Cancelled",
+    Outcome.TIMEOUT: "TimedOut",
+    Outcome.STUCK_QUEUED: "Stuck",
+    Outcome.SKIPPED: "Skipped",
+    Outcome.LEFT_RUNNING: "LeftRunning",
+}
+KEPT = "Kept"
+
+
+def state_name(job: JobOutcome) -> str:
+    """The job's state as Prefect shows it: ``Partial``, ``Stuck``, ``TimedOut``, ``Kept``..."""
+    return KEPT if job.kept else _STATE_NAMES[job.state]
+
+
+def worst_first(
+    jobs: Iterable[JobOutcome], ratio: dict[str, float] | None = None
+) -> list[JobOutcome]:
+    """Jobs by how bad their ending was; among equals the slowest against its usual first."""
+    ratios = ratio or {}
+    return sorted(jobs, key=lambda j: (_RANK[j.state], -ratios.get(j.label, 0.0), j.label))
+
+
+def retry_line(summary: NightSummary) -> str | None:
+    """``retry: 2 re-ran, 1 now ok, 1 still failing`` for a later run of the night, else None."""
+    if not summary.rerun:
+        return None
+    ran = [j for j in summary.jobs if not j.kept]
+    ok = sum(j.ok for j in ran)
+    text = f"retry: {len(ran)} re-ran, {ok} now ok, {len(ran) - ok} still failing"
+    kept = len(summary.jobs) - len(ran)
+    return f"{text} ({kept} kept)" if kept else text
+
 
 def join(
     outcomes: list[JobOutcome], started_at: str | None = None, finished_at: str | None = None
@@ -126,7 +196,11 @@ def join(
     partial jobs is partial, not failed.
     """
     return NightSummary(
-        verdict(job.state for job in outcomes), list(outcomes), started_at, finished_at
+        verdict(job.state for job in outcomes),
+        list(outcomes),
+        started_at,
+        finished_at,
+        rerun=any(job.kept for job in outcomes),
     )
 
 
@@ -156,6 +230,7 @@ def outcome_from_record(record: Any) -> JobOutcome:
         # its own detail (rows, cost) stays; the run that did it is said to be an earlier one
         detail=join_details("kept: succeeded earlier tonight", record.detail),
         data=record.data or {},
+        kept=True,
     )
 
 

@@ -27,6 +27,7 @@ from nightshift.engine.alerts import Alert
 from nightshift.engine.outcomes import NightSummary
 from nightshift.notify.render import (
     ALERT,
+    DIGEST,
     RECOVERED,
     Message,
     flow_run_link,
@@ -69,6 +70,7 @@ class Notifier:
         self._alerted: set[tuple[str, str]] = set()  # (night, label), when there is no outbox
         self._lock = threading.Lock()
         self._thread_lock = threading.Lock()
+        self.journal: list[str] = []  # one line per message tried: where, how, what Slack said
 
     # -- what the flow and the sinks call --------------------------------------------------
     def night_end(
@@ -85,9 +87,14 @@ class Notifier:
         """
         try:
             url = flow_run_url or flow_run_link(self.config.ui_url, flow_run_id)
+            first = None
+            if summary.rerun and self.outbox is not None:
+                first = self.outbox.first_digest(self.catalogue, night)
             messages = render_night(
-                summary, self.config, night=night, catalogue=self.name, flow_run_url=url
-            )
+                summary, self.config, night=night, catalogue=self.name, flow_run_url=url,
+                reply_in=None if first is None or not first.ts else (
+                    Route(**first.destination), first.ts),
+            )  # fmt: skip
             alerted = self._alerted_labels(night)
             for job in summary.jobs:
                 if job.ok and job.label in alerted:
@@ -128,16 +135,26 @@ class Notifier:
         # replies wait for each other: two first alerts at once must not both start a thread
         with self._thread_lock if message.thread else contextlib.nullcontext():
             thread = self._thread_of(night, message.destination) if message.thread else None
+            thread = message.reply_to or thread
             result = self.sender.post(
                 message.route, message.destination, message.text, message.blocks, thread
             )
             if result.ok and message.thread and thread is None:
                 self._start_thread(night, message.destination, result.ts)
+        self._note(message, thread, result)
         if message.kind == ALERT and message.label:
             with self._lock:
                 self._alerted.add((night, message.label))
         self._settle(item_id, result, message)
         return result
+
+    def _note(self, message: Message, thread: str | None, result: Delivery) -> None:
+        where = message.destination.channel or "webhook"
+        how = f"reply in {thread}" if thread else "top-level"
+        said = f"accepted, ts {result.ts}" if result.ok else f"not sent: {result.error}"
+        first = next((ln for ln in message.text.splitlines() if ln.strip()), "")
+        with self._lock:
+            self.journal.append(f"{message.kind} to {where} ({how}, {said}): {first[:200]}")
 
     def _safe_send(self, message: Message | None, night: str) -> Delivery | None:
         if message is None:
@@ -237,6 +254,11 @@ def flush_outbox(
         thread = None
         if item.thread and route.channel:
             thread = outbox.thread_ts(item.catalogue, item.night, route.channel)
+        elif item.kind == DIGEST and route.channel:
+            # a later digest of the night (a retry's) replies in the first one's thread
+            first = outbox.first_digest(item.catalogue, item.night, before=item.id)
+            if first is not None and first.destination.get("channel") == route.channel:
+                thread = first.ts
         result = senders[key].post(item.route, route, item.text, item.blocks, thread)
         if result.ok and item.thread and route.channel and thread is None and result.ts:
             outbox.start_thread(item.catalogue, item.night, route.channel, result.ts)

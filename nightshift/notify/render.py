@@ -16,7 +16,7 @@ from datetime import datetime
 from nightshift.config.durations import format_duration
 from nightshift.config.notify import NotifyConfig, Route
 from nightshift.engine.alerts import Alert
-from nightshift.engine.outcomes import JobOutcome, NightSummary, Outcome, Severity
+from nightshift.engine.outcomes import JobOutcome, NightSummary, Outcome, Severity, retry_line
 from nightshift.notify.blocks import MAX_BLOCKS, Block, context, cut, escape, header, pack_lines
 from nightshift.notify.blocks import section as section_block
 
@@ -56,6 +56,7 @@ class Message:
     kind: str = DIGEST  # DIGEST | ALERT | RECOVERED
     label: str | None = None
     thread: bool = False
+    reply_to: str | None = None  # the ts of a message it replies to (a retry's digest)
 
 
 def render_night(
@@ -65,24 +66,40 @@ def render_night(
     night: str,
     catalogue: str,
     flow_run_url: str | None = None,
+    reply_in: tuple[Route, str] | None = None,
 ) -> list[Message]:
-    """The night's digest for its severity's route: [] when that route is not set."""
+    """The night's digest for its severity's route: [] when that route is not set.
+
+    ``reply_in`` (the night's first digest: its route and ts) makes a retry's digest a reply in
+    that digest's thread, also when tonight's severity routes nowhere ("now ok").
+    """
     route = config.route(summary.severity.value)
+    if reply_in is not None:
+        mention_of = route.mention if route is not None else None
+        route = reply_in[0].model_copy(update={"mention": mention_of})
     if route is None:
         return []
     head = f"{_ICON[summary.severity]} {summary.severity.value.upper()}: {catalogue}"
     head = f"{head} · {config.env} · night {night}"
+    retry = retry_line(summary)
+    if retry is not None:
+        head = f"{head} · {retry.split(':', 1)[0]}"
     lines = [job_line(job) for job in _not_ok(summary)]
     facts = _facts(summary)
     mention = f"{route.mention} " if route.mention else ""
     url = flow_run_url
+    if retry is not None:
+        facts = f"*{escape(retry)}*\n{facts}"
     blocks: list[Block] = [header(head), section_block(f"{mention}{facts}")]
     tail = [context(f"<{escape(url)}|Flow run in the Prefect UI>")] if url else []
     blocks += pack_lines(lines, MAX_BLOCKS - len(blocks) - len(tail))
     blocks += tail
-    text = "\n".join([f"{mention}{escape(summary.headline())} ({config.env}, night {night})",
-                      *lines, *([url] if url else [])])  # fmt: skip
-    return [Message(summary.severity.value, route, cut(text, _TEXT_CHARS), blocks)]
+    first = f"{mention}{escape(summary.headline())} ({config.env}, night {night})"
+    text = "\n".join([first, *([escape(retry)] if retry else []), *lines, *([url] if url else [])])
+    reply_to = reply_in[1] if reply_in is not None else None
+    return [
+        Message(summary.severity.value, route, cut(text, _TEXT_CHARS), blocks, reply_to=reply_to)
+    ]
 
 
 def job_line(job: JobOutcome) -> str:

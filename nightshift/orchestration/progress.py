@@ -16,7 +16,7 @@ from typing import Any
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
 from nightshift.engine.context import utcnow
-from nightshift.engine.events import NightEvent
+from nightshift.engine.events import JobFinished, NightEvent
 from nightshift.engine.expected import clock_text
 from nightshift.engine.night_progress import NightProgress
 
@@ -28,7 +28,9 @@ log = logging.getLogger("nightshift.progress")
 
 
 class ProgressSink:
-    """Jobs of the night finished, out of its total, and (with budgets) when it should be done.
+    """Jobs of the night finished, out of its total, how many of them not ok, and (with
+    budgets) when it should be done. The bar counts the jobs that succeeded: a night with a
+    failed job never reaches 100 %.
 
     Created now; moved when its text changes (a job finished, a new expected end).
     """
@@ -42,6 +44,7 @@ class ProgressSink:
         self._progress = NightProgress(labels)
         self._wall = wall
         self._lock = threading.Lock()
+        self._bad: dict[str, str] = {}  # label -> outcome, of the jobs that did not succeed
         self._shown = self._text()
         self._latest: tuple[float, str] | None = None  # the update not posted yet
         self._posting: threading.Thread | None = None
@@ -50,12 +53,18 @@ class ProgressSink:
     def __call__(self, event: NightEvent) -> None:
         self._progress.on_event(event)
         with self._lock:
+            if isinstance(event, JobFinished):
+                if event.outcome.ok:
+                    self._bad.pop(event.outcome.label, None)
+                else:
+                    self._bad[event.outcome.label] = event.outcome.state.value
             text = self._text()
             if text == self._shown:
                 return
             self._shown = text
             done, total = self._progress.finished()
-            self._latest = (100.0 * done / max(1, total), text)
+            # the bar shows the jobs that went well: a failed night is not 100 %
+            self._latest = (100.0 * (done - len(self._bad)) / max(1, total), text)
             if self._posting is not None:
                 return  # the poster in flight takes the latest text next
             context = contextvars.copy_context()
@@ -86,9 +95,16 @@ class ProgressSink:
                 log.warning("could not update the progress artifact: %s", exc)
 
     def _text(self) -> str:
-        """``Jobs of the night finished: 7 of 12, expected done ~02:41 UTC``."""
+        """``Jobs of the night finished: 7 of 12, 2 not ok (1 failed, 1 timeout), expected done
+        ~02:41 UTC``."""
         done, total = self._progress.finished()
         text = f"Jobs of the night finished: {done} of {total}"
+        if self._bad:
+            counts: dict[str, int] = {}
+            for state in self._bad.values():
+                counts[state] = counts.get(state, 0) + 1
+            which = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+            text += f", {len(self._bad)} not ok ({which})"
         if (at := self._progress.expected_done(self._wall())) is not None:
             text += f", expected done {clock_text(at, self._wall())}"
         return text

@@ -1,19 +1,26 @@
-"""What a night leaves behind: summary.json and the table artifact, also when it ends early."""
+"""What a night leaves behind: summary.json, the table artifact and the night report (markdown
+artifact ``nightly-report``, ``report.png`` in the run folder), also when it ends early."""
 
 from __future__ import annotations
 
+import base64
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from prefect.artifacts import create_table_artifact
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from nightshift.config.catalogue import Catalogue
-from nightshift.engine.outcomes import JobOutcome, NightSummary, Outcome
+from nightshift.config.durations import format_duration
+from nightshift.engine.outcomes import JobOutcome, NightSummary, Outcome, state_name
 from nightshift.errors import LockHeldError, NightEndedEarly
 from nightshift.files import write_atomic
+from nightshift.orchestration.night_report import REPORT_KEY, render_report
+from nightshift.orchestration.report_plot import plot_report
 
 __all__ = [
+    "PLOT_FILE",
     "SUMMARY_FILE",
     "not_run",
     "publish_summary",
@@ -23,6 +30,7 @@ __all__ = [
 ]
 
 SUMMARY_FILE = "summary.json"
+PLOT_FILE = "report.png"
 
 
 def why(exc: BaseException) -> str:
@@ -45,23 +53,43 @@ def report(
     *,
     reason: str | None = None,
     exit_code: int | None = None,
+    page: Mapping[str, Any] | None = None,
     publish: bool = True,
 ) -> None:
-    """summary.json and (``publish``) the table artifact: what happened, and why a night
-    ended early (``interrupted``: stopped by Ctrl-C or SIGTERM, jobs left running)."""
+    """summary.json and (``publish``) the artifacts: what happened, and why a night ended early
+    (``interrupted``: stopped by Ctrl-C or SIGTERM, jobs left running).
+
+    ``page`` is the night report (``build_report``): kept in summary.json under ``report``,
+    drawn as ``report.png`` and published as the ``nightly-report`` markdown artifact, its plot
+    inline.
+    """
     data = summary_json(summary)
     if exit_code is not None:
         data["exit_code"] = exit_code
     data["reason"] = reason
+    if page is not None:
+        data["catalogue"] = page["catalogue"]
+        data["report"] = dict(page)
     write_atomic(run_path / SUMMARY_FILE, json.dumps(data, indent=2) + "\n")
-    if publish:
-        publish_summary(summary, reason)
+    if page is not None:
+        png = plot_report(page)
+        (run_path / PLOT_FILE).write_bytes(png)
+    if not publish:
+        return
+    publish_summary(summary, reason)
+    if page is not None:
+        inline = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+        markdown = render_report(page, plot=inline)
+        if reason:
+            markdown = f"> {reason}\n\n{markdown}"
+        create_markdown_artifact(markdown, key=REPORT_KEY, description=page["headline"])
 
 
 def summary_json(summary: NightSummary) -> dict[str, Any]:
     """The summary object of ``nightshift run --json``."""
     return {
         "severity": summary.severity.value,
+        "headline": summary.message(),
         "exit_code": summary.exit_code,
         "started_at": summary.started_at,
         "finished_at": summary.finished_at,
@@ -81,8 +109,13 @@ def publish_summary(summary: NightSummary, reason: str | None = None) -> None:
     rows = [
         {
             "job": job.label,
-            "state": job.state.value,
-            "duration": job.line().split(" (", 1)[1].split(",")[0],
+            "state": state_name(job),
+            # a kept job did not run tonight: its time is the earlier run's, said so
+            "duration": (
+                f"kept ({format_duration(job.duration_s)} earlier)"
+                if job.kept
+                else format_duration(job.duration_s)
+            ),
             "attempts": job.attempts,
             "detail": job.detail or "",
         }

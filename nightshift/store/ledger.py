@@ -308,6 +308,15 @@ class Ledger:
         values["data"] = json.loads(values["data"]) if values["data"] is not None else None
         return JobRecord(**values)
 
+    def jobs_of(self, night: str) -> list[JobRecord]:
+        """Every job record of one night (this catalogue's), by label."""
+        query = sa.select(*_JOB_FIELDS).where(*self._mine(_jobs), _jobs.c.night == night)
+        with self.engine.begin() as conn:
+            rows = [row._asdict() for row in conn.execute(query.order_by(_jobs.c.label))]
+        for values in rows:
+            values["data"] = json.loads(values["data"]) if values["data"] is not None else None
+        return [JobRecord(**values) for values in rows]
+
     def record_submit(
         self,
         night: str,

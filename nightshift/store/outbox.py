@@ -173,6 +173,22 @@ class Outbox:
         with self.engine.begin() as conn:
             return conn.execute(query.where(t.channel == channel)).scalar()
 
+    def first_digest(
+        self, catalogue: str, night: str, before: int | None = None
+    ) -> OutboxItem | None:
+        """The night's first digest Slack accepted in a channel (with its ``ts``): a retry's
+        digest replies in its thread. ``before``: only items older than that id."""
+        o = _outbox.c
+        where = sa.and_(
+            o.night == night, o.kind == "digest", o.sent_at.is_not(None), o.ts.is_not(None)
+        )
+        if before is not None:
+            where = sa.and_(where, o.id < before)
+        for item in self._items(where, catalogue):
+            if item.destination.get("channel"):
+                return item
+        return None
+
     def start_thread(self, catalogue: str, night: str, channel: str, ts: str) -> str:
         """Remember ``ts`` as the night's thread unless one is there; return the thread's ``ts``."""
         row = {"catalogue": catalogue, "night": night, "channel": channel, "ts": ts,

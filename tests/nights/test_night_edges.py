@@ -171,10 +171,15 @@ def test_a_night_that_ends_failed_does_not_raise_in_the_engine(sandbox: Path) ->
     parameters = {"catalog": str(path), "run_dir": str(run_dir)}
     result = run_flow(nightly, parameters=parameters, return_type="result")  # must not raise
     assert summary_of(run_dir)["exit_code"] == 2
-    assert [s.type.value for s in result] == ["COMPLETED", "FAILED"]  # the flow run is Failed
+    # the flow run is Failed: the night's own state (named by its verdict) and the jobs'
+    assert [(s.type.value, s.name) for s in result] == [
+        ("FAILED", "Partial"),
+        ("COMPLETED", "Completed"),
+        ("FAILED", "Failed"),
+    ]
 
 
-def test_a_chain_is_one_task_run_named_by_its_steps_and_inherits_the_run_tags(
+def test_a_chain_is_one_subflow_run_named_by_its_steps_and_inherits_the_run_tags(
     sandbox: Path,
 ) -> None:
     from prefect.client.orchestration import get_client
@@ -198,13 +203,20 @@ def test_a_chain_is_one_task_run_named_by_its_steps_and_inherits_the_run_tags(
     this_run = FlowRunFilter(id=FlowRunFilterId(any_=[flow_run.id]))
     with get_client(sync_client=True) as client:
         task_runs = client.read_task_runs(flow_run_filter=this_run)
-        subflows = client.read_flow_runs(
+        (chain,) = client.read_flow_runs(
             flow_run_filter=FlowRunFilter(parent_flow_run_id={"any_": [flow_run.id]})
         )
-    names = sorted(t.name for t in task_runs)
-    assert names == sorted(["solo", "fetch", "link", "publish", "fetch → link → publish"])
-    assert subflows == []
-    assert all("nightshift" in t.tags for t in task_runs), {t.name: t.tags for t in task_runs}
+        steps = client.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[chain.id]))
+        )
+    # the night holds the solo job and the chain's subflow (Prefect's task run that links it)
+    assert chain.name == "fetch → link → publish" and chain.state.is_completed()
+    assert sorted(t.name for t in task_runs if t.id != chain.parent_task_run_id) == ["solo"]
+    assert sorted(t.name for t in steps) == ["fetch", "link", "publish"]
+    assert "nightshift" in chain.tags
+    assert all("nightshift" in t.tags for t in [*task_runs, *steps]), {
+        t.name: t.tags for t in [*task_runs, *steps]
+    }
 
 
 def test_a_night_whose_lease_was_not_renewed_in_time_submits_nothing_more(tmp_path: Path) -> None:

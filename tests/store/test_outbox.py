@@ -106,3 +106,34 @@ def test_a_nights_thread_is_the_first_ts_kept(outbox: Outbox) -> None:
     assert outbox.start_thread("nightly", NIGHT, "#a", "2.2") == "1.1"  # a racer joins it
     assert outbox.thread_ts("nightly", NIGHT, "#b") is None
     assert outbox.thread_ts("other", NIGHT, "#a") is None
+
+
+def test_the_nights_first_digest_is_the_first_one_slack_accepted(outbox: Outbox) -> None:
+    assert outbox.first_digest("nightly", NIGHT) is None
+    waiting = _add(outbox, "never sent")
+    first, second = _add(outbox, "first"), _add(outbox, "the retry's")
+    outbox.mark_sent(first, "100.1")
+    outbox.mark_sent(second, "100.2")
+    found = outbox.first_digest("nightly", NIGHT)
+    assert found is not None and (found.id, found.ts) == (first, "100.1")
+    assert outbox.first_digest("nightly", NIGHT, before=first) is None
+    assert outbox.first_digest("nightly", "2026-11-30") is None
+    assert waiting < first
+
+
+def test_a_nights_job_rows_are_read_together(db_url: str) -> None:
+    ledger = Ledger(db_url, "nightly")
+    other = Ledger(db_url, "other")
+    at = datetime(2026, 11, 29, 2, tzinfo=UTC)
+    ledger.record_submit(NIGHT, "b", "command", "c-2", 1, at=at)
+    ledger.record_submit(NIGHT, "a", "command", "c-1", 1, at=at)
+    ledger.record_state(NIGHT, "a", "succeeded", finished_at=at)
+    other.record_submit(NIGHT, "z", "command", "c-9", 1, at=at)
+    rows = ledger.jobs_of(NIGHT)
+    assert [(r.label, r.state, r.external_id) for r in rows] == [
+        ("a", "succeeded", "c-1"),
+        ("b", "queued", "c-2"),  # a submit records the job as queued
+    ]
+    assert ledger.jobs_of("2026-11-30") == []
+    ledger.close()
+    other.close()

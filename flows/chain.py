@@ -1,0 +1,36 @@
+"""A chain of dependent jobs: one subflow run, named by its steps, each step a task run in it.
+
+Async, awaited on the night's event loop beside the other jobs: a chain that waits holds no
+thread. A step that did not succeed skips its dependents (``run_chain_steps_async``).
+"""
+
+from __future__ import annotations
+
+from prefect import flow, get_run_logger
+from prefect.states import Completed, Failed, State
+
+from nightshift.engine.explain import failure_note
+from nightshift.engine.outcomes import JobOutcome, Outcome
+from nightshift.engine.steps import run_chain_steps_async
+from tasks.jobs import NIGHTS, job_task, outcome_of, with_retries
+
+__all__ = ["chain"]
+
+
+@flow(name="chain", flow_run_name="{name}", log_prints=False)
+async def chain(name: str, labels: list[str], night_key: str) -> State:
+    """Run dependent jobs one after another (``fetch → link → publish``); Failed when a step
+    did not succeed, its message the steps that did not."""
+    night = NIGHTS[night_key]
+    ctx = night.ctx
+    runner = with_retries(ctx)
+
+    async def step(label: str) -> JobOutcome:
+        ran = await job_task(night, label, runner)(label, night_key, return_state=True)
+        return await outcome_of(ctx, label, ran, night.pools)
+
+    done = await run_chain_steps_async(ctx, labels, step, night.pools)
+    for skipped in (o for o in done if o.state is Outcome.SKIPPED):
+        get_run_logger().error("%s", failure_note(skipped))  # it has no task run to say so
+    bad = [o.line() for o in done if not o.ok]
+    return Failed(message="; ".join(bad)) if bad else Completed(message=f"{len(done)} steps ok")

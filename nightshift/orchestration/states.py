@@ -1,0 +1,103 @@
+"""How a night and its jobs end in Prefect: states named for what happened.
+
+A state's type drives Prefect (Completed or Failed); its name is what the UI shows. A partial
+batch, a stuck queue and a timeout are ``Failed`` runs named ``Partial``, ``Stuck`` and
+``TimedOut``; a job kept from an earlier run of the night is ``Completed`` named ``Kept``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from prefect.states import Completed, Failed, State
+
+from nightshift.engine.outcomes import JobOutcome, NightSummary, state_name
+
+__all__ = [
+    "JOB_TASK",
+    "job_state",
+    "name_the_night",
+    "night_result",
+    "night_state",
+    "quiet_job_finish",
+]
+
+JOB_TASK = "run-job"  # the job task's name: its failures are explained by the task itself
+
+
+def job_state(job: JobOutcome) -> State:
+    """The job's task run state: Completed (named Kept when kept) or Failed by its outcome."""
+    if job.ok:
+        return Completed(name=state_name(job), message=job.line())
+    return Failed(name=state_name(job), message=job.line())
+
+
+def night_state(summary: NightSummary) -> State:
+    """The night's state: named by its verdict, the headline and worst jobs its message."""
+    if summary.severity.value == "ok":
+        return Completed(message=summary.message())
+    name = summary.severity.value.capitalize()  # Partial | Failed
+    return Failed(name=name, message=summary.message())
+
+
+def night_result(summary: NightSummary) -> State | list[State]:
+    """What the flow returns: the night's state when all went well, else a list of states.
+
+    A list makes the run Failed without the engine raising FailedRun (a worker would log a
+    traceback for a returned Failed); its first item is the named night state that
+    ``name_the_night`` puts on the run afterwards.
+    """
+    state = night_state(summary)
+    if state.is_completed():
+        return state
+    return [state, *(job_state(job) for job in summary.jobs)]
+
+
+def name_the_night(flow: Any, flow_run: Any, state: State) -> None:
+    """On a failed night: the run's final state takes the night's name and message.
+
+    Prefect names a run that returned states "n/m states failed."; this hook replaces that
+    with the night's own state (same type, Failed), so the UI shows ``Partial`` and the headline.
+    """
+    from prefect.client.orchestration import get_client
+
+    try:
+        returned = state.result(raise_on_failure=False)
+    except Exception:
+        return  # a night that raised has Prefect's own message: the exception
+    if not isinstance(returned, list) or not returned or not isinstance(returned[0], State):
+        return
+    named = returned[0]
+    if not named.is_failed() or named.name not in ("Partial", "Failed"):
+        return
+    with get_client(sync_client=True) as client:
+        current = client.read_flow_run(flow_run.id).state
+        if current is None or current.id != state.id:
+            return  # moved on already (a retry was asked for): never undo that
+        client.set_flow_run_state(
+            flow_run.id, Failed(name=named.name, message=named.message), force=True
+        )
+
+
+class _JobFinishFilter(logging.Filter):
+    """Drops Prefect's ERROR "Finished in state ..." of job task runs: the task logged why."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.ERROR or getattr(record, "task_name", None) != JOB_TASK:
+            return True
+        return not str(record.msg).startswith("Finished in state")
+
+
+@contextmanager
+def quiet_job_finish() -> Iterator[None]:
+    """While a night runs, a job that did not succeed is logged once: by its task, at ERROR."""
+    logger = logging.getLogger("prefect.task_runs")
+    quiet = _JobFinishFilter()
+    logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        logger.removeFilter(quiet)
