@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from nightshift.notify.config import NotifyConfig, Route
-
+from nightshift.config.notify import NotifyConfig, Route
 from nightshift.engine.outcomes import JobOutcome, Outcome, join
 from nightshift.notify.render import render_night
 
