@@ -190,6 +190,8 @@ def test_the_rough_demo_shows_a_digest_and_the_nights_alerts_in_one_thread(
     assert digest["thread_ts"] is None and digest["text"].startswith("partial: 6/9 succeeded")
     for line in ("`audit:internal-links` (", "`report:admob-mediation` (", f"`{STALLED}` ("):
         assert line in digest["text"]
+    # a command job's line carries its first line of stderr, not only its exit code
+    assert "failed): exit code 1: ERROR: /guides/antigravity-cli -&gt; 404" in digest["text"]
     # in-night alerts: the first starts the night's thread, every other one replies to it
     alerts = [m for m in messages if m["channel"] == ALERTS]
     (root,) = [m for m in alerts if m["thread_ts"] is None]

@@ -196,3 +196,18 @@ def test_the_floor_holds_every_level_back() -> None:
     )
     assert levels(observe(d, "running", 0, 12.0)) == []  # 2 x the floor is not past it
     assert levels(observe(d, "running", 0, 12.1)) == [("running", "alert")]
+
+
+def test_the_nights_log_has_a_watch_at_info_and_an_alert_at_error_once_each(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from nightshift.engine.events import LevelChanged, LogSink
+
+    sink = LogSink(logging.getLogger("test.night"))
+    with caplog.at_level(logging.DEBUG, logger="test.night"):
+        for alert in observe(detector(), "queued", 0, 3 * 3600):
+            sink(LevelChanged(alert))
+    assert [(r.levelno, r.getMessage().split(":")[0]) for r in caplog.records] == [
+        (logging.INFO, "watch"),
+        (logging.ERROR, "alert"),
+    ]
