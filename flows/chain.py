@@ -12,12 +12,13 @@ from prefect.states import Completed, Failed, State
 from nightshift.engine.explain import failure_note
 from nightshift.engine.outcomes import JobOutcome, Outcome
 from nightshift.engine.steps import run_chain_steps_async
+from nightshift.orchestration.states import CHAIN_FLOW
 from tasks.jobs import NIGHTS, job_task, outcome_of, with_retries
 
 __all__ = ["chain"]
 
 
-@flow(name="chain", flow_run_name="{name}", log_prints=False)
+@flow(name=CHAIN_FLOW, flow_run_name="{name}")
 async def chain(name: str, labels: list[str], night_key: str) -> State:
     """Run dependent jobs one after another (``fetch → link → publish``); Failed when a step
     did not succeed, its message the steps that did not."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from nightshift.config.durations import format_duration
-from nightshift.engine.outcomes import JobOutcome, state_name
+from nightshift.engine.outcomes import JobOutcome, Outcome, state_name
 
 __all__ = ["TAIL_HEAD_LINES", "failure_note", "tail_head"]
 
@@ -14,7 +14,10 @@ def failure_note(job: JobOutcome, tail: str | None = None) -> str:
     """``gen:broken Failed after 3s: exit code 3 · external id 42 · tail logs/gen.tail.log``
     and, indented under it, the first lines of the tail."""
     reason = job.detail or "no reason recorded"
-    head = f"{job.label} {state_name(job)} after {format_duration(job.duration_s)}: {reason}"
+    # a skipped job, or one the night never reached, did not run: no time to speak of
+    ran = job.state is not Outcome.SKIPPED and (job.attempts > 0 or job.external_id is not None)
+    took = f" after {format_duration(job.duration_s)}" if ran else ""
+    head = f"{job.label} {state_name(job)}{took}: {reason}"
     facts = [f"external id {job.external_id}" if job.external_id else "no external id"]
     if job.log_tail_path:
         facts.append(f"tail {job.log_tail_path}")

@@ -17,6 +17,7 @@ from prefect.states import Completed, Failed, State
 from nightshift.engine.outcomes import JobOutcome, NightSummary, state_name
 
 __all__ = [
+    "CHAIN_FLOW",
     "JOB_TASK",
     "job_state",
     "name_the_night",
@@ -26,6 +27,7 @@ __all__ = [
 ]
 
 JOB_TASK = "run-job"  # the job task's name: its failures are explained by the task itself
+CHAIN_FLOW = "chain"  # the chain subflow's name: its steps explained themselves
 
 
 def job_state(job: JobOutcome) -> State:
@@ -83,21 +85,30 @@ def name_the_night(flow: Any, flow_run: Any, state: State) -> None:
 
 
 class _JobFinishFilter(logging.Filter):
-    """Drops Prefect's ERROR "Finished in state ..." of job task runs: the task logged why."""
+    """Drops Prefect's ERROR "Finished in state ..." of job task runs and chain subflow runs:
+    each job that did not succeed already said why, once."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno < logging.ERROR or getattr(record, "task_name", None) != JOB_TASK:
+        if record.levelno < logging.ERROR or not str(record.msg).startswith("Finished in state"):
             return True
-        return not str(record.msg).startswith("Finished in state")
+        if getattr(record, "task_name", None) == JOB_TASK:
+            return False
+        # a subflow's records carry its flow's name; a task run's carry their flow's too
+        return not (
+            getattr(record, "flow_name", None) == CHAIN_FLOW
+            and getattr(record, "task_name", None) is None
+        )
 
 
 @contextmanager
 def quiet_job_finish() -> Iterator[None]:
     """While a night runs, a job that did not succeed is logged once: by its task, at ERROR."""
-    logger = logging.getLogger("prefect.task_runs")
+    loggers = [logging.getLogger("prefect.task_runs"), logging.getLogger("prefect.flow_runs")]
     quiet = _JobFinishFilter()
-    logger.addFilter(quiet)
+    for logger in loggers:
+        logger.addFilter(quiet)
     try:
         yield
     finally:
-        logger.removeFilter(quiet)
+        for logger in loggers:
+            logger.removeFilter(quiet)

@@ -154,6 +154,16 @@ def test_a_night_names_its_states_and_its_chains_and_says_each_failure_once(
     assert broken["log_tail_path"] in error.message
     assert "disk full on /data" in error.message
     assert not any(r.message.startswith("finished broken") for r in records)
+    # the chain's failed step said why on its own task run, its skipped step in the subflow;
+    # neither the job's task run nor the chain's subflow repeats it in a "Finished in state"
+    records = read_until(
+        lambda: logs(everything),
+        lambda rs: any("push Skipped: pull failed" in r.message for r in rs),
+        30,
+        "the skipped step's record",
+    )
+    assert not [r.message for r in records if r.level >= 40 and "Finished in state" in r.message]
+    assert len([r for r in records if r.level >= 40 and r.message.startswith("pull ")]) == 1
 
     # the progress artifact says how many are not ok, not a full bar on a failed night
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId

@@ -1,0 +1,64 @@
+"""Prefect states named for what happened, and the night's verdict as the run's name."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from nightshift.engine.outcomes import JobOutcome, Outcome, join
+from nightshift.orchestration.states import job_state, night_result, quiet_job_finish
+
+
+@pytest.mark.parametrize(
+    ("state", "kept", "shown", "failed"),
+    [
+        (Outcome.SUCCEEDED, False, "Completed", False),
+        (Outcome.SUCCEEDED, True, "Kept", False),
+        (Outcome.PARTIAL, False, "Partial", True),
+        (Outcome.STUCK_QUEUED, False, "Stuck", True),
+        (Outcome.TIMEOUT, False, "TimedOut", True),
+        (Outcome.CANCELLED, False, "Cancelled", True),
+        (Outcome.FAILED, False, "Failed", True),
+    ],
+)
+def test_each_outcome_has_its_own_name(
+    state: Outcome, kept: bool, shown: str, failed: bool
+) -> None:
+    named = job_state(JobOutcome("a", state, 1.0, 1, kept=kept))
+    assert (named.name, named.is_failed()) == (shown, failed)
+
+
+def test_a_partial_night_returns_its_named_state_first() -> None:
+    night = join([JobOutcome("a", Outcome.SUCCEEDED, 1.0, 1), JobOutcome("b", Outcome.TIMEOUT)])
+    first, *jobs = night_result(night)  # type: ignore[misc]
+    assert (first.name, first.message) == (
+        "Partial",
+        "partial: 1/2 succeeded (1 timeout); worst: b (timeout)",
+    )
+    assert [j.name for j in jobs] == ["Completed", "TimedOut"]
+    ok = night_result(join([JobOutcome("a", Outcome.SUCCEEDED, 1.0, 1)]))
+    assert not isinstance(ok, list) and ok.is_completed()
+
+
+def test_prefects_finished_line_of_a_failed_job_is_dropped_while_a_night_runs() -> None:
+    seen: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record.getMessage())
+
+    logger = logging.getLogger("prefect.task_runs")
+    handler = Keep()
+    logger.addHandler(handler)
+    job = {"task_name": "run-job", "flow_name": "nightly"}
+    try:
+        with quiet_job_finish():
+            logger.error("Finished in state Failed('a')", extra=job)
+            logger.error("the job's own record", extra=job)
+            logger.error("Finished in state Failed('c')", extra={"task_name": "notify"})
+        logger.error("Finished in state Failed('d')", extra=job)
+    finally:
+        logger.removeHandler(handler)
+    assert seen == ["the job's own record", "Finished in state Failed('c')",
+                    "Finished in state Failed('d')"]  # fmt: skip
