@@ -11,8 +11,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 REPO = Path(__file__).resolve().parents[2]
 
 # lowest first; a module may import its own layer and any layer before it
@@ -101,13 +99,11 @@ def upward_imports(root: Path = REPO) -> list[str]:
     return problems
 
 
-@pytest.mark.unit
 def test_no_import_runs_upward() -> None:
     problems = upward_imports()
     assert not problems, "imports against the layers:\n" + "\n".join(problems)
 
 
-@pytest.mark.unit
 def test_the_check_sees_function_level_and_relative_imports(tmp_path: Path) -> None:
     store = tmp_path / "nightshift" / "store"
     store.mkdir(parents=True)
@@ -125,7 +121,6 @@ def test_the_check_sees_function_level_and_relative_imports(tmp_path: Path) -> N
     assert "x.py:3: nightshift.store.x (store) imports nightshift.engine (engine)" in problems[1]
 
 
-@pytest.mark.unit
 def test_a_night_imports_no_pandas() -> None:
     """pandas is for the budgets' tables and plots; a night only looks budgets up."""
     probe = "import sys, nightshift.engine.night; print('pandas' in sys.modules)"
