@@ -7,8 +7,6 @@ leaves < config < backends < store < budgets < engine < notify < metrics < watch
 from __future__ import annotations
 
 import ast
-import subprocess
-import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -119,10 +117,3 @@ def test_the_check_sees_function_level_and_relative_imports(tmp_path: Path) -> N
     assert len(problems) == 2, problems
     assert "x.py:2: nightshift.store.x (store) imports nightshift.watchdog " in problems[0]
     assert "x.py:3: nightshift.store.x (store) imports nightshift.engine (engine)" in problems[1]
-
-
-def test_a_night_imports_no_pandas() -> None:
-    """pandas is for the budgets' tables and plots; a night only looks budgets up."""
-    probe = "import sys, nightshift.engine.night; print('pandas' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
