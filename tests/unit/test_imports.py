@@ -24,6 +24,14 @@ STEPS = {
 }
 
 
+def loaded_after(code: str) -> list[str]:
+    """The heavy modules a fresh interpreter has loaded after running ``code``."""
+    probe = f"{code}\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    modules = set(json.loads(out.stdout.splitlines()[-1]))
+    return [m for m in HEAVY if m in modules]
+
+
 @pytest.fixture(scope="module")
 def loaded() -> dict[str, list[str]]:
     """Step -> the heavy modules loaded once it (and every step before it) ran."""
