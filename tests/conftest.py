@@ -1,9 +1,15 @@
-"""Shared fixtures: one Prefect test server per session, sandboxed state per test."""
+"""Shared fixtures: one Prefect test server per session, sandboxed state per test.
+
+The suite runs on several pytest-xdist workers (``-n`` in pyproject's addopts): each worker is a
+session of its own, with its own Prefect home and test server; a test that needs a fixed
+resource makes it its own (free ports, tmp_path, a PostgreSQL schema or database per test).
+"""
 
 from __future__ import annotations
 
 import os
 import sys
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +25,28 @@ GEMINI_KEY = "test-key-9f8e7d6c5b4a"  # distinctive, so a leak in any message is
 # loopback traffic must never go through a proxy (slack-sdk copies HTTPS_PROXY into its client)
 os.environ["NO_PROXY"] = os.environ["no_proxy"] = "127.0.0.1,localhost"
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+# a Prefect home per session (per xdist worker): profiles, local result storage and logs are
+# never shared with the user's, or with another worker's
+os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="nightshift-tests-prefect-")
+
+LOCAL_POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+
+
+def _local_postgres() -> str | None:
+    """The machine's PostgreSQL when one answers on 127.0.0.1:5432, as .ci/run's pg_isready."""
+    import psycopg
+
+    try:
+        psycopg.connect(LOCAL_POSTGRES.replace("+psycopg", ""), connect_timeout=3).close()
+    except psycopg.Error:
+        return None
+    return LOCAL_POSTGRES
+
+
+# the PostgreSQL variants run whenever a server answers; NIGHTSHIFT_TEST_POSTGRES_URL= (empty)
+# skips them, another URL points them elsewhere
+if "NIGHTSHIFT_TEST_POSTGRES_URL" not in os.environ and (found := _local_postgres()):
+    os.environ["NIGHTSHIFT_TEST_POSTGRES_URL"] = found
 
 
 @pytest.fixture(scope="session")
@@ -53,7 +81,7 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         return
     pg_url = os.environ.get("NIGHTSHIFT_TEST_POSTGRES_URL")
     if not pg_url:
-        pytest.skip("NIGHTSHIFT_TEST_POSTGRES_URL is not set")
+        pytest.skip("no PostgreSQL on 127.0.0.1:5432 and NIGHTSHIFT_TEST_POSTGRES_URL is not set")
     from sqlalchemy import create_engine, text
 
     # a throwaway schema per test keeps runs independent
@@ -117,6 +145,64 @@ LAYERS = {
 def pytest_configure(config: pytest.Config) -> None:
     for name, what in LAYERS.items():
         config.addinivalue_line("markers", f"{name}: {what}")
+
+
+WORKERS = 4  # the suite mostly waits (servers, subprocesses): more workers than 2 cores pay
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """How many workers ``-n auto`` starts: none for the unit layer or a file or two (starting
+    workers costs more than it saves there), else NIGHTSHIFT_TEST_WORKERS or 4."""
+    if _only_unit(config.getoption("markexpr", "")):
+        return 0
+    unit = Path(__file__).resolve().parent / "unit"
+    start = config.invocation_params.dir
+    named = [(start / arg.split("::")[0]).resolve() for arg in config.args]
+    if all(p.is_relative_to(unit) for p in named) or (
+        len(named) <= 2 and all(p.is_file() for p in named)
+    ):
+        return 0
+    return int(os.environ.get("NIGHTSHIFT_TEST_WORKERS", WORKERS))
+
+
+def _only_unit(expression: str) -> bool:
+    """Whether the mark expression can select no layer but ``unit``."""
+    return bool(expression) and not any(
+        _could_select(expression, layer) for layer in LAYERS if layer != "unit"
+    )
+
+
+def _could_select(expression: str, layer: str) -> bool:
+    """Whether a test of ``layer``'s folder may match the expression (other markers unknown)."""
+    from _pytest.mark.expression import Expression
+
+    def could(others: bool) -> bool:
+        def matches(name: str, **_: object) -> bool:
+            return name == layer if name in LAYERS else others
+
+        return Expression.compile(expression).evaluate(matches)
+
+    try:
+        return could(True) or could(False)
+    except Exception:  # an expression we cannot judge by folder: assume it may
+        return True
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """``-m unit`` (or any expression of layers) collects only the folders it can select.
+
+    The layer markers come from the folders, so a folder whose marker the expression rejects
+    holds nothing to run: not importing its modules keeps ``pytest -m unit`` to seconds.
+    """
+    expression = config.getoption("markexpr", "")
+    here = Path(__file__).resolve().parent
+    try:
+        parts = collection_path.resolve().relative_to(here).parts
+    except ValueError:
+        return None
+    if not expression or not parts or parts[0] not in LAYERS:
+        return None
+    return None if _could_select(expression, parts[0]) else True
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

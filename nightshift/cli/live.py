@@ -55,7 +55,7 @@ class LiveTable:
         self.progress = NightProgress(labels)
         self._lock = threading.Lock()
         self._states: dict[str, tuple[str, float]] = {
-            label: ("waiting", time.monotonic()) for label in labels
+            label: (JobState.WAITING, time.monotonic()) for label in labels
         }
         self._lines = False
 
@@ -147,7 +147,7 @@ def marked(view: Any, state: str) -> bool:
 
 def needs_look(state: str, view: Any) -> bool:
     """A finished job that is not ok, or a job whose wait is abnormal."""
-    return (is_final(state) and state != "succeeded") or marked(view, state)
+    return (is_final(state) and state != JobState.SUCCEEDED) or marked(view, state)
 
 
 def counts_line(states: Iterable[str]) -> str:

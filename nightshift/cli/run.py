@@ -217,12 +217,13 @@ def _print_summary(summary: dict[str, Any], run_dir: Path) -> None:
     from rich.text import Text
 
     from nightshift.config.durations import format_duration
+    from nightshift.states import JobState
 
     table = Table(title=f"night: {summary['severity']}")
     for column in ("job", "state", "duration", "attempts", "detail"):
         table.add_column(column)
     for job in summary["jobs"]:
-        style = "green" if job["state"] == "succeeded" else "red"
+        style = "green" if job["state"] == JobState.SUCCEEDED else "red"
         # Text, not markup: a label like `gen:a:` or a detail with `[x]` is shown as it is
         table.add_row(
             Text(job["label"]),

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from nightshift.config.durations import format_duration
 from nightshift.engine.events import JobChanged, JobFinished, NightEvent
-from nightshift.engine.outcomes import Outcome
 from nightshift.notify.notifier import Notifier
+from nightshift.states import JobState, Outcome
 from nightshift.store.alert_log import AlertRecord
 
 __all__ = ["FALLBACK_LINE", "NoticeSink", "SlackFindingSink"]
@@ -27,7 +27,7 @@ class NoticeSink:
         self.notifier = notifier
 
     def __call__(self, event: NightEvent) -> None:
-        if isinstance(event, JobChanged) and event.state == "fallback":
+        if isinstance(event, JobChanged) and event.state == JobState.FALLBACK:
             self.notifier.notice(
                 event.night, event.label, FALLBACK_LINE, backend=event.backend, kind="fallback"
             )

@@ -124,8 +124,14 @@ def test_a_month_of_ten_jobs_is_written_in_a_few_statements(tmp_path: Path) -> N
 
 
 def _demo(scenario: str, workdir: Path) -> subprocess.CompletedProcess[str]:
-    """`nightshift demo --scenario ...` as a user runs it: its own Prefect server and ledger."""
+    """`nightshift demo --scenario ...` as a user runs it: its own Prefect server and ledger.
+
+    The demo keeps its Prefect home in the temp folder; TMPDIR gives each test its own, so two
+    demos (on two xdist workers, or two checkouts) never share the temporary server's database.
+    """
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NIGHTSHIFT_", "PREFECT_"))}
+    (tmp := workdir.parent / "tmp").mkdir(parents=True, exist_ok=True)
+    env["TMPDIR"] = str(tmp)
     argv = [sys.executable, "-m", "nightshift", "demo", "--scenario", scenario]
     return subprocess.run(
         [*argv, "--workdir", str(workdir)],

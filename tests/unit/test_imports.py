@@ -1,4 +1,8 @@
-"""The library imports light: the CLI's `validate` starts fast without Prefect or pandas."""
+"""The library imports light: the CLI's `validate` starts fast without Prefect or pandas.
+
+One fresh interpreter takes the steps in order and says what was loaded after each: a step that
+must stay light is checked with everything before it loaded too (a stronger check than alone).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,18 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 HEAVY = ("prefect", "pandas", "google.genai", "sqlalchemy", "alembic")
+STEPS = {
+    "nightshift": "import nightshift",
+    "catalogue": "from nightshift.config.loader import parse_catalogue\n"
+    "parse_catalogue('jobs: [{label: a, backend: command, argv: [x]}]')",
+    "lookup": "from nightshift.budgets import Budget, Budgets, classify\n"
+    "classify(1.0, Budget(1.0, 2.0, 7, 'job')); Budgets()",
+    "night": "import nightshift.engine.night",
+    "table": "import nightshift.budgets.table",
+}
 
 
 def loaded_after(code: str) -> list[str]:
@@ -17,21 +32,36 @@ def loaded_after(code: str) -> list[str]:
     return [m for m in HEAVY if m in modules]
 
 
-def test_import_nightshift_pulls_in_nothing_heavy() -> None:
-    assert loaded_after("import nightshift") == []
+@pytest.fixture(scope="module")
+def loaded() -> dict[str, list[str]]:
+    """Step -> the heavy modules loaded once it (and every step before it) ran."""
+    probe = ["import json, sys", "loaded = {}"]
+    for name, code in STEPS.items():
+        probe += [code, f"loaded[{name!r}] = sorted(sys.modules)"]
+    probe.append("print(json.dumps(loaded))")
+    out = subprocess.run(
+        [sys.executable, "-c", "\n".join(probe)], capture_output=True, text=True, check=True
+    )
+    steps = json.loads(out.stdout.splitlines()[-1])
+    return {name: [m for m in HEAVY if m in modules] for name, modules in steps.items()}
 
 
-def test_reading_a_catalogue_pulls_in_nothing_heavy() -> None:
-    code = "from nightshift.config.loader import parse_catalogue\n"
-    code += "parse_catalogue('jobs: [{label: a, backend: command, argv: [x]}]')"
-    assert loaded_after(code) == []
+def test_import_nightshift_pulls_in_nothing_heavy(loaded: dict[str, list[str]]) -> None:
+    assert loaded["nightshift"] == []
 
 
-def test_budget_lookup_pulls_in_nothing_heavy() -> None:
-    code = "from nightshift.budgets import Budget, Budgets, classify\n"
-    code += "classify(1.0, Budget(1.0, 2.0, 7, 'job')); Budgets()"
-    assert loaded_after(code) == []
+def test_reading_a_catalogue_pulls_in_nothing_heavy(loaded: dict[str, list[str]]) -> None:
+    assert loaded["catalogue"] == []
 
 
-def test_computing_budgets_is_where_pandas_comes_in() -> None:
-    assert "pandas" in loaded_after("import nightshift.budgets.table")
+def test_budget_lookup_pulls_in_nothing_heavy(loaded: dict[str, list[str]]) -> None:
+    assert loaded["lookup"] == []
+
+
+def test_a_night_pulls_in_no_pandas(loaded: dict[str, list[str]]) -> None:
+    """pandas is for the budgets' tables and plots; a night only looks budgets up."""
+    assert "pandas" not in loaded["night"]
+
+
+def test_computing_budgets_is_where_pandas_comes_in(loaded: dict[str, list[str]]) -> None:
+    assert "pandas" in loaded["table"]

@@ -7,11 +7,7 @@ leaves < config < backends < store < budgets < engine < notify < metrics < watch
 from __future__ import annotations
 
 import ast
-import subprocess
-import sys
 from pathlib import Path
-
-import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -101,13 +97,11 @@ def upward_imports(root: Path = REPO) -> list[str]:
     return problems
 
 
-@pytest.mark.unit
 def test_no_import_runs_upward() -> None:
     problems = upward_imports()
     assert not problems, "imports against the layers:\n" + "\n".join(problems)
 
 
-@pytest.mark.unit
 def test_the_check_sees_function_level_and_relative_imports(tmp_path: Path) -> None:
     store = tmp_path / "nightshift" / "store"
     store.mkdir(parents=True)
@@ -123,11 +117,3 @@ def test_the_check_sees_function_level_and_relative_imports(tmp_path: Path) -> N
     assert len(problems) == 2, problems
     assert "x.py:2: nightshift.store.x (store) imports nightshift.watchdog " in problems[0]
     assert "x.py:3: nightshift.store.x (store) imports nightshift.engine (engine)" in problems[1]
-
-
-@pytest.mark.unit
-def test_a_night_imports_no_pandas() -> None:
-    """pandas is for the budgets' tables and plots; a night only looks budgets up."""
-    probe = "import sys, nightshift.engine.night; print('pandas' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
