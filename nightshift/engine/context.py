@@ -65,12 +65,14 @@ class NightContext:
     attempts: dict[str, int] = field(default_factory=dict)  # each job's attempt, for its events
     dwell: DwellWatch | None = None  # tonight's dwell watch (None: no budgets to watch with)
     events: Publisher = field(init=False)
+    # the one writer of the night's ledger rows (and its reads): orders, retries, lease rule
+    records: LedgerSink = field(init=False)
     _since: Since = field(init=False, default_factory=Since)
 
     def __post_init__(self) -> None:
         # the ledger is a sink like the others; it keeps the lease rule (`owns_night`) itself
-        ledger = LedgerSink(self.ledger, self.run_id, owns_night=lambda: self.owns_night())
-        self.events = Publisher([ledger, *self.sinks], logger=self.logger)
+        self.records = LedgerSink(self.ledger, self.run_id, owns_night=lambda: self.owns_night())
+        self.events = Publisher([self.records, *self.sinks], logger=self.logger)
 
     def mark(
         self, label: str, state: str, external_id: str | None = None, at: datetime | None = None

@@ -30,6 +30,7 @@ from nightshift.engine.watcher import WatchRequest, WatchResult
 from nightshift.errors import BackendError, InputFileError, PermanentBackendError
 from nightshift.files import label_filename
 from nightshift.store.ledger import JobRecord
+from nightshift.store.ledger_sink import LedgerUnavailable
 
 __all__ = ["FALLBACK", "LOST", "SUBMITTING", "JobSteps", "end_job", "job_steps", "run_one_job"]
 
@@ -79,7 +80,10 @@ def job_steps(ctx: NightContext, label: str, attempt: int = 1) -> JobSteps:
 
 
 def _run(ctx: NightContext, label: str, job: Any, backend: Backend) -> JobSteps:
-    record = ctx.ledger.get_job(ctx.night, label)
+    try:
+        record = ctx.records.get_job(ctx.night, label)
+    except LedgerUnavailable as exc:  # the lease is gone with the database: nothing to start
+        return end_job(ctx, label, Outcome.FAILED, ctx.stop_reason() or str(exc))
     if record is not None and record.state == Outcome.SUCCEEDED and record.external_id:
         # not a change of state, so no transition: its JobFinished tells the sinks
         return _report(ctx, outcome_from_record(record))
@@ -120,19 +124,21 @@ def _run(ctx: NightContext, label: str, job: Any, backend: Backend) -> JobSteps:
         else:
             if (reason := ctx.stop_reason()) is not None:
                 return _finish(ctx, label, None, Outcome.FAILED, started_wall, attempts - 1, reason)
-            if not resume and ctx.owns_night():
+            if not resume:
                 # written before the create: a crash after it leaves a trace to look for
-                ctx.ledger.record_submit(
+                ctx.records.record_submit(
                     ctx.night, label, job.backend, None, attempts, at=started_wall, state=SUBMITTING
                 )
             ctx.mark(label, SUBMITTING)
+            if (reason := ctx.stop_reason()) is not None:  # lost while the database was away
+                return _finish(ctx, label, None, Outcome.FAILED, started_wall, attempts - 1, reason)
             try:
                 external_id = backend.submit(spec)
             except (PermanentBackendError, InputFileError) as exc:  # nothing (more) to watch
                 return _finish(ctx, label, None, Outcome.FAILED, started_wall, attempts, str(exc))
             # a patient submit may have waited out a burst of 429s: its timers start now
             started_wall = ctx.wall()
-            ctx.ledger.record_submit(
+            ctx.records.record_submit(
                 ctx.night, label, job.backend, external_id, attempts, at=started_wall
             )
             ctx.mark(label, "submitted", external_id)
@@ -231,8 +237,7 @@ def _conclude(
         return _finish(*end, Outcome.FAILED, started, attempts, detail, None, backend)
     if result.reason == FALLBACK:
         ctx.mark(label, FALLBACK, external_id)
-        if ctx.owns_night():
-            ctx.ledger.record_state(ctx.night, label, FALLBACK)  # live: a rerun resumes it
+        ctx.records.record_state(ctx.night, label, FALLBACK)  # live: a rerun resumes it
         falls_back = capabilities(backend).falls_back
         assert falls_back is not None  # refused before submit otherwise
         data = falls_back.fallback(spec, external_id)
@@ -280,10 +285,16 @@ def end_job(ctx: NightContext, label: str, outcome: Outcome, detail: str | None)
     A job that was submitted but lost (its task gave up on an error) stays live in the ledger,
     so a rerun re-attaches to it instead of starting a second copy.
     """
-    record = ctx.ledger.get_job(ctx.night, label)
+    attempts = 0
+    try:
+        record = ctx.records.get_job(ctx.night, label)
+    except LedgerUnavailable:  # the lease is gone with the database: what the night knows
+        record = None
+        attempts = ctx.attempts.get(label, 0) if label in ctx.external_ids else 0
     external_id = ctx.external_ids.get(label) or (record.external_id if record else None)
     live = record is not None and record.state in _LIVE and external_id is not None
-    attempts = record.attempts if record is not None else 0
+    if record is not None:
+        attempts = record.attempts
     return _finish(
         ctx,
         label,
@@ -325,15 +336,14 @@ def _finish(
         detail=detail,
         data=data or {},
     )
-    if ctx.owns_night():
-        ctx.ledger.record_state(
-            ctx.night,
-            label,
-            ledger_state or outcome.value,
-            finished_at=finished,
-            detail=detail,
-            data=data or None,
-        )
+    ctx.records.record_state(
+        ctx.night,
+        label,
+        ledger_state or outcome.value,
+        finished_at=finished,
+        detail=detail,
+        data=data or None,
+    )
     # the final row is dated when the watcher first saw the end, not after collecting results
     ctx.mark(label, outcome.value, external_id, at=ctx.final_seen.pop(label, None))
     return _report(ctx, result)
