@@ -30,7 +30,7 @@ CATALOGUE = """\
 name: outage
 defaults: {poll: {initial: 0.5s, max: 2s}, stagger: 0s, retries: 1}
 jobs:
-  - {label: a, backend: cli, task: "a [queue=0 run=8]"}
+  - {label: a, backend: cli, task: "a [queue=0 run=%(a)s]"}
   - {label: b, backend: cli, task: "b [queue=0 run=%(b)s]"}
   - {label: c, backend: cli, task: "c [queue=0 run=3]", depends_on: [a]}
 """
@@ -134,7 +134,7 @@ def each_transition_once(ledger: Ledger) -> dict[str, list[str]]:
 
 def test_an_outage_shorter_than_the_lease_ttl_costs_nothing(sandbox: Path, own_db: str) -> None:
     path = sandbox / "nightshift.yaml"
-    path.write_text(CATALOGUE % {"b": 45})
+    path.write_text(CATALOGUE % {"a": 8, "b": 45})
     night = start(path, night_env(sandbox, own_db))
     when_a_and_b_run(Ledger(own_db, "outage"), night)
     outage(own_db, OUTAGE_S)
@@ -144,6 +144,7 @@ def test_an_outage_shorter_than_the_lease_ttl_costs_nothing(sandbox: Path, own_d
     assert all(job["external_id"] for job in summary["jobs"])
     ledger = Ledger(own_db, "outage")
     chains = each_transition_once(ledger)
+    print(f"outage {OUTAGE_S:g}s, exit {code}, states {states}, transitions {chains}")
     assert {label: states[-1] for label, states in chains.items()} == dict.fromkeys(
         "abc", "succeeded"
     )
@@ -161,8 +162,9 @@ def test_an_outage_past_the_ttl_ends_the_night_and_the_rerun_reattaches(
     sandbox: Path, own_db: str
 ) -> None:
     path = sandbox / "nightshift.yaml"
-    path.write_text(CATALOGUE % {"b": 40})
-    env = night_env(sandbox, own_db, ttl=6)
+    # a ends early in the outage, before the lease lapses: its final write meets no database
+    path.write_text(CATALOGUE % {"a": 4, "b": 40})
+    env = night_env(sandbox, own_db, ttl=10)
     night = start(path, env)
     when_a_and_b_run(Ledger(own_db, "outage"), night)
     outage(own_db, OUTAGE_S)
@@ -181,5 +183,10 @@ def test_an_outage_past_the_ttl_ends_the_night_and_the_rerun_reattaches(
         assert rerun_job["external_id"] == jobs[label]["external_id"]
     assert len(list((sandbox / "agy" / "jobs").glob("agy-*.json"))) == 3
     ledger = Ledger(own_db, "outage")
-    each_transition_once(ledger)
+    chains = each_transition_once(ledger)
     ledger.close()
+    first = {x: (j["state"], j["attempts"], j["external_id"]) for x, j in jobs.items()}
+    print(
+        f"outage {OUTAGE_S:g}s past ttl 10s: first night exit {_code} {first}; rerun exit "
+        f"{code}; transitions {chains}"
+    )
