@@ -72,12 +72,14 @@ class NightContext:
     cancel_reason: Callable[..., str | None] = lambda _label, fresh=False: None
     budgets: Budgets | None = None  # tonight's learned budgets (learned timeouts), if any
     events: Publisher = field(init=False)
+    # the one writer of the night's ledger rows (and its reads): orders, retries, lease rule
+    records: LedgerSink = field(init=False)
     _since: Since = field(init=False, default_factory=Since)
 
     def __post_init__(self) -> None:
         # the ledger is a sink like the others; it keeps the lease rule (`owns_night`) itself
-        ledger = LedgerSink(self.ledger, self.run_id, owns_night=lambda: self.owns_night())
-        self.events = Publisher([ledger, *self.sinks], logger=self.logger)
+        self.records = LedgerSink(self.ledger, self.run_id, owns_night=lambda: self.owns_night())
+        self.events = Publisher([self.records, *self.sinks], logger=self.logger)
 
     def mark(
         self, label: str, state: str, external_id: str | None = None, at: datetime | None = None

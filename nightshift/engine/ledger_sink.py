@@ -1,40 +1,93 @@
-"""The ledger as a night-event sink: every job state change becomes a transition row.
+"""The ledger as the night sees it: the one writer of its rows, and the reads it needs.
+
+Every job state change (a night event) becomes a transition row, and the runner's job records
+(submit, state) go through here too: one queue, written in order. The lease rule lives here
+once: a night that lost its lease writes nothing (the rows belong to the night holding it).
 
 Group commit: a change is written before its publisher goes on (a reader sees it at once), but
 changes published side by side (the start pool's submits, the watcher's answers, the finish
 pool's outcomes) share one transaction instead of queueing for the database one by one.
+
+A database that does not answer (connection refused, cut, locked) costs time, not rows: a write
+is tried again with backoff until the database answers or the night's lease is gone; so is a
+read. A retried transition first re-reads the job's last row, since a commit whose answer was
+lost may have gone through: every transition is written once.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections.abc import Callable
+from datetime import datetime
+from functools import partial
+from typing import Any, TypeVar
 
+import sqlalchemy as sa
+
+from nightshift.engine.backoff import Backoff
 from nightshift.engine.events import JobChanged, NightEvent
-from nightshift.store.ledger import Ledger, TransitionRow
+from nightshift.errors import NightshiftError
+from nightshift.store.ledger import JobRecord, Ledger, TransitionRow
 
-__all__ = ["LedgerSink"]
+__all__ = ["OUTAGE_BACKOFF", "LedgerSink", "LedgerUnavailable", "unanswered"]
+
+T = TypeVar("T")
+log = logging.getLogger("nightshift.ledger")
+
+# a database that does not answer is asked again: soon at first, then every 5 s
+OUTAGE_BACKOFF = Backoff(initial=0.2, factor=2.0, max=5.0)
+# SQLite's OperationalErrors that are about the statement, not about the database answering
+_NOT_AN_OUTAGE = ("no such table", "no such column", "syntax error", "has no column")
+
+# a queued write: a transition row, or a job record write (a call on the Ledger)
+_Write = tuple[str, Any]
+
+
+class LedgerUnavailable(NightshiftError):
+    """The ledger did not answer and the night no longer holds its lease: no more waiting."""
+
+
+def unanswered(exc: BaseException) -> bool:
+    """Whether ``exc`` says the database did not answer (as opposed to refusing a statement)."""
+    if isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated:
+        return True
+    if isinstance(exc, sa.exc.InterfaceError):
+        return True
+    if isinstance(exc, sa.exc.OperationalError):
+        return not any(text in str(exc.orig).lower() for text in _NOT_AN_OUTAGE)
+    return False
 
 
 class LedgerSink:
-    """Writes each ``JobChanged`` to the dwell ledger while this night still owns its lease."""
+    """Writes each ``JobChanged`` and job record to the ledger while the night owns its lease."""
 
     def __init__(
-        self, ledger: Ledger, run_id: str, owns_night: Callable[[], bool] = lambda: True
+        self,
+        ledger: Ledger,
+        run_id: str,
+        owns_night: Callable[[], bool] = lambda: True,
+        *,
+        backoff: Backoff = OUTAGE_BACKOFF,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self._ledger = ledger
         self._run_id = run_id
         self._owns_night = owns_night
+        self._backoff = backoff
+        self._sleep = sleep
         self._cond = threading.Condition()
-        self._queue: list[tuple[int, TransitionRow]] = []
+        self._queue: list[tuple[int, _Write]] = []
         self._queued = 0  # tickets handed out
-        self._written = 0  # tickets whose write is over (committed or failed)
+        self._written = 0  # tickets whose write is over (committed, dropped or failed)
         self._writing = False
         self._errors: dict[int, Exception] = {}
+        self.outages = 0  # writes or reads that met a database not answering (for the logs)
 
+    # -- writes ------------------------------------------------------------------------
     def __call__(self, event: NightEvent) -> None:
-        # a night that lost its lease writes nothing: the rows belong to the night holding it
-        if isinstance(event, JobChanged) and self._owns_night():
+        if isinstance(event, JobChanged):
             row: TransitionRow = (
                 event.night,
                 self._run_id,
@@ -45,14 +98,60 @@ class LedgerSink:
                 event.at,
                 event.attempt,
             )
-            self._write(row)
+            self._write(("transition", row))
 
-    def _write(self, row: TransitionRow) -> None:
-        """Queue the row; write the queue if nobody is; return once the row's write is over."""
+    def record_submit(
+        self,
+        night: str,
+        label: str,
+        backend: str,
+        external_id: str | None,
+        attempts: int,
+        *,
+        at: datetime | None = None,
+        state: str = "queued",
+    ) -> None:
+        """``Ledger.record_submit``, in order with the night's other writes."""
+        write = partial(
+            self._ledger.record_submit, night, label, backend, external_id, attempts, at=at,
+            state=state,
+        )  # fmt: skip
+        self._write(("job", write))
+
+    def record_state(
+        self,
+        night: str,
+        label: str,
+        state: str,
+        finished_at: datetime | None = None,
+        detail: str | None = None,
+        data: dict[str, Any] | None = None,
+    ) -> None:
+        """``Ledger.record_state``, in order with the night's other writes."""
+        write = partial(
+            self._ledger.record_state, night, label, state, finished_at=finished_at,
+            detail=detail, data=data,
+        )  # fmt: skip
+        self._write(("job", write))
+
+    # -- reads -------------------------------------------------------------------------
+    def get_job(self, night: str, label: str) -> JobRecord | None:
+        """``Ledger.get_job``, asked again until the database answers.
+
+        LedgerUnavailable once the night's lease is gone while it still does not answer.
+        """
+        return self._until_answered(lambda: self._ledger.get_job(night, label), "read a job")
+
+    # -- the one writer ----------------------------------------------------------------
+    def _write(self, write: _Write) -> None:
+        """Queue the write; write the queue if nobody is; return once this one is over."""
+        # a night that lost its lease writes nothing: the rows belong to the night holding it
+        if not self._owns_night():
+            return
         with self._cond:
             self._queued += 1
             ticket = self._queued
-            self._queue.append((ticket, row))
+            self._queue.append((ticket, write))
             while self._written < ticket:
                 if self._writing:
                     self._cond.wait()
@@ -73,19 +172,77 @@ class LedgerSink:
         if error is not None:
             raise error  # the publisher logs it, as it did a row written on its own
 
-    def _commit(self, batch: list[tuple[int, TransitionRow]]) -> dict[int, Exception]:
-        """Write a batch in one transaction; if that fails, each row alone (one bad row fails
-        only itself). Returns the tickets whose rows failed."""
+    def _commit(self, batch: list[tuple[int, _Write]]) -> dict[int, Exception]:
+        """Write a batch in order: runs of transitions in one transaction each, job records
+        one by one. Returns the tickets whose writes failed (not for want of an answer)."""
+        errors: dict[int, Exception] = {}
+        start = 0
+        while start < len(batch):
+            end = start + 1
+            if batch[start][1][0] == "transition":
+                while end < len(batch) and batch[end][1][0] == "transition":
+                    end += 1
+                errors.update(self._transitions(batch[start:end]))
+            else:
+                ticket, (_, write) = batch[start]
+                try:
+                    self._until_answered(write, "write a job record")
+                except LedgerUnavailable:
+                    pass  # the lease is gone: the rows are no longer ours to write
+                except Exception as exc:
+                    errors[ticket] = exc
+            start = end
+        return errors
+
+    def _transitions(self, run: list[tuple[int, _Write]]) -> dict[int, Exception]:
+        """One transaction for the run; if that fails, each row alone (one bad row fails only
+        itself)."""
+        rows: list[TransitionRow] = [write[1] for _, write in run]
         try:
-            self._ledger.transitions([row for _, row in batch])
+            self._until_answered(lambda: self._ledger.transitions(rows), "write transitions", rows)
+            return {}
+        except LedgerUnavailable:
             return {}
         except Exception as exc:
-            if len(batch) == 1:
-                return {batch[0][0]: exc}
+            if len(run) == 1:
+                return {run[0][0]: exc}
         errors: dict[int, Exception] = {}
-        for ticket, row in batch:
+        for ticket, (_, row) in run:
             try:
-                self._ledger.transitions([row])
+                self._until_answered(partial(self._ledger.transitions, [row]), "write a row", [row])
+            except LedgerUnavailable:
+                return errors
             except Exception as exc:
                 errors[ticket] = exc
         return errors
+
+    def _until_answered(
+        self, call: Callable[[], T], what: str, rows: list[TransitionRow] | None = None
+    ) -> T:
+        """``call()``, again with backoff while the database does not answer and the night
+        holds its lease; LedgerUnavailable once it no longer does."""
+        waits = 0
+        while True:
+            try:
+                return call()
+            except Exception as exc:
+                if not unanswered(exc):
+                    raise
+                if waits == 0:
+                    self.outages += 1
+                    log.warning("the ledger does not answer (%s); trying again: %s", what,
+                                _one_line(exc))  # fmt: skip
+                if not self._owns_night():
+                    raise LedgerUnavailable(
+                        f"the ledger did not answer and the night's lease is gone: {_one_line(exc)}"
+                    ) from None
+                if rows:  # its commit may have gone through: read the jobs' last rows again
+                    self._ledger.forget({(row[0], row[2]) for row in rows})
+                self._sleep(self._backoff.delay(waits))
+                waits += 1
+
+
+def _one_line(error: BaseException) -> str:
+    cause = getattr(error, "orig", None) or error
+    text = str(cause).strip().splitlines()
+    return f"{type(cause).__name__}: {text[0] if text else ''}"

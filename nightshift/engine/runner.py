@@ -32,6 +32,7 @@ from nightshift.errors import BackendError, InputFileError, PermanentBackendErro
 from nightshift.files import label_filename
 from nightshift.states import LIVE, JobState
 from nightshift.store.ledger import JobRecord
+from nightshift.store.ledger_sink import LedgerUnavailable
 
 __all__ = ["FALLBACK", "LOST", "SUBMITTING", "JobSteps", "end_job", "job_steps", "stopped_outcome"]
 
@@ -63,7 +64,10 @@ def job_steps(ctx: NightContext, label: str, attempt: int = 1) -> JobSteps:
 
 
 def _run(ctx: NightContext, label: str, job: Any, backend: Backend) -> JobSteps:
-    record = ctx.ledger.get_job(ctx.night, label)
+    try:
+        record = ctx.records.get_job(ctx.night, label)
+    except LedgerUnavailable as exc:  # the lease is gone with the database: nothing to start
+        return end_job(ctx, label, Outcome.FAILED, ctx.stop_reason() or str(exc))
     if record is not None and record.state == Outcome.SUCCEEDED and record.external_id:
         # not a change of state, so no transition: its JobFinished tells the sinks
         return _report(ctx, outcome_from_record(record))
@@ -112,19 +116,21 @@ def _run(ctx: NightContext, label: str, job: Any, backend: Backend) -> JobSteps:
                 return end_job(ctx, label, Outcome.CANCELLED, f"not submitted: {cancelled}")
             if (reason := ctx.stop_reason()) is not None:
                 return _finish(ctx, label, None, Outcome.FAILED, started_wall, attempts - 1, reason)
-            if not resume and ctx.owns_night():
+            if not resume:
                 # written before the create: a crash after it leaves a trace to look for
-                ctx.ledger.record_submit(
+                ctx.records.record_submit(
                     ctx.night, label, job.backend, None, attempts, at=started_wall, state=SUBMITTING
                 )
             ctx.mark(label, SUBMITTING)
+            if (reason := ctx.stop_reason()) is not None:  # lost while the database was away
+                return _finish(ctx, label, None, Outcome.FAILED, started_wall, attempts - 1, reason)
             try:
                 external_id = backend.submit(spec)
             except (PermanentBackendError, InputFileError) as exc:  # nothing (more) to watch
                 return _finish(ctx, label, None, Outcome.FAILED, started_wall, attempts, str(exc))
             # a patient submit may have waited out a burst of 429s: its timers start now
             started_wall = ctx.wall()
-            ctx.ledger.record_submit(
+            ctx.records.record_submit(
                 ctx.night, label, job.backend, external_id, attempts, at=started_wall
             )
             ctx.mark(label, "submitted", external_id)
@@ -227,8 +233,7 @@ def _conclude(
         return _finish(*end, Outcome.FAILED, started, attempts, detail, None, backend)
     if result.reason == FALLBACK:
         ctx.mark(label, FALLBACK, external_id)
-        if ctx.owns_night():
-            ctx.ledger.record_state(ctx.night, label, FALLBACK)  # live: a rerun resumes it
+        ctx.records.record_state(ctx.night, label, FALLBACK)  # live: a rerun resumes it
         falls_back = capabilities(backend).falls_back
         assert falls_back is not None  # refused before submit otherwise
         data = falls_back.fallback(spec, external_id)
@@ -277,7 +282,10 @@ def _collect(
 def stopped_outcome(ctx: NightContext, label: str) -> JobOutcome:
     """A job the interrupted night lets go of: left running if it is out there (it stays in
     flight in the ledger, with its id), else not submitted. Nothing is written."""
-    record = ctx.ledger.get_job(ctx.night, label)
+    try:  # one plain read: a stop must not wait out a database outage
+        record = ctx.ledger.get_job(ctx.night, label)
+    except Exception:  # what the night knows is enough to say what it left running
+        record = None
     external_id = ctx.external_ids.get(label) or (record.external_id if record else None)
     attempts = record.attempts if record else 0
     if external_id is not None and (record is None or record.state in LIVE):
@@ -312,10 +320,16 @@ def end_job(ctx: NightContext, label: str, outcome: Outcome, detail: str | None)
     A job that was submitted but lost (its task gave up on an error) stays live in the ledger,
     so a rerun re-attaches to it instead of starting a second copy.
     """
-    record = ctx.ledger.get_job(ctx.night, label)
+    attempts = 0
+    try:
+        record = ctx.records.get_job(ctx.night, label)
+    except LedgerUnavailable:  # the lease is gone with the database: what the night knows
+        record = None
+        attempts = ctx.attempts.get(label, 0) if label in ctx.external_ids else 0
     external_id = ctx.external_ids.get(label) or (record.external_id if record else None)
     live = record is not None and record.state in LIVE and external_id is not None
-    attempts = record.attempts if record is not None else 0
+    if record is not None:
+        attempts = record.attempts
     return _finish(
         ctx,
         label,
@@ -357,15 +371,14 @@ def _finish(
         detail=detail,
         data=data or {},
     )
-    if ctx.owns_night():
-        ctx.ledger.record_state(
-            ctx.night,
-            label,
-            ledger_state or outcome.value,
-            finished_at=finished,
-            detail=detail,
-            data=data or None,
-        )
+    ctx.records.record_state(
+        ctx.night,
+        label,
+        ledger_state or outcome.value,
+        finished_at=finished,
+        detail=detail,
+        data=data or None,
+    )
     # the final row is dated when the watcher first saw the end, not after collecting results
     ctx.mark(label, outcome.value, external_id, at=ctx.final_seen.pop(label, None))
     return _report(ctx, result)

@@ -11,6 +11,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -153,11 +154,26 @@ class Lease:
         if self._renewer is not None:
             self._renewer.join()
             self._renewer = None
-        try:
-            self.release()
-        except SQLAlchemyError as error:
-            # the database is down: the lease runs out on its own; the night's own error wins
-            _log.warning("releasing the lease on %r failed: %s", self.key, _one_line(error))
+        self._release_when_answered()
+
+    def _release_when_answered(self) -> None:
+        """Give the lease back; while the database does not answer, try again until the lease
+        would have run out on its own (the next night need not wait out the ttl)."""
+        renewed_at = self._renewed_at
+        end = renewed_at + timedelta(seconds=self.ttl_s) if renewed_at else self._clock()
+        delay = 0.2
+        while True:
+            try:
+                self.release()
+                return
+            except SQLAlchemyError as error:
+                left = (end - self._clock()).total_seconds()
+                if left <= 0:
+                    # it has run out on its own; the night's own error wins
+                    _log.warning("releasing the lease on %r failed: %s", self.key, _one_line(error))
+                    return
+                time.sleep(min(delay, left))
+                delay = min(delay * 2, 5.0)
 
     def _claim(self) -> None:
         # a row deleted between our failed upsert and the holder lookup (PostgreSQL, read

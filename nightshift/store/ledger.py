@@ -248,6 +248,13 @@ class Ledger:
                 )
                 written[key] = (to_state, at, attempt)
 
+    def forget(self, keys: Iterable[tuple[str, str]]) -> None:
+        """Read these (night, label)'s last transitions from the database again (a commit
+        whose answer was lost may have gone through)."""
+        with self._lock:
+            for key in keys:
+                self._last.pop(key, None)
+
     def dwells(self, night: str, label: str | None = None) -> list[Transition]:
         """Every transition of ``night`` (optionally one job's), in the order they were written."""
         query = sa.select(*_TRANSITION_FIELDS).where(

@@ -129,12 +129,13 @@ class GeminiBatchBackend:
         return self._to_status(external_id, self._get(external_id))
 
     def status_many(self, external_ids: Iterable[str]) -> dict[str, JobStatus | BackendError]:
-        """Many states from one ``batches.list`` walk; ids it doesn't reach are asked singly.
+        """Many states from one ``batches.list`` walk; ids it doesn't reach are left out.
 
-        A failure of one id (unknown batch, unparsable operation) is that id's value, and so is
-        a refused key (401/403) on the listing. Only a transient failure of the listing raises;
-        another permanent one (the SDK rejects a page for one bad operation) falls back to
-        asking every id singly.
+        The watcher asks those singly, each on a call of its own with its own deadline, so one
+        hung ``batches.get`` never holds an answer this listing has in hand. A refused key
+        (401/403) on the listing is every id's value. Only a transient failure of the listing
+        raises; another permanent one (the SDK rejects a page for one bad operation) leaves out
+        the ids not reached before it.
         """
         wanted = set(external_ids)
         if not wanted:
@@ -158,11 +159,6 @@ class GeminiBatchBackend:
                 raise listed.error
             if listed.auth:  # every single get would be refused the same way
                 return {**out, **dict.fromkeys(wanted - set(found), listed.error)}
-        for name in sorted(wanted - set(found)):
-            try:
-                out[name] = self.status(name)
-            except BackendError as exc:
-                out[name] = exc
         return out
 
     def _to_status(self, external_id: str, job: Any) -> JobStatus:
