@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
-from nightshift.engine.backoff import Backoff
+from nightshift.backoff import Backoff
 from nightshift.engine.events import JobChanged, NightEvent
 from nightshift.errors import NightshiftError
 from nightshift.store.ledger import JobRecord, Ledger, TransitionRow

@@ -17,6 +17,7 @@ from nightshift.engine.events import (
     JobFinished,
 )
 from nightshift.engine.jobspec import job_spec
+from nightshift.engine.ledger_sink import LedgerUnavailable
 from nightshift.engine.outcomes import (
     JobOutcome,
     Outcome,
@@ -32,7 +33,6 @@ from nightshift.errors import BackendError, InputFileError, PermanentBackendErro
 from nightshift.files import label_filename
 from nightshift.states import LIVE, JobState
 from nightshift.store.ledger import JobRecord
-from nightshift.store.ledger_sink import LedgerUnavailable
 
 __all__ = ["FALLBACK", "LOST", "SUBMITTING", "JobSteps", "end_job", "job_steps", "stopped_outcome"]
 
