@@ -69,16 +69,17 @@ PROGRESS_FLUSH_S = 2.0
 STOP_GRACE_S = 3.0  # a signalled night's jobs let go of, before the signal goes on
 
 
-def cancel_in_flight(flow: Any, flow_run: Any, state: State) -> None:
+def cancel_in_flight(flow: Any, flow_run: Any, state: State) -> None:  # Prefect's names
     """``on_cancellation`` (the UI's Cancel): the night's external jobs still in flight are
     cancelled (they cost money), from the ledger, whatever became of the night's process."""
-    logger = flow_run_logger(flow_run, flow)
-    params = flow_run.parameters or {}
+    run = flow_run  # the FlowRun handed in, not prefect.runtime's
+    logger = flow_run_logger(run, flow)
+    params = run.parameters or {}
     settings = load_settings()
     catalogue = load_catalogue(params.get("catalog") or "nightshift.yaml")
     night = params.get("night")
-    night = parse_night(night) if night else tonight(flow_run.expected_start_time)
-    reason = f"cancelled in Prefect: flow run {flow_run.name} was cancelled"
+    night = parse_night(night) if night else tonight(run.expected_start_time)
+    reason = f"cancelled in Prefect: flow run {run.name} was cancelled"
     ledger = Ledger(settings.ledger_url(), catalogue.key)
     try:
         done = cancel_night(

@@ -92,7 +92,8 @@ class NightParts:
     budgets: BudgetLoader | None = current_budgets
     alerts: AlertSink = field(default_factory=LogAlertSink)
     poll_hints: PollHints | None = ledger_poll_hints  # None: jobs are polled on backoff only
-    cancel_poll_s: float | None = 2.0  # how often `nightshift cancel`'s requests are read
+    # how often `nightshift cancel`'s requests are read (a job seen cancelled reads them at once)
+    cancel_poll_s: float | None = 5.0
 
 
 def build_parts(
