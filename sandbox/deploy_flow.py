@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from prefect import flow, get_run_logger
 
@@ -32,7 +33,7 @@ def sandbox_job(seconds: float = 0.0, fail: bool = False, lines: int = 3) -> str
 
 def deploy(pool: str, name: str = "ok", **parameters: object) -> str:
     """Register ``sandbox-job/<name>`` on ``pool``, run from this checkout; its id."""
-    source = sandbox_job.from_source(
+    source: Any = sandbox_job.from_source(  # sync here: a Flow, not a coroutine
         source=str(ROOT), entrypoint="sandbox/deploy_flow.py:sandbox_job"
     )
     deployment_id = source.deploy(

@@ -276,7 +276,9 @@ class GeminiEmulator:
             queue = self._errors.get(queue_name)
             if queue:
                 code, message, retry_after = queue.popleft()
-                extra = {"x-goog-upload-status": "final"} if "upload" in endpoint else {}
+                extra: dict[str, str] = (
+                    {"x-goog-upload-status": "final"} if "upload" in endpoint else {}
+                )
                 if retry_after is not None:
                     extra["retry-after"] = f"{retry_after:g}"
                 return (*error_reply(code, message or f"emulated HTTP {code}"), extra)

@@ -115,7 +115,7 @@ def make_app(
             store.release(job_id, user)
             return JSONResponse(_public(store.get(held) or {"job_id": held}), status_code=200)
         now = datetime.now(UTC).isoformat()
-        record = {"job_id": job_id, "status": "queued", "user": user, "key": key, "spec": spec,
+        record: dict[str, Any] = {"job_id": job_id, "status": "queued", "user": user, "key": key, "spec": spec,
                   "result": None, "error": None, "created_at": now, "started_at": None,
                   "ended_at": None, "attempt": 0, "log": []}  # fmt: skip
         store.put(record)

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from nightshift.cli.main import EXIT_BAD_CATALOGUE, main
+from nightshift.cli.exits import BAD_CATALOGUE as EXIT_BAD_CATALOGUE
+from nightshift.cli.main import main
 from nightshift.config.loader import load_catalogue
 
 
