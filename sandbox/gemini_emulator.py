@@ -275,13 +275,13 @@ class GeminiEmulator:
         for queue_name in (endpoint, "*"):
             queue = self._errors.get(queue_name)
             if queue:
-                code, message, retry_after = queue.popleft()
+                code, said, retry_after = queue.popleft()
                 extra: dict[str, str] = (
                     {"x-goog-upload-status": "final"} if "upload" in endpoint else {}
                 )
                 if retry_after is not None:
                     extra["retry-after"] = f"{retry_after:g}"
-                return (*error_reply(code, message or f"emulated HTTP {code}"), extra)
+                return (*error_reply(code, said or f"emulated HTTP {code}"), extra)
         try:
             data = json.loads(body) if body and endpoint != "files.upload_bytes" else {}
         except ValueError:

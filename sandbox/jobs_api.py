@@ -115,9 +115,11 @@ def make_app(
             store.release(job_id, user)
             return JSONResponse(_public(store.get(held) or {"job_id": held}), status_code=200)
         now = datetime.now(UTC).isoformat()
-        record: dict[str, Any] = {"job_id": job_id, "status": "queued", "user": user, "key": key, "spec": spec,
-                  "result": None, "error": None, "created_at": now, "started_at": None,
-                  "ended_at": None, "attempt": 0, "log": []}  # fmt: skip
+        record: dict[str, Any] = {
+            "job_id": job_id, "status": "queued", "user": user, "key": key, "spec": spec,
+            "result": None, "error": None, "created_at": now, "started_at": None,
+            "ended_at": None, "attempt": 0, "log": [],
+        }  # fmt: skip
         store.put(record)
         queue.enqueue(job_id)
         state.count("created")
