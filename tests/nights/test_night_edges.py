@@ -15,6 +15,7 @@ import nightshift.engine.steps as steps_module
 from flows.nightly import nightly
 from nightshift.config.settings import load_settings
 from nightshift.errors import LockHeldError
+from nightshift.orchestration.night_setup import stop_reason
 from nightshift.store.lease import Lease
 from nightshift.store.ledger import Ledger
 from tests.support import FakeClock
@@ -231,13 +232,13 @@ def test_a_night_whose_lease_was_not_renewed_in_time_submits_nothing_more(tmp_pa
     watcher = Watcher(lambda *_: None)
     try:
         with Lease(url, "edges", "me", ttl_s=0.3, clock=clock) as lease:
-            assert nightly_module._stop_reason(lease, watcher) is None
+            assert stop_reason(lease, watcher) is None
             engine = create_engine(url)
             with engine.begin() as conn:  # the database goes away under the night
                 conn.execute(text("DROP TABLE leases"))
             engine.dispose()
             clock.advance(0.31)
-            reason = nightly_module._stop_reason(lease, watcher)
+            reason = stop_reason(lease, watcher)
     finally:
         watcher.stop()
     assert reason is not None and reason.startswith("not submitted: the lease on 'edges'")
