@@ -1,9 +1,12 @@
-"""The nightly flow: plan, fan out, watch, join, report. Flows wire; tasks do."""
+"""The nightly flow: plan, fan out, watch, join, report. Flows wire; tasks do.
+
+Set up in ``orchestration/night_setup.py``, run in ``orchestration/night_run.py``, ended (in
+the order that lets a stopped night go within seconds) in ``orchestration/night_end.py``.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -15,34 +18,23 @@ from prefect.utilities.annotations import quote
 
 from flows.chain import chain
 from nightshift.config.settings import load_settings
-from nightshift.engine.admission import Admission
-from nightshift.engine.alerts import NoAlertSink
-from nightshift.engine.events import LogSink, Sink
-from nightshift.engine.night import build_parts, expected_durations, finish_night, open_night
-from nightshift.engine.outcomes import JobOutcome, NightSummary
-from nightshift.engine.plan import Plan, parse_night, plan_night, tonight
-from nightshift.engine.steps import JobPools
+from nightshift.engine.outcomes import JobOutcome
+from nightshift.engine.plan import Plan, parse_night, tonight
 from nightshift.engine.stopping import NightStop
-from nightshift.notify.notifier import SlackAlertSink
-from nightshift.notify.sinks import NoticeSink
 from nightshift.orchestration.cancel_hook import cancel_in_flight
-from nightshift.orchestration.leases import slot_lease_s
-from nightshift.orchestration.limits import limit_scope, night_slots
-from nightshift.orchestration.night_end import NightEnd, end_early, end_night
-from nightshift.orchestration.night_loop import on_a_loop
+from nightshift.orchestration.night_end import end_early, end_night
+from nightshift.orchestration.night_run import run_night
 from nightshift.orchestration.night_setup import (
+    NightSetup,
     catalogue_or_none,
     notifier_for,
     run_dir_for,
     stamp,
-    stop_reason,
 )
-from nightshift.orchestration.progress import ProgressSink
 from nightshift.orchestration.running_night import Night
-from nightshift.orchestration.states import name_the_night, quiet_job_finish
+from nightshift.orchestration.states import name_the_night
 from nightshift.store.lease import Lease, default_owner
 from nightshift.store.ledger import Ledger
-from nightshift.store.slot_holders import SlotHolders
 from tasks.jobs import job_task, outcome_of, with_retries
 from tasks.notify import notify
 
@@ -83,90 +75,21 @@ def nightly(
     ledger = Ledger(settings.ledger_url(), catalogue.key)
     notifier = notifier_for(catalogue, ledger, logger)
     stop = stop if stop is not None else NightStop()
-    end = NightEnd(catalogue, settings, ledger, night, run_path, stop, notifier, notify, logger)
-    sinks: list[Sink] = [live] if live is not None else []
+    setup = NightSetup(catalogue, settings, ledger, night, run_path, stop, notifier, notify, logger)
     try:
         # a deployment's tags are on the flow run only: jobs and chains carry them too
         with tags(*(flow_run.tags or [])):
             # the owner names the flow run too: `nightshift status` shows it
             owner = default_owner() + (f":{flow_run.id}" if flow_run.id else "")
-            lease = Lease(ledger.engine, catalogue.key, owner=owner, ttl_s=settings.lease_ttl)
-            with lease:
-                summary, progress = _run_night(end, only, lease, results, sinks)
+            with Lease(
+                ledger.engine, catalogue.key, owner=owner, ttl_s=settings.lease_ttl
+            ) as lease:
+                live_sinks = [live] if live is not None else []
+                summary, progress = run_night(setup, only, lease, results, live_sinks, _run_jobs)
     except Exception as exc:
-        end_early(end, exc, only, results, started_at)
+        end_early(setup, exc, only, results, started_at)
         raise  # the CLI reads a LockHeldError from the flow run's result (exit 3)
-    return end_night(end, summary, progress)
-
-
-def _run_night(
-    end: NightEnd,
-    only: list[str] | None,
-    lease: Lease,
-    results: dict[str, JobOutcome],
-    live: list[Sink],
-) -> tuple[NightSummary, ProgressSink]:
-    """Plan, fan out, watch, join: the night's summary and its progress sink."""
-    catalogue, settings, ledger, notifier = end.catalogue, end.settings, end.ledger, end.notifier
-    night = end.night
-    logger = get_run_logger()
-    started_at = stamp()
-    plan = plan_night(catalogue, only, expected_durations(catalogue, ledger))
-    progress = ProgressSink(plan.labels)
-    sinks: list[Sink] = [*live, progress, LogSink(logger)]
-    if notifier is not None:
-        sinks.append(NoticeSink(notifier))  # fallbacks, stuck queues, timeouts, as they happen
-    parts = build_parts(
-        catalogue,
-        settings,
-        ledger,
-        sinks=sinks,
-        logger=logger,
-        # caps as Prefect global concurrency limits; both by this module's names, which a
-        # test of the flow may swap
-        # each slot lease written down with this night's lease owner: the next night gives
-        # back the slots of a night killed holding them (store/slot_holders.py)
-        slots=lambda caps: night_slots(
-            caps,
-            limit_scope(catalogue),
-            slot_lease_s(settings.lease_ttl),
-            lambda server: SlotHolders(ledger.engine, lease.owner, catalogue.key, server),
-        ),
-        admission=Admission,
-    )
-    # dwell levels into the night's Slack thread; the LogSink above logs each level once
-    parts.alerts = SlackAlertSink(notifier) if notifier is not None else NoAlertSink()
-    run_id = str(flow_run.id or f"{night}:{uuid.uuid4().hex[:8]}")
-    with open_night(
-        catalogue,
-        parts,
-        plan,
-        night=night,
-        run_id=run_id,
-        run_dir=end.run_path,
-        # a night whose lease ran out (taken, or not renewed in time) must not submit beside
-        # the night that may hold it now, nor write to the ledger rows that night owns
-        stop_reason=lambda watcher: stop_reason(lease, watcher),
-        owns_night=lambda: lease.lost_reason is None,
-        outcomes=results,
-        stop=end.stop,
-    ) as ctx:
-        pools = JobPools()
-        kept = {r.label for r in ledger.jobs_of(night) if r.state == "succeeded" and r.external_id}
-        running = Night(ctx, pools, kept)
-        try:
-            logger.info(
-                "night %s: %d jobs, %d independent, %d chains",
-                night,
-                len(plan.labels),
-                len(plan.independent),
-                len(plan.chains),
-            )
-            with quiet_job_finish():
-                on_a_loop(_run_jobs(running, plan), end.stop)
-        finally:
-            pools.shutdown()
-    return finish_night(ctx, plan, started_at), progress
+    return end_night(setup, summary, progress)
 
 
 async def _run_jobs(night: Night, plan: Plan) -> None:

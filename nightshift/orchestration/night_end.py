@@ -8,54 +8,35 @@ UI's progress flushed, and only then the artifacts published.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
-from pathlib import Path
+from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from prefect.runtime import flow_run
 from prefect.states import Failed, State
 
-from nightshift.config.catalogue import Catalogue
-from nightshift.config.settings import Settings
 from nightshift.engine.outcomes import JobOutcome, NightSummary, Outcome, join
 from nightshift.engine.plan import plan_night
-from nightshift.engine.stopping import INTERRUPTED, NightStop
+from nightshift.engine.stopping import INTERRUPTED
 from nightshift.errors import LockHeldError
 from nightshift.metrics.export import export_ledger_metrics
-from nightshift.notify.notifier import Notifier
-from nightshift.orchestration.night_setup import stamp
+from nightshift.orchestration.night_setup import NightSetup, stamp
 from nightshift.orchestration.progress import ProgressSink
 from nightshift.orchestration.report import not_run, report, why
 from nightshift.orchestration.report_inputs import gather_report
 from nightshift.orchestration.states import night_result
-from nightshift.store.ledger import Ledger
 
-__all__ = ["EXIT_LOCKED", "PROGRESS_FLUSH_S", "NightEnd", "end_early", "end_night"]
+__all__ = ["EXIT_LOCKED", "PROGRESS_FLUSH_S", "end_early", "end_night"]
 
 EXIT_LOCKED = 3  # as the CLI's: another night of the catalogue holds its lease
 PROGRESS_FLUSH_S = 2.0
 
 
-@dataclass(frozen=True)
-class NightEnd:
-    """What a night's end writes to, tells and closes."""
-
-    catalogue: Catalogue
-    settings: Settings
-    ledger: Ledger
-    night: str
-    run_path: Path
-    stop: NightStop
-    notifier: Notifier | None
-    # the Slack task (``tasks/notify.py``), handed in: this layer does not import tasks
-    notify: Callable[..., Any]
-    logger: Any
-
-
-def end_night(end: NightEnd, summary: NightSummary, progress: ProgressSink) -> State | list[State]:
+def end_night(
+    setup: NightSetup, summary: NightSummary, progress: ProgressSink
+) -> State | list[State]:
     """A night that ran to its end, or was stopped (Ctrl-C, SIGTERM): its state."""
-    logger, stop = end.logger, end.stop
+    logger, stop = setup.logger, setup.stop
     if (flow_run.run_count or 1) > 1:  # a retry of the night's flow run (the UI's Retry)
         summary = replace(summary, rerun=True)
     ended: str | None = None
@@ -65,7 +46,7 @@ def end_night(end: NightEnd, summary: NightSummary, progress: ProgressSink) -> S
         ended, stopped_code = INTERRUPTED, stop.exit_code
         logger.warning("interrupted: %d job(s) left running, a rerun re-attaches", len(left))
     _close(
-        end,
+        setup,
         summary,
         reason=ended,
         exit_code=stopped_code,
@@ -79,7 +60,7 @@ def end_night(end: NightEnd, summary: NightSummary, progress: ProgressSink) -> S
 
 
 def end_early(
-    end: NightEnd,
+    setup: NightSetup,
     exc: BaseException,
     only: list[str] | None,
     results: Mapping[str, JobOutcome],
@@ -87,15 +68,15 @@ def end_early(
 ) -> None:
     """A night that ended early still says why, where a finished night says how it went."""
     reason = why(exc)
-    labels = plan_night(end.catalogue, only).labels
+    labels = plan_night(setup.catalogue, only).labels
     summary = join(
-        [results.get(x) or not_run(end.catalogue, x, reason) for x in labels],
+        [results.get(x) or not_run(setup.catalogue, x, reason) for x in labels],
         started_at,
         stamp(),
     )
     locked = isinstance(exc, LockHeldError)  # a refused second night is not a bad night
     _close(
-        end,
+        setup,
         summary,
         reason=reason,
         exit_code=EXIT_LOCKED if locked else summary.exit_code,
@@ -105,7 +86,7 @@ def end_early(
 
 
 def _close(
-    end: NightEnd,
+    setup: NightSetup,
     summary: NightSummary,
     *,
     reason: str | None,
@@ -116,37 +97,37 @@ def _close(
 ) -> None:
     """The end, in the order the module's docstring gives."""
     # summary.json first: what follows may wait on the Prefect API, which may be gone
-    report(end.run_path, summary, reason=reason, exit_code=exit_code, publish=False)
+    report(setup.run_path, summary, reason=reason, exit_code=exit_code, publish=False)
     if said is not None:
-        end.logger.warning("%s", said)
+        setup.logger.warning("%s", said)
     page = None
     try:
         if tell:
-            _tell(end, summary)
+            _tell(setup, summary)
         # after Slack: the report says what Slack was told
-        page = _page(end, summary)
+        page = _page(setup, summary)
     finally:
-        end.ledger.close()
-        end.stop.over.set()
+        setup.ledger.close()
+        setup.stop.over.set()
     if progress is not None:
         progress.flush(timeout=PROGRESS_FLUSH_S)
-    report(end.run_path, summary, reason=reason, exit_code=exit_code, page=page)
+    report(setup.run_path, summary, reason=reason, exit_code=exit_code, page=page)
 
 
-def _tell(end: NightEnd, summary: NightSummary) -> None:
+def _tell(setup: NightSetup, summary: NightSummary) -> None:
     """Slack (the ``notify`` task) and metrics; neither can change the night's verdict."""
-    if end.notifier is not None:
+    if setup.notifier is not None:
         run_id = str(flow_run.id) if flow_run.id else None
-        end.notify(end.notifier, summary, end.night, run_id, return_state=True)
-    export_ledger_metrics(end.ledger.engine, end.settings, logger=end.logger)
+        setup.notify(setup.notifier, summary, setup.night, run_id, return_state=True)
+    export_ledger_metrics(setup.ledger.engine, setup.settings, logger=setup.logger)
 
 
-def _page(end: NightEnd, summary: NightSummary) -> dict[str, Any] | None:
+def _page(setup: NightSetup, summary: NightSummary) -> dict[str, Any] | None:
     """The night report's fields; None (and a warning) when they cannot be read."""
     try:
-        return gather_report(summary, end.catalogue, end.ledger, end.night)
+        return gather_report(summary, setup.catalogue, setup.ledger, setup.night)
     except Exception as exc:  # the report never changes the night's verdict
-        end.logger.warning(
+        setup.logger.warning(
             "the night report could not be gathered: %s: %s", type(exc).__name__, exc
         )
         return None

@@ -4,6 +4,8 @@ it may still submit."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -12,6 +14,7 @@ from nightshift.config.catalogue import Catalogue
 from nightshift.config.loader import load_catalogue
 from nightshift.config.settings import Settings
 from nightshift.engine.night import watcher_stopped
+from nightshift.engine.stopping import NightStop
 from nightshift.engine.watcher import Watcher
 from nightshift.errors import CatalogueError
 from nightshift.notify.notifier import Notifier
@@ -19,7 +22,23 @@ from nightshift.store.lease import Lease
 from nightshift.store.ledger import Ledger
 from nightshift.store.outbox import Outbox
 
-__all__ = ["catalogue_or_none", "notifier_for", "run_dir_for", "stamp", "stop_reason"]
+__all__ = ["NightSetup", "catalogue_or_none", "notifier_for", "run_dir_for", "stamp", "stop_reason"]
+
+
+@dataclass(frozen=True)
+class NightSetup:
+    """A night as its flow set it up: what it runs, writes to, tells, and closes at its end."""
+
+    catalogue: Catalogue
+    settings: Settings
+    ledger: Ledger
+    night: str
+    run_path: Path
+    stop: NightStop
+    notifier: Notifier | None
+    # the Slack task (``tasks/notify.py``), handed in: this layer does not import tasks
+    notify: Callable[..., Any]
+    logger: Any
 
 
 def catalogue_or_none(catalog: str, logger: Any) -> Catalogue | None:

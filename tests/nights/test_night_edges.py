@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-import flows.nightly as nightly_module
 import nightshift.engine.steps as steps_module
+import nightshift.orchestration.night_run as night_run
 from flows.nightly import nightly
 from nightshift.config.settings import load_settings
 from nightshift.errors import LockHeldError
@@ -121,7 +121,7 @@ def test_a_failed_prefect_limit_call_leaves_a_summary_and_no_threads(
     def unreachable(limits: dict[str, int], *_: Any, **__: Any) -> Any:
         raise ConnectionError("Prefect API unreachable (injected)")
 
-    monkeypatch.setattr(nightly_module, "night_slots", unreachable)
+    monkeypatch.setattr(night_run, "night_slots", unreachable)
     path = write(sandbox, command("hello"), head="limits: {command: 1}\n")
     before = night_threads()
     run_dir = sandbox / "run"

@@ -194,7 +194,7 @@ def test_a_cap_bounds_jobs_in_flight_and_starts_the_longest_first(
 
     from prefect.client.orchestration import get_client
 
-    import flows.nightly as nightly_module
+    import nightshift.orchestration.night_run as night_run
     from nightshift.engine.admission import Admission
 
     granted: list[float] = []
@@ -207,15 +207,15 @@ def test_a_cap_bounds_jobs_in_flight_and_starts_the_longest_first(
             granted.append(priority)
 
     plans: list[list[str]] = []
-    real_plan_night = nightly_module.plan_night
+    real_plan_night = night_run.plan_night
 
     def plan_night(*args: Any, **kwargs: Any) -> Any:
         plan = real_plan_night(*args, **kwargs)
         plans.append(list(plan.labels))  # a job's priority is its place in this list
         return plan
 
-    monkeypatch.setattr(nightly_module, "Admission", RecordingAdmission)
-    monkeypatch.setattr(nightly_module, "plan_night", plan_night)
+    monkeypatch.setattr(night_run, "Admission", RecordingAdmission)
+    monkeypatch.setattr(night_run, "plan_night", plan_night)
 
     ledger = Ledger(load_settings().ledger_url(), str((sandbox / "nightshift.yaml").resolve()))
     long_ago = datetime.now(UTC) - timedelta(days=2)
