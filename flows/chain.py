@@ -6,6 +6,8 @@ thread. A step that did not succeed skips its dependents (``run_chain_steps_asyn
 
 from __future__ import annotations
 
+from typing import Any
+
 from prefect import flow, get_run_logger
 from prefect.states import Completed, Failed, State
 
@@ -13,21 +15,21 @@ from nightshift.engine.explain import failure_note
 from nightshift.engine.outcomes import JobOutcome, Outcome
 from nightshift.engine.steps import run_chain_steps_async
 from nightshift.orchestration.states import CHAIN_FLOW
-from tasks.jobs import NIGHTS, job_task, outcome_of, with_retries
+from tasks.jobs import job_task, outcome_of, with_retries
 
 __all__ = ["chain"]
 
 
 @flow(name=CHAIN_FLOW, flow_run_name="{name}")
-async def chain(name: str, labels: list[str], night_key: str) -> State:
+async def chain(name: str, labels: list[str], night: Any) -> State:
     """Run dependent jobs one after another (``fetch → link → publish``); Failed when a step
-    did not succeed, its message the steps that did not."""
-    night = NIGHTS[night_key]
+    did not succeed, its message the steps that did not. ``night``: the running night
+    (``orchestration/running_night.py``), handed in quoted; typed Any for Prefect's schema."""
     ctx = night.ctx
     runner = with_retries(ctx)
 
     async def step(label: str) -> JobOutcome:
-        ran = await job_task(night, label, runner)(label, night_key, return_state=True)
+        ran = await job_task(night, label, runner)
         return await outcome_of(ctx, label, ran, night.pools)
 
     done = await run_chain_steps_async(ctx, labels, step, night.pools)

@@ -6,7 +6,7 @@ A chain of jobs is a subflow (``flows/chain.py``) whose steps are these task run
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +14,7 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.runtime import task_run
 from prefect.states import State
+from prefect.utilities.annotations import quote
 
 from nightshift.backoff import JOB_RETRY
 from nightshift.engine.context import NightContext
@@ -21,22 +22,10 @@ from nightshift.engine.explain import failure_note
 from nightshift.engine.outcomes import JobOutcome
 from nightshift.engine.steps import JobPools, run_job_step_async, settle_job_async
 from nightshift.errors import TransientBackendError
+from nightshift.orchestration.running_night import Night
 from nightshift.orchestration.states import JOB_TASK, job_state
 
-__all__ = ["NIGHTS", "Night", "job_task", "never_retry", "outcome_of", "run_job", "with_retries"]
-
-
-@dataclass
-class Night:
-    """A running night as its tasks see it."""
-
-    ctx: NightContext
-    pools: JobPools
-    kept: set[str] = field(default_factory=set)  # succeeded in an earlier run of the night
-
-
-# the nights running in this process, by key; tasks get the key, not the live objects
-NIGHTS: dict[str, Night] = {}
+__all__ = ["job_task", "never_retry", "outcome_of", "run_job", "with_retries"]
 
 
 async def _transient_only(task: Any, task_run: Any, state: State) -> bool:
@@ -59,14 +48,14 @@ async def _transient_only(task: Any, task_run: Any, state: State) -> bool:
     retry_jitter_factor=0.5,
     retry_condition_fn=_transient_only,
 )
-async def run_job(label: str, night_key: str) -> JobOutcome | State:
+async def run_job(label: str, night: Night) -> JobOutcome | State:
     """Submit or re-attach one external job and wait for its outcome.
 
     A job that did not succeed ends its task run Failed, named for what happened (``Partial``,
     ``Stuck``, ``TimedOut``: red on the night's timeline), and says why in one ERROR record;
-    its outcome stays with the night, which reads it from there.
+    its outcome stays with the night, which reads it from there. ``night``: handed in quoted
+    (``job_task``), as the running night's live objects.
     """
-    night = NIGHTS[night_key]
     attempt = task_run.run_count or 1
     outcome = await run_job_step_async(night.ctx, label, night.pools, attempt=attempt)
     if not outcome.ok:
@@ -110,11 +99,13 @@ def with_retries(ctx: NightContext) -> Any:
     )
 
 
-def job_task(night: Night, label: str, runner: Any) -> Any:
-    """The job's task: named ``<label> (kept)`` when an earlier run of the night did it."""
+async def job_task(night: Night, label: str, runner: Any) -> State:
+    """Run the job's task (``runner``, from ``with_retries``) for its state: the night handed in
+    quoted, and the task run named ``<label> (kept)`` when an earlier run of the night did it."""
     if label in night.kept:
-        return runner.with_options(task_run_name=f"{label} (kept)")
-    return runner
+        runner = runner.with_options(task_run_name=f"{label} (kept)")
+    state: State = await runner(label, quote(night), return_state=True)
+    return state
 
 
 async def outcome_of(ctx: NightContext, label: str, state: State, pools: JobPools) -> JobOutcome:

@@ -65,11 +65,12 @@ def run_catalogue(
         say(f"{path}: {exc}")
         return exits.BAD_CATALOGUE
 
-    from flows.nightly import LIVE_SINKS, NIGHT_STOP, nightly, run_dir_for
+    from flows.nightly import nightly
     from nightshift.cli.live import LiveTable
     from nightshift.cli.stopping import exit_now, prefect_api_alive, run_stoppable, stop_line
     from nightshift.config.settings import load_settings
     from nightshift.engine.stopping import NightStop
+    from nightshift.orchestration.night_setup import run_dir_for
 
     settings = load_settings()
     # the ledger and the lease first: a clear line now, not a traceback from inside the flow
@@ -82,20 +83,21 @@ def run_catalogue(
         return exits.NO_PREFECT
     run_dir = run_dir_for(settings, night)
     table = LiveTable(labels, err)
-    LIVE_SINKS.append(table.on_event)
-    stop = NightStop()
+    stop = NightStop()  # Ctrl-C and SIGTERM reach the night through this
 
     def night_run() -> Any:
-        NIGHT_STOP.set(stop)  # the night's thread: Ctrl-C and SIGTERM reach it through this
         return nightly(
-            catalog=str(path), only=only, night=night, run_dir=str(run_dir), return_state=True
+            catalog=str(path),
+            only=only,
+            night=night,
+            run_dir=str(run_dir),
+            live=table.on_event,
+            stop=stop,
+            return_state=True,
         )
 
-    try:
-        with table.shown(enabled=err.is_terminal):
-            ran = run_stoppable(night_run, stop, prefect_api_alive)
-    finally:
-        LIVE_SINKS.remove(table.on_event)
+    with table.shown(enabled=err.is_terminal):
+        ran = run_stoppable(night_run, stop, prefect_api_alive)
     code = _after_night(ran.state, run_dir, catalogue, settings, as_json)
     if stop.requested and (run_dir / "summary.json").exists():
         summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))

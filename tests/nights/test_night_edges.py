@@ -10,11 +10,12 @@ from typing import Any
 
 import pytest
 
-import flows.nightly as nightly_module
 import nightshift.engine.steps as steps_module
+import nightshift.orchestration.night_run as night_run
 from flows.nightly import nightly
 from nightshift.config.settings import load_settings
 from nightshift.errors import LockHeldError
+from nightshift.orchestration.night_setup import stop_reason
 from nightshift.store.lease import Lease
 from nightshift.store.ledger import Ledger
 from tests.support import FakeClock
@@ -120,7 +121,7 @@ def test_a_failed_prefect_limit_call_leaves_a_summary_and_no_threads(
     def unreachable(limits: dict[str, int], *_: Any, **__: Any) -> Any:
         raise ConnectionError("Prefect API unreachable (injected)")
 
-    monkeypatch.setattr(nightly_module, "night_slots", unreachable)
+    monkeypatch.setattr(night_run, "night_slots", unreachable)
     path = write(sandbox, command("hello"), head="limits: {command: 1}\n")
     before = night_threads()
     run_dir = sandbox / "run"
@@ -231,13 +232,13 @@ def test_a_night_whose_lease_was_not_renewed_in_time_submits_nothing_more(tmp_pa
     watcher = Watcher(lambda *_: None)
     try:
         with Lease(url, "edges", "me", ttl_s=0.3, clock=clock) as lease:
-            assert nightly_module._stop_reason(lease, watcher) is None
+            assert stop_reason(lease, watcher) is None
             engine = create_engine(url)
             with engine.begin() as conn:  # the database goes away under the night
                 conn.execute(text("DROP TABLE leases"))
             engine.dispose()
             clock.advance(0.31)
-            reason = nightly_module._stop_reason(lease, watcher)
+            reason = stop_reason(lease, watcher)
     finally:
         watcher.stop()
     assert reason is not None and reason.startswith("not submitted: the lease on 'edges'")

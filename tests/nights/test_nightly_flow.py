@@ -194,7 +194,7 @@ def test_a_cap_bounds_jobs_in_flight_and_starts_the_longest_first(
 
     from prefect.client.orchestration import get_client
 
-    import flows.nightly as nightly_module
+    import nightshift.orchestration.night_run as night_run
     from nightshift.engine.admission import Admission
 
     granted: list[float] = []
@@ -207,15 +207,15 @@ def test_a_cap_bounds_jobs_in_flight_and_starts_the_longest_first(
             granted.append(priority)
 
     plans: list[list[str]] = []
-    real_plan_night = nightly_module.plan_night
+    real_plan_night = night_run.plan_night
 
     def plan_night(*args: Any, **kwargs: Any) -> Any:
         plan = real_plan_night(*args, **kwargs)
         plans.append(list(plan.labels))  # a job's priority is its place in this list
         return plan
 
-    monkeypatch.setattr(nightly_module, "Admission", RecordingAdmission)
-    monkeypatch.setattr(nightly_module, "plan_night", plan_night)
+    monkeypatch.setattr(night_run, "Admission", RecordingAdmission)
+    monkeypatch.setattr(night_run, "plan_night", plan_night)
 
     ledger = Ledger(load_settings().ledger_url(), str((sandbox / "nightshift.yaml").resolve()))
     long_ago = datetime.now(UTC) - timedelta(days=2)
@@ -244,3 +244,37 @@ def test_a_cap_bounds_jobs_in_flight_and_starts_the_longest_first(
         assert len(overlapping) <= 2, (label, overlapping)
     with get_client(sync_client=True) as client:
         assert client.read_global_concurrency_limit_by_name("nightshift-command").limit == 2
+
+
+def test_the_night_tells_a_live_sink_and_hands_its_chains_the_night_not_a_copy(
+    sandbox: Path,
+) -> None:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
+
+    from nightshift.engine.events import JobFinished, NightFinished
+    from nightshift.engine.stopping import NightStop
+
+    seen: list[Any] = []
+    stop = NightStop()
+    body = ok_command("a") + ok_command("b", ", depends_on: [a]")
+    state, summary = run(write(sandbox, body), sandbox, live=seen.append, stop=stop)
+
+    assert state.is_completed(), summary
+    # the sink handed in heard the night (the CLI's live table is one), no module global
+    assert {e.outcome.label for e in seen if isinstance(e, JobFinished)} == {"a", "b"}
+    assert any(isinstance(e, NightFinished) for e in seen)
+    assert stop.over.is_set()  # the stop handed in heard the night was over
+    # the chain's subflow run was handed the running night: the API keeps a placeholder
+    parent = FlowRunFilterParentFlowRunId(any_=[state.state_details.flow_run_id])
+    with get_client(sync_client=True) as client:
+        (chain_run,) = client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(parent_flow_run_id=parent)
+        )
+        night_run = client.read_flow_run(state.state_details.flow_run_id)
+    assert chain_run.name == "a → b" and chain_run.state is not None
+    assert chain_run.state.is_completed()
+    assert isinstance(chain_run.parameters["night"], str), chain_run.parameters
+    assert chain_run.parameters["labels"] == ["a", "b"]
+    # neither the sink nor the stop is a deployment's parameter worth keeping
+    assert not isinstance(night_run.parameters.get("stop"), dict | list)

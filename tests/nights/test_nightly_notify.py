@@ -191,12 +191,12 @@ def test_timed_out_jobs_are_told_in_the_nights_alert_thread(
 def test_a_night_that_ends_early_still_sends_its_digest(
     sandbox: Path, slack: SlackEmulator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import flows.nightly as nightly_module
+    import nightshift.orchestration.night_run as night_run
 
     def unreachable(limits: dict[str, int], *_: Any, **__: Any) -> Any:
         raise ConnectionError("Prefect API unreachable (injected)")
 
-    monkeypatch.setattr(nightly_module, "night_slots", unreachable)
+    monkeypatch.setattr(night_run, "night_slots", unreachable)
     state = night(sandbox, slack, OK, head="limits: {command: 1}\n")
 
     assert state.is_failed()

@@ -1,0 +1,133 @@
+"""How a night ends, finished or early: summary.json, Slack, the report, the ledger closed.
+
+The order is the point: summary.json is written first (what follows may wait on the Prefect
+API, which may be gone), then Slack and the report page while the ledger is open, then the
+ledger is closed and ``stop.over`` set (a caller bounding a stop waits for that), then the
+UI's progress flushed, and only then the artifacts published.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from prefect.runtime import flow_run
+from prefect.states import Failed, State
+
+from nightshift.engine.outcomes import JobOutcome, NightSummary, Outcome, join
+from nightshift.engine.plan import plan_night
+from nightshift.engine.stopping import INTERRUPTED
+from nightshift.errors import LockHeldError
+from nightshift.metrics.export import export_ledger_metrics
+from nightshift.orchestration.night_setup import NightSetup, stamp
+from nightshift.orchestration.progress import ProgressSink
+from nightshift.orchestration.report import not_run, report, why
+from nightshift.orchestration.report_inputs import gather_report
+from nightshift.orchestration.states import night_result
+
+__all__ = ["EXIT_LOCKED", "PROGRESS_FLUSH_S", "end_early", "end_night"]
+
+EXIT_LOCKED = 3  # as the CLI's: another night of the catalogue holds its lease
+PROGRESS_FLUSH_S = 2.0
+
+
+def end_night(
+    setup: NightSetup, summary: NightSummary, progress: ProgressSink
+) -> State | list[State]:
+    """A night that ran to its end, or was stopped (Ctrl-C, SIGTERM): its state."""
+    logger, stop = setup.logger, setup.stop
+    if (flow_run.run_count or 1) > 1:  # a retry of the night's flow run (the UI's Retry)
+        summary = replace(summary, rerun=True)
+    ended: str | None = None
+    stopped_code: int | None = None
+    if stop.requested:
+        left = [o for o in summary.jobs if o.state is Outcome.LEFT_RUNNING]
+        ended, stopped_code = INTERRUPTED, stop.exit_code
+        logger.warning("interrupted: %d job(s) left running, a rerun re-attaches", len(left))
+    _close(
+        setup,
+        summary,
+        reason=ended,
+        exit_code=stopped_code,
+        tell=not stop.requested,  # an interrupted night has no verdict to send
+        # the UI's progress reaches its end (bounded: the API may be gone)
+        progress=None if stop.requested else progress,
+    )
+    if stop.requested:
+        return Failed(name="Interrupted", message=f"{ended}: {summary.headline()}")
+    return night_result(summary)
+
+
+def end_early(
+    setup: NightSetup,
+    exc: BaseException,
+    only: list[str] | None,
+    results: Mapping[str, JobOutcome],
+    started_at: str,
+) -> None:
+    """A night that ended early still says why, where a finished night says how it went."""
+    reason = why(exc)
+    labels = plan_night(setup.catalogue, only).labels
+    summary = join(
+        [results.get(x) or not_run(setup.catalogue, x, reason) for x in labels],
+        started_at,
+        stamp(),
+    )
+    locked = isinstance(exc, LockHeldError)  # a refused second night is not a bad night
+    _close(
+        setup,
+        summary,
+        reason=reason,
+        exit_code=EXIT_LOCKED if locked else summary.exit_code,
+        tell=not locked,
+        said=f"the night ended early: {reason}",
+    )
+
+
+def _close(
+    setup: NightSetup,
+    summary: NightSummary,
+    *,
+    reason: str | None,
+    exit_code: int | None,
+    tell: bool,
+    progress: ProgressSink | None = None,
+    said: str | None = None,
+) -> None:
+    """The end, in the order the module's docstring gives."""
+    # summary.json first: what follows may wait on the Prefect API, which may be gone
+    report(setup.run_path, summary, reason=reason, exit_code=exit_code, publish=False)
+    if said is not None:
+        setup.logger.warning("%s", said)
+    page = None
+    try:
+        if tell:
+            _tell(setup, summary)
+        # after Slack: the report says what Slack was told
+        page = _page(setup, summary)
+    finally:
+        setup.ledger.close()
+        setup.stop.over.set()
+    if progress is not None:
+        progress.flush(timeout=PROGRESS_FLUSH_S)
+    report(setup.run_path, summary, reason=reason, exit_code=exit_code, page=page)
+
+
+def _tell(setup: NightSetup, summary: NightSummary) -> None:
+    """Slack (the ``notify`` task) and metrics; neither can change the night's verdict."""
+    if setup.notifier is not None:
+        run_id = str(flow_run.id) if flow_run.id else None
+        setup.notify(setup.notifier, summary, setup.night, run_id, return_state=True)
+    export_ledger_metrics(setup.ledger.engine, setup.settings, logger=setup.logger)
+
+
+def _page(setup: NightSetup, summary: NightSummary) -> dict[str, Any] | None:
+    """The night report's fields; None (and a warning) when they cannot be read."""
+    try:
+        return gather_report(summary, setup.catalogue, setup.ledger, setup.night)
+    except Exception as exc:  # the report never changes the night's verdict
+        setup.logger.warning(
+            "the night report could not be gathered: %s: %s", type(exc).__name__, exc
+        )
+        return None

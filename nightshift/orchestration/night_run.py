@@ -1,0 +1,127 @@
+"""A night under Prefect, from its setup to its summary: its parts (Prefect's concurrency slots,
+Slack, the sinks), the lease's guards, its jobs on an event loop of their own.
+
+The fan-out of the jobs into task runs and chain subflow runs is the flow's (``flows/nightly.py``,
+a layer up), handed in as ``run_jobs``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from prefect import get_run_logger
+from prefect.runtime import flow_run
+
+from nightshift.engine.admission import Admission
+from nightshift.engine.alerts import NoAlertSink
+from nightshift.engine.events import LogSink, Sink
+from nightshift.engine.night import (
+    NightParts,
+    build_parts,
+    expected_durations,
+    finish_night,
+    open_night,
+)
+from nightshift.engine.outcomes import JobOutcome, NightSummary
+from nightshift.engine.plan import Plan, plan_night
+from nightshift.engine.steps import JobPools
+from nightshift.notify.notifier import SlackAlertSink
+from nightshift.notify.sinks import NoticeSink
+from nightshift.orchestration.leases import slot_lease_s
+from nightshift.orchestration.limits import limit_scope, night_slots
+from nightshift.orchestration.night_loop import on_a_loop
+from nightshift.orchestration.night_setup import NightSetup, stamp, stop_reason
+from nightshift.orchestration.progress import ProgressSink
+from nightshift.orchestration.running_night import Night
+from nightshift.orchestration.states import quiet_job_finish
+from nightshift.store.lease import Lease
+from nightshift.store.slot_holders import SlotHolders
+
+__all__ = ["RunJobs", "run_night"]
+
+# the night's jobs as Prefect runs, awaited together (the flow's: it knows its tasks and chains)
+RunJobs = Callable[[Night, Plan], Coroutine[Any, Any, None]]
+
+
+def run_night(
+    setup: NightSetup,
+    only: list[str] | None,
+    lease: Lease,
+    results: dict[str, JobOutcome],
+    live: list[Sink],
+    run_jobs: RunJobs,
+) -> tuple[NightSummary, ProgressSink]:
+    """Plan, fan out, watch, join: the night's summary and its progress sink. ``results``
+    fills with each job's outcome as it comes (a night that ends early still says them)."""
+    catalogue, ledger, night = setup.catalogue, setup.ledger, setup.night
+    logger = get_run_logger()
+    started_at = stamp()
+    plan = plan_night(catalogue, only, expected_durations(catalogue, ledger))
+    progress = ProgressSink(plan.labels)
+    parts = _parts(setup, lease, [*live, progress, LogSink(logger)], logger)
+    run_id = str(flow_run.id or f"{night}:{uuid.uuid4().hex[:8]}")
+    with open_night(
+        catalogue,
+        parts,
+        plan,
+        night=night,
+        run_id=run_id,
+        run_dir=setup.run_path,
+        # a night whose lease ran out (taken, or not renewed in time) must not submit beside
+        # the night that may hold it now, nor write to the ledger rows that night owns
+        stop_reason=lambda watcher: stop_reason(lease, watcher),
+        owns_night=lambda: lease.lost_reason is None,
+        outcomes=results,
+        stop=setup.stop,
+    ) as ctx:
+        pools = JobPools()
+        kept = {r.label for r in ledger.jobs_of(night) if r.state == "succeeded" and r.external_id}
+        try:
+            logger.info(
+                "night %s: %d jobs, %d independent, %d chains",
+                night,
+                len(plan.labels),
+                len(plan.independent),
+                len(plan.chains),
+            )
+            with quiet_job_finish():
+                on_a_loop(run_jobs(Night(ctx, pools, kept), plan), setup.stop)
+        finally:
+            pools.shutdown()
+    return finish_night(ctx, plan, started_at), progress
+
+
+def _parts(setup: NightSetup, lease: Lease, sinks: list[Sink], logger: Any) -> NightParts:
+    """The engine's parts of a night under Prefect: its caps as Prefect's concurrency limits,
+    its notices and alert levels to Slack."""
+    catalogue, settings, ledger, notifier = (
+        setup.catalogue,
+        setup.settings,
+        setup.ledger,
+        setup.notifier,
+    )
+    if notifier is not None:
+        sinks.append(NoticeSink(notifier))  # fallbacks, stuck queues, timeouts, as they happen
+    parts = build_parts(
+        catalogue,
+        settings,
+        ledger,
+        sinks=sinks,
+        logger=logger,
+        # caps as Prefect global concurrency limits; both by this module's names, which a
+        # test of the flow may swap
+        # each slot lease written down with this night's lease owner: the next night gives
+        # back the slots of a night killed holding them (store/slot_holders.py)
+        slots=lambda caps: night_slots(
+            caps,
+            limit_scope(catalogue),
+            slot_lease_s(settings.lease_ttl),
+            lambda server: SlotHolders(ledger.engine, lease.owner, catalogue.key, server),
+        ),
+        admission=Admission,
+    )
+    # dwell levels into the night's Slack thread; the LogSink above logs each level once
+    parts.alerts = SlackAlertSink(notifier) if notifier is not None else NoAlertSink()
+    return parts
