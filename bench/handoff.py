@@ -89,11 +89,11 @@ def legacy_parts() -> ExitStack:
     """
     from dataclasses import replace
 
-    import flows.nightly as nightly_module
     from nightshift.engine.admission import Admission
     from nightshift.orchestration import limits
+    from nightshift.orchestration import night_run as nightly_module
 
-    def old_slots(caps: Any, scope: str | None = None) -> Any:
+    def old_slots(caps: Any, scope: str | None = None, *_: Any) -> Any:
         from contextlib import nullcontext
 
         from prefect.concurrency.sync import concurrency
@@ -113,13 +113,13 @@ def legacy_parts() -> ExitStack:
     def old_parts(*args: Any, **kwargs: Any) -> Any:
         return replace(build_parts(*args, **kwargs), poll_hints=None)
 
-    saved = (nightly_module.prefect_slots, build_parts, Admission.free)
-    nightly_module.prefect_slots = old_slots  # type: ignore[assignment]
+    saved = (nightly_module.night_slots, build_parts, Admission.free)
+    nightly_module.night_slots = old_slots  # type: ignore[assignment]
     nightly_module.build_parts = old_parts
     Admission.free = lambda self, backend, priority: False  # type: ignore[method-assign]
 
     def restore() -> None:
-        nightly_module.prefect_slots, nightly_module.build_parts, Admission.free = saved  # type: ignore[method-assign]
+        nightly_module.night_slots, nightly_module.build_parts, Admission.free = saved  # type: ignore[method-assign]
 
     stack = ExitStack()
     stack.callback(restore)
