@@ -115,7 +115,7 @@ def env_for(tmp: Path, name: str) -> dict[str, str]:
 
 def run_shell(tmp: Path, agy: str) -> Figures:
     env = env_for(tmp, "shell")
-    tasks = tmp / "tasks.txt"
+    tasks = tmp / "nightshift.tasks.txt"
     tasks.write_text("".join(task(m) + "\n" for m in MINUTES), encoding="utf-8")
     script = tmp / "fanout.sh"
     script.write_text(SHELL, encoding="utf-8")
@@ -125,7 +125,7 @@ def run_shell(tmp: Path, agy: str) -> Figures:
 
 
 def run_night(tmp: Path, name: str, night: str, catalog: Path, only: list[str] | None) -> Figures:
-    from flows.nightly import nightly
+    from nightshift.flows.nightly import nightly
 
     env = env_for(tmp, name)
     os.environ.update(env)

@@ -46,8 +46,8 @@ def catalogue_yaml(poll: str | None) -> str:
 
 def run_night(catalog: Path, night: str, run_dir: Path) -> dict[str, Any]:
     """One night of the flow; its makespan from the ledger (first submit to last end)."""
-    from flows.nightly import nightly
     from nightshift.config.settings import load_settings
+    from nightshift.flows.nightly import nightly
     from nightshift.store.ledger import Ledger
 
     t0 = time.monotonic()
@@ -137,7 +137,7 @@ def main() -> int:
     os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     os.environ["NO_PROXY"] = os.environ["no_proxy"] = "127.0.0.1,localhost"
-    os.environ["NIGHTSHIFT_AGY"] = f"{sys.executable} -m sandbox.agy"
+    os.environ["NIGHTSHIFT_AGY"] = f"{sys.executable} -m nightshift.sandbox.agy"
     os.environ["AGY_STATE_DIR"] = str(tmp / "agy")
     os.environ["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
     catalog = tmp / "nightshift.yaml"

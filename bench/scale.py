@@ -107,7 +107,7 @@ def one(n: int, stagger: float, low: float, high: float, trace: bool = False) ->
     catalog = tmp / "nightshift.yaml"
     catalog.write_text(catalogue_yaml(secs, stagger), encoding="utf-8")
     call_log = tmp / "agy-calls.jsonl"
-    os.environ["NIGHTSHIFT_AGY"] = f"{sys.executable} -m sandbox.agy"
+    os.environ["NIGHTSHIFT_AGY"] = f"{sys.executable} -m nightshift.sandbox.agy"
     os.environ["AGY_STATE_DIR"] = str(tmp / "agy")
     os.environ["AGY_CALL_LOG"] = str(call_log)
     os.environ["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
@@ -115,8 +115,8 @@ def one(n: int, stagger: float, low: float, high: float, trace: bool = False) ->
     from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
     from prefect.testing.utilities import prefect_test_harness
 
-    from flows.nightly import nightly
     from nightshift.config.settings import load_settings
+    from nightshift.flows.nightly import nightly
     from nightshift.store.ledger import Ledger
 
     writes = _time_transitions(Ledger)

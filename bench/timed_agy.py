@@ -14,7 +14,7 @@ import os
 import sys
 import time
 
-from sandbox.agy import main
+from nightshift.sandbox.agy import main
 
 FINAL = ("succeeded", "failed", "cancelled")
 

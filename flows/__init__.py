@@ -1,0 +1,1 @@
+"""The checkout's ``flows/``: entry points only; the code is ``nightshift.flows``."""

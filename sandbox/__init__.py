@@ -1,0 +1,1 @@
+"""The checkout's ``sandbox/``: entry points only; the code is ``nightshift.sandbox``."""

@@ -1,0 +1,1 @@
+"""The checkout's ``tasks/``: entry points only; the code is ``nightshift.tasks``."""

@@ -67,7 +67,7 @@ def sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """State dir, ledger and fake agy state under tmp_path; the fake agy as NIGHTSHIFT_AGY."""
     monkeypatch.setenv("NIGHTSHIFT_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.delenv("NIGHTSHIFT_DATABASE_URL", raising=False)
-    monkeypatch.setenv("NIGHTSHIFT_AGY", f"{sys.executable} -m sandbox.agy")
+    monkeypatch.setenv("NIGHTSHIFT_AGY", f"{sys.executable} -m nightshift.sandbox.agy")
     monkeypatch.setenv("AGY_STATE_DIR", str(tmp_path / "agy"))
     monkeypatch.setenv("PYTHONPATH", str(REPO))
     return tmp_path
@@ -99,7 +99,7 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def shared_emu() -> Iterator[object]:
     """One Gemini emulator per test module; 20 emulated minutes pass in 0.3 s."""
-    from sandbox.gemini_emulator import GeminiEmulator
+    from nightshift.sandbox.gemini_emulator import GeminiEmulator
 
     with GeminiEmulator(time_scale=4000, api_key=GEMINI_KEY) as emulator:
         yield emulator
@@ -115,7 +115,7 @@ def emu(shared_emu: Any) -> Any:
 @pytest.fixture
 def emulator(sandbox: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """A Gemini emulator of the test's own, the night's settings (env) pointed at it."""
-    from sandbox.gemini_emulator import GeminiEmulator
+    from nightshift.sandbox.gemini_emulator import GeminiEmulator
 
     with GeminiEmulator(api_key="test-key") as emu:
         monkeypatch.setenv("NIGHTSHIFT_GEMINI_BASE_URL", emu.base_url)
@@ -126,7 +126,7 @@ def emulator(sandbox: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
 @pytest.fixture
 def clocked_emu() -> Iterator[tuple[Any, FakeClock]]:
     """A Gemini emulator on a fake clock: batch states change only when the test says so."""
-    from sandbox.gemini_emulator import GeminiEmulator
+    from nightshift.sandbox.gemini_emulator import GeminiEmulator
 
     clock = FakeClock()
     with GeminiEmulator(time_scale=4000, api_key=GEMINI_KEY, clock=clock) as emulator:

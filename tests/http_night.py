@@ -22,8 +22,8 @@ from nightshift.engine.events import JobFinished, NightEvent
 from nightshift.engine.night import NightParts
 from nightshift.engine.outcomes import NightSummary
 from nightshift.engine.plan import plan_night
+from nightshift.sandbox.jobs_api import JobApi
 from nightshift.store.ledger import Ledger
-from sandbox.jobs_api import JobApi
 from tests.night_kit import run_night as run_kit_night
 
 ROOT = Path(__file__).resolve().parents[1]

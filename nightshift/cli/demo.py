@@ -17,7 +17,7 @@ from nightshift.config.catalogue import Catalogue, CliJob, CommandJob, HttpJob
 from nightshift.config.loader import load_catalogue
 
 if TYPE_CHECKING:
-    from sandbox.history import Usual
+    from nightshift.sandbox.history import Usual
 
 __all__ = ["demo_catalogue", "register", "run_demo", "usual_nights"]
 
@@ -134,8 +134,8 @@ _STARTUP_S = 0.3  # the job's supervisor and its python process starting
 
 def usual_nights(catalogue: Catalogue) -> list[Usual]:
     """Each demo job's usual night, read from its catalogue entry: its task's times, its argv."""
-    from sandbox.agy import parse_plan
-    from sandbox.history import Usual
+    from nightshift.sandbox.agy import parse_plan
+    from nightshift.sandbox.history import Usual
 
     states: dict[str, tuple[tuple[str, float], ...]] = {}
     for job in catalogue.jobs:
@@ -170,8 +170,8 @@ def _seed_history(catalogue: Catalogue, url: str, night: str) -> str:
     """A month of past nights in the sandbox ledger, so tonight's budgets are learned."""
     from datetime import date
 
+    from nightshift.sandbox.history import seed
     from nightshift.store.ledger import Ledger
-    from sandbox.history import seed
 
     ledger = Ledger(url, catalogue.key)
     try:
@@ -244,7 +244,7 @@ def run_demo(scenario: str = "calm", *, as_json: bool = False, workdir: str | No
     os.environ.pop("PREFECT_PROFILE", None)
     # the sandbox's own ledger: its made-up history must never reach a real one
     os.environ.pop("NIGHTSHIFT_DATABASE_URL", None)
-    from sandbox.slack_emulator import SlackEmulator
+    from nightshift.sandbox.slack_emulator import SlackEmulator
 
     with SlackEmulator(SLACK_TOKEN) as slack:  # first: the catalogue names its URL
         code, root = _run_sandboxed(scenario, as_json, workdir, slack.base_url)
@@ -258,11 +258,11 @@ def _run_sandboxed(
     scenario: str, as_json: bool, workdir: str | None, slack_url: str
 ) -> tuple[int, Path]:
     """The sandbox folder, the job API, its history, the emulators and the night: its exit code."""
-    from sandbox.jobs_api import JobApi
+    from nightshift.sandbox.jobs_api import JobApi
 
     root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="nightshift-demo-"))
     root.mkdir(parents=True, exist_ok=True)
-    import sandbox  # shipped beside nightshift: the demo works wherever it is installed
+    import nightshift.sandbox as sandbox  # in the wheel: the demo works wherever installed
 
     for asset in (Path(sandbox.__file__).resolve().parent / "demo").glob("*.py"):
         shutil.copy(asset, root / asset.name)
@@ -289,7 +289,7 @@ def _run_with_jobs_api(
     from nightshift.budgets.lookup import dwell_floor
     from nightshift.cli.run import run_catalogue
     from nightshift.engine.plan import tonight
-    from sandbox.gemini_emulator import BatchScript, GeminiEmulator
+    from nightshift.sandbox.gemini_emulator import BatchScript, GeminiEmulator
 
     catalogue = root / "nightshift.yaml"
     text = demo_catalogue(scenario, slack_url=slack_url, jobs_url=jobs_url)
@@ -305,7 +305,7 @@ def _run_with_jobs_api(
     emulator.script_batch("report:admob-mediation", script)
     env = {
         "NIGHTSHIFT_STATE_DIR": str(root / "state"),
-        "NIGHTSHIFT_AGY": f"{sys.executable} -m sandbox.agy",
+        "NIGHTSHIFT_AGY": f"{sys.executable} -m nightshift.sandbox.agy",
         "AGY_STATE_DIR": str(root / "agy"),
         "GEMINI_API_KEY": "sandbox-key",
         SLACK_TOKEN_ENV: SLACK_TOKEN,  # jobs never see it: a TOKEN is dropped from their env

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from sandbox.slack_emulator import SlackMessage
+    from nightshift.sandbox.slack_emulator import SlackMessage
 
 __all__ = ["ALERTS", "DIGEST", "SLACK_TOKEN", "SLACK_TOKEN_ENV", "notify_section", "slack_report"]
 

@@ -65,11 +65,11 @@ def run_catalogue(
         say(f"{path}: {exc}")
         return exits.BAD_CATALOGUE
 
-    from flows.nightly import nightly
     from nightshift.cli.live import LiveTable
     from nightshift.cli.stopping import exit_now, prefect_api_alive, run_stoppable, stop_line
     from nightshift.config.settings import load_settings
     from nightshift.engine.stopping import NightStop
+    from nightshift.flows.nightly import nightly
     from nightshift.orchestration.night_setup import run_dir_for
 
     settings = load_settings()

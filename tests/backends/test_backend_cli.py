@@ -12,10 +12,10 @@ import pytest
 from nightshift.backends.base import Backend, ExternalState, JobSpec, JobStatus
 from nightshift.backends.cli import CliBackend
 from nightshift.errors import BackendError, PermanentBackendError, TransientBackendError
-from sandbox.agy import Plan, parse_plan
+from nightshift.sandbox.agy import Plan, parse_plan
 from tests.support import wait_final, wait_status
 
-AGY = [sys.executable, "-m", "sandbox.agy"]
+AGY = [sys.executable, "-m", "nightshift.sandbox.agy"]
 AGY_SCRIPT = Path(__file__).resolve().parents[2] / "sandbox" / "bin" / "agy"
 
 

@@ -16,7 +16,7 @@ from nightshift.backends.cli import CliBackend
 from nightshift.backends.submission import resume_since
 from nightshift.errors import PermanentBackendError, TransientBackendError
 
-AGY = [sys.executable, "-m", "sandbox.agy"]
+AGY = [sys.executable, "-m", "nightshift.sandbox.agy"]
 TASK = "generate article: tides [queue=0 run=600]"
 KEY_1 = "nightly/2026-11-29/article/1"
 

@@ -21,7 +21,7 @@ from nightshift.backends.gemini.wait import CancelWait
 from nightshift.backoff import Backoff
 from nightshift.config.settings import Settings
 from nightshift.errors import InputFileError, PermanentBackendError, TransientBackendError
-from sandbox.gemini_emulator import BatchScript, GeminiEmulator
+from nightshift.sandbox.gemini_emulator import BatchScript, GeminiEmulator
 from tests.conftest import GEMINI_KEY as KEY
 from tests.support import wait_final, wait_status
 

@@ -14,7 +14,7 @@ import pytest
 from google import genai
 from google.genai import errors, types
 
-from sandbox.gemini_emulator import BatchScript, GeminiEmulator, fake_response
+from nightshift.sandbox.gemini_emulator import BatchScript, GeminiEmulator, fake_response
 from tests.support import FakeClock, wait_until
 
 KEY = "emu-test-key"
@@ -273,7 +273,15 @@ def test_wrong_key_is_401_when_the_emulator_knows_the_key(emu, client) -> None:
 
 def test_module_entry_point_prints_its_base_url() -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sandbox.gemini_emulator", "--port", "0", "--time-scale", "100"],
+        [
+            sys.executable,
+            "-m",
+            "nightshift.sandbox.gemini_emulator",
+            "--port",
+            "0",
+            "--time-scale",
+            "100",
+        ],
         stdout=subprocess.PIPE,
         text=True,
     )

@@ -16,7 +16,7 @@ from nightshift.backends.gemini.results import manifest_path
 from nightshift.backends.gemini.wait import CancelWait
 from nightshift.backoff import Backoff
 from nightshift.errors import BackendError, PermanentBackendError, TransientBackendError
-from sandbox.gemini_emulator import BatchScript, GeminiEmulator
+from nightshift.sandbox.gemini_emulator import BatchScript, GeminiEmulator
 from tests.backends.test_gemini_backend import (
     KEY,
     MINUTES,

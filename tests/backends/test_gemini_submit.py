@@ -16,7 +16,7 @@ from nightshift.backends.gemini.batch import GeminiBatchBackend, build_gemini_cl
 from nightshift.backends.gemini.results import read_manifest
 from nightshift.config.settings import Settings
 from nightshift.errors import PermanentBackendError, TransientBackendError
-from sandbox.gemini_emulator import GeminiEmulator
+from nightshift.sandbox.gemini_emulator import GeminiEmulator
 from tests.backends.test_gemini_backend import FAST, KEY, make_spec, wait_final
 
 KEY_1 = "nightly/2026-11-29/gen:a/1"

@@ -13,7 +13,7 @@ from nightshift.config.loader import parse_catalogue
 from nightshift.engine.jobspec import job_spec
 from nightshift.engine.outcomes import Outcome
 from nightshift.engine.watcher import Watcher, WatchRequest
-from sandbox.jobs_store import update
+from nightshift.sandbox.jobs_store import update
 from tests.http_night import TOKEN, catalogue, http_job, run_night, sandbox_api
 from tests.support import wait_until
 

@@ -11,7 +11,7 @@ from nightshift.backoff import Backoff
 from nightshift.engine.watcher import Watcher, WatchRequest
 from tests.support import wait_final
 
-AGY = [sys.executable, "-m", "sandbox.agy"]
+AGY = [sys.executable, "-m", "nightshift.sandbox.agy"]
 
 
 def test_a_hung_jobs_get_does_not_hold_back_another_jobs_answer(tmp_path: Path) -> None:

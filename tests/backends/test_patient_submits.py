@@ -20,7 +20,7 @@ from tests.backends.test_gemini_backend import FAST, KEY, make_spec
 from tests.backends.test_gemini_submit import keyed
 from tests.support import FakeClock
 
-AGY = [sys.executable, "-m", "sandbox.agy"]
+AGY = [sys.executable, "-m", "nightshift.sandbox.agy"]
 
 
 def patience(clock: FakeClock, seconds: float = 300.0) -> Patience:

@@ -13,7 +13,7 @@ import pytest
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
-from sandbox.slack_emulator import SlackEmulator
+from nightshift.sandbox.slack_emulator import SlackEmulator
 
 TOKEN = "xoxb-emu-5f2a"
 

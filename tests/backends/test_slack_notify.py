@@ -15,9 +15,9 @@ from nightshift.engine.outcomes import JobOutcome, NightSummary, Outcome, Severi
 from nightshift.notify.notifier import Notifier, SlackAlertSink, flush_outbox
 from nightshift.notify.render import Message, render_night
 from nightshift.notify.send import SlackSender
+from nightshift.sandbox.slack_emulator import SlackEmulator
 from nightshift.store.ledger import Ledger
 from nightshift.store.outbox import Outbox
-from sandbox.slack_emulator import SlackEmulator
 
 TOKEN = "xoxb-test-7c1e55d0a9"  # distinctive: a leak into any line is easy to spot
 NIGHT = "2026-11-29"

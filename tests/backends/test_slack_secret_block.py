@@ -8,7 +8,7 @@ import pytest
 
 from nightshift.config.notify import Route, SlackSettings
 from nightshift.notify.send import SlackSender
-from sandbox.slack_emulator import SlackEmulator
+from nightshift.sandbox.slack_emulator import SlackEmulator
 
 pytestmark = pytest.mark.usefixtures("prefect_server")
 

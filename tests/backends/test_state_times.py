@@ -26,13 +26,13 @@ from nightshift.engine.admission import Admission
 from nightshift.engine.context import NightContext
 from nightshift.engine.outcomes import Outcome
 from nightshift.engine.watcher import Watcher
+from nightshift.sandbox.gemini_emulator import BatchScript, GeminiEmulator
 from nightshift.store.ledger import Ledger, Transition
-from sandbox.gemini_emulator import BatchScript, GeminiEmulator
 from tests.conftest import GEMINI_KEY
 from tests.night_kit import run_job
 from tests.support import wait_final, wait_status, write_rows
 
-AGY = [sys.executable, "-m", "sandbox.agy"]
+AGY = [sys.executable, "-m", "nightshift.sandbox.agy"]
 FAST = RetryPolicy(attempts=4, backoff=Backoff(initial=0.01, factor=2, max=0.05, jitter=0.01))
 MINUTES = 60.0
 EXACT = timedelta(milliseconds=1)  # a time read back through JSON and the ledger

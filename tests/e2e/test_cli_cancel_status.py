@@ -29,7 +29,7 @@ NAME = "cancel-test"
 
 def _agy(*argv: str) -> Any:
     out = subprocess.run(
-        [sys.executable, "-m", "sandbox.agy", *argv, "--json"],
+        [sys.executable, "-m", "nightshift.sandbox.agy", *argv, "--json"],
         capture_output=True,
         text=True,
         check=True,

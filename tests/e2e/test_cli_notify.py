@@ -13,9 +13,9 @@ from nightshift.config.settings import load_settings
 from nightshift.engine.outcomes import JobOutcome, NightSummary, Outcome, Severity
 from nightshift.notify.notifier import Notifier
 from nightshift.notify.send import SlackSender
+from nightshift.sandbox.slack_emulator import SlackEmulator
 from nightshift.store.ledger import Ledger
 from nightshift.store.outbox import Outbox
-from sandbox.slack_emulator import SlackEmulator
 
 TOKEN = "xoxb-cli-31d8e0b2"
 PARTIAL = NightSummary(

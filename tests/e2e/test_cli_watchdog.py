@@ -99,8 +99,8 @@ def test_watchdog_tells_slack_delivers_the_outbox_and_writes_metrics(
     from nightshift.engine.outcomes import JobOutcome, NightSummary, Outcome, Severity
     from nightshift.notify.notifier import Notifier
     from nightshift.notify.send import SlackSender
+    from nightshift.sandbox.slack_emulator import SlackEmulator
     from nightshift.store.outbox import Outbox
-    from sandbox.slack_emulator import SlackEmulator
 
     token = "xoxb-watchdog-7a6b5c"
     monkeypatch.setenv("SLACK_BOT_TOKEN", token)

@@ -24,10 +24,10 @@ from nightshift.cli.demo_slack import ALERTS, DIGEST, SLACK_TOKEN
 from nightshift.config.catalogue import Catalogue, CliJob
 from nightshift.config.loader import load_catalogue
 from nightshift.engine.plan import tonight
+from nightshift.sandbox.agy import parse_plan
+from nightshift.sandbox.history import Usual, generate, seed
 from nightshift.store.alert_log import AlertLog, AlertRecord
 from nightshift.store.ledger import Ledger
-from sandbox.agy import parse_plan
-from sandbox.history import Usual, generate, seed
 
 REPO = Path(__file__).resolve().parents[2]
 STALLED = "generate:article-c"

@@ -38,7 +38,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrefectSite]:
         prefect_site(root, pool=POOL, worker_cwd=REPO) as found,
         temporary_settings({PREFECT_API_URL: found.api}),
     ):
-        from sandbox.deploy_flow import deploy
+        from nightshift.sandbox.deploy_flow import deploy
 
         deploy(POOL, "ok")
         deploy(POOL, "lost")
@@ -171,7 +171,7 @@ def test_an_unknown_deployment_is_a_permanent_error_naming_it(site: PrefectSite)
 def test_a_deployment_deleted_mid_night_is_looked_up_again_then_named(site: PrefectSite) -> None:
     from prefect.client.orchestration import get_client
 
-    from sandbox.deploy_flow import deploy
+    from nightshift.sandbox.deploy_flow import deploy
 
     deployment_id = deploy(POOL, "gone")
     backend = DeploymentBackend()

@@ -28,7 +28,7 @@ CATALOGUE = """\
 name: capped-kill
 defaults: {poll: {initial: 0.2s, max: 0.5s}, stagger: 0s, deadline: 30s}
 limits: {cli: 2}
-cli: {executable: "%(py)s -m sandbox.agy"}
+cli: {executable: "%(py)s -m nightshift.sandbox.agy"}
 jobs:
 %(jobs)s
 """

@@ -69,8 +69,8 @@ def _seed(state_dir: Path, night: str) -> None:
     """A month of ordinary nights of each job, so tonight's budgets are learned."""
     from datetime import date
 
+    from nightshift.sandbox.history import Usual, seed
     from nightshift.store.ledger import Ledger
-    from sandbox.history import Usual, seed
 
     usual = [
         Usual("audit:links", "command", (("running", 2.5),)),

@@ -61,7 +61,7 @@ class Night:
             PREFECT_HOME=str(tmp / "prefect"),
             PREFECT_SERVER_ANALYTICS_ENABLED="false",
             PYTHONPATH=str(REPO),
-            NIGHTSHIFT_AGY=f"{sys.executable} -m sandbox.agy",
+            NIGHTSHIFT_AGY=f"{sys.executable} -m nightshift.sandbox.agy",
             AGY_STATE_DIR=str(tmp / "agy"),
             AGY_CALL_LOG=str(self.calls),
         )
@@ -130,7 +130,7 @@ class Night:
 
     def agy(self, *argv: str) -> Any:
         out = subprocess.run(
-            [sys.executable, "-m", "sandbox.agy", *argv, "--json"],
+            [sys.executable, "-m", "nightshift.sandbox.agy", *argv, "--json"],
             env=self.env,
             capture_output=True,
             text=True,

@@ -59,7 +59,7 @@ def _jobs(url: str) -> dict[str, tuple[str, str | None]]:
 
 def _agy(env: dict[str, str], job_id: str) -> Any:
     out = subprocess.run(
-        [PY, "-m", "sandbox.agy", "jobs", "get", job_id, "--json"],
+        [PY, "-m", "nightshift.sandbox.agy", "jobs", "get", job_id, "--json"],
         env=env,
         capture_output=True,
         text=True,
@@ -80,7 +80,7 @@ def test_cancel_from_the_ui_cancels_the_jobs_and_the_run_ends_cancelled(tmp_path
     state = tmp_path / "state"
     nights = {
         "NIGHTSHIFT_STATE_DIR": str(state),
-        "NIGHTSHIFT_AGY": f"{PY} -m sandbox.agy",
+        "NIGHTSHIFT_AGY": f"{PY} -m nightshift.sandbox.agy",
         "AGY_STATE_DIR": str(tmp_path / "agy"),
         "PYTHONPATH": str(checkout),
     }

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from flows.nightly import nightly
-from sandbox.gemini_emulator import BatchScript, GeminiEmulator
+from nightshift.flows.nightly import nightly
+from nightshift.sandbox.gemini_emulator import BatchScript, GeminiEmulator
 from tests.support import write_rows
 
 pytestmark = pytest.mark.usefixtures("prefect_server")

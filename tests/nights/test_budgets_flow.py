@@ -11,9 +11,9 @@ from uuid import UUID
 
 import pytest
 
-from flows.budgets import budgets
 from nightshift.budgets.current import latest_snapshot
 from nightshift.config.settings import load_settings
+from nightshift.flows.budgets import budgets
 from nightshift.store.ledger import Ledger
 
 pytestmark = pytest.mark.usefixtures("prefect_server")

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from flows.nightly import nightly
 from nightshift.config.settings import load_settings
+from nightshift.flows.nightly import nightly
 from nightshift.store.lease import Lease
 from nightshift.store.ledger import Ledger
 from tests.support import start_run, wait_until

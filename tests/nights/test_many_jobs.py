@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from flows.nightly import nightly
 from nightshift.config.settings import load_settings
+from nightshift.flows.nightly import nightly
 from nightshift.store.ledger import Ledger
 
 pytestmark = pytest.mark.usefixtures("prefect_server")

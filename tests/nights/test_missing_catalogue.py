@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from flows.nightly import nightly
-from flows.watchdog import watchdog
+from nightshift.flows.nightly import nightly
+from nightshift.flows.watchdog import watchdog
 
 pytestmark = pytest.mark.usefixtures("prefect_server")
 

@@ -11,7 +11,7 @@ from uuid import UUID
 
 import pytest
 
-from flows.nightly import nightly
+from nightshift.flows.nightly import nightly
 from tests.support import read_until
 
 pytestmark = pytest.mark.usefixtures("prefect_server")
@@ -230,7 +230,7 @@ def test_a_retry_of_the_night_shows_what_it_kept_and_replies_in_the_first_digest
     from prefect.flow_engine import run_flow
     from prefect.states import AwaitingRetry
 
-    from sandbox.slack_emulator import SlackEmulator
+    from nightshift.sandbox.slack_emulator import SlackEmulator
 
     token = "xoxb-morning-7d1e"
     monkeypatch.setenv("SLACK_BOT_TOKEN", token)

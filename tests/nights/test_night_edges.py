@@ -12,9 +12,9 @@ import pytest
 
 import nightshift.engine.steps as steps_module
 import nightshift.orchestration.night_run as night_run
-from flows.nightly import nightly
 from nightshift.config.settings import load_settings
 from nightshift.errors import LockHeldError
+from nightshift.flows.nightly import nightly
 from nightshift.orchestration.night_setup import stop_reason
 from nightshift.store.lease import Lease
 from nightshift.store.ledger import Ledger

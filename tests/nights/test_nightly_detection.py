@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from flows.nightly import nightly
 from nightshift.budgets.lookup import FLOOR_S
 from nightshift.config.settings import load_settings
+from nightshift.flows.nightly import nightly
 from nightshift.store.alert_log import AlertLog
 from nightshift.store.ledger import Ledger
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from flows.nightly import nightly
 from nightshift.config.settings import load_settings
+from nightshift.flows.nightly import nightly
 from nightshift.store.ledger import Ledger
 
 pytestmark = pytest.mark.usefixtures("prefect_server")

@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from flows.nightly import nightly
 from nightshift.cli.main import main
 from nightshift.config.settings import load_settings
+from nightshift.flows.nightly import nightly
+from nightshift.sandbox.slack_emulator import SlackEmulator
 from nightshift.store.ledger import Ledger
 from nightshift.store.outbox import Outbox
-from sandbox.slack_emulator import SlackEmulator
 from tests.support import read_until
 
 pytestmark = pytest.mark.usefixtures("prefect_server")

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from flows.nightly import nightly
 from nightshift.budgets.current import build_snapshot, current_budgets
 from nightshift.config.settings import load_settings
+from nightshift.flows.nightly import nightly
 from nightshift.store.alert_log import AlertLog
 from nightshift.store.ledger import Ledger
 

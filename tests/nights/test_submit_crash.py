@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from flows.nightly import nightly
 from nightshift.config.settings import load_settings
+from nightshift.flows.nightly import nightly
+from nightshift.sandbox.gemini_emulator import BatchScript, GeminiEmulator
 from nightshift.store.lease import Lease
 from nightshift.store.ledger import Ledger
-from sandbox.gemini_emulator import BatchScript, GeminiEmulator
 from tests.support import start_run, wait_until, write_rows
 
 pytestmark = pytest.mark.usefixtures("prefect_server")

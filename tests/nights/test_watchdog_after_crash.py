@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from flows.watchdog import watchdog
 from nightshift.config.loader import load_catalogue
 from nightshift.config.settings import load_settings
+from nightshift.flows.watchdog import watchdog
 from nightshift.store.alert_log import DWELL, STOPPED, AlertLog, AlertRecord
 from nightshift.store.lease import Lease
 from nightshift.store.ledger import Ledger

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from sandbox.history import Habits, History, Usual, generate
+from nightshift.sandbox.history import Habits, History, Usual, generate
 
 TONIGHT = date(2026, 11, 29)
 USUAL = [

@@ -8,7 +8,7 @@ import pytest
 from prefect.tasks import exponential_backoff
 
 from nightshift.config.catalogue import Defaults
-from tasks.jobs import run_job, with_retries
+from nightshift.tasks.jobs import run_job, with_retries
 from tests.night_kit import retry_delays
 
 

@@ -32,9 +32,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("metrics", ("nightshift.metrics",)),
     ("watchdog", ("nightshift.watchdog",)),
     ("orchestration", ("nightshift.orchestration",)),
-    ("tasks", ("tasks",)),
-    ("flows", ("flows",)),
-    ("sandbox", ("sandbox",)),
+    ("tasks", ("nightshift.tasks", "tasks")),
+    ("flows", ("nightshift.flows", "flows")),
+    ("sandbox", ("nightshift.sandbox", "sandbox")),
     ("cli", ("nightshift.cli", "nightshift.__main__")),
     ("deployments", ("deployments",)),
 )

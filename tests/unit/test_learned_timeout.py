@@ -22,8 +22,8 @@ from nightshift.engine.outcomes import Outcome
 from nightshift.engine.plan import plan_night
 from nightshift.engine.timers import job_timers, learned_limit
 from nightshift.notify.sinks import NoticeSink
+from nightshift.sandbox.history import Habits, Usual, generate, write
 from nightshift.store.ledger import Ledger
-from sandbox.history import Habits, Usual, generate, write
 from tests.dwell_night import NIGHT, Recorder
 from tests.night_kit import start_jobs
 from tests.support import FakeClock, ScriptedBackend, wait_until

@@ -107,7 +107,7 @@ def _env_dumping_agy(tmp_path: Path) -> tuple[Path, Path]:
         "import json, os, sys\n"
         f"with open({str(dumps)!r}, 'a') as f:\n"
         "    f.write(json.dumps(dict(os.environ)) + '\\n')\n"
-        "from sandbox.agy import main\n"
+        "from nightshift.sandbox.agy import main\n"
         "raise SystemExit(main())\n"
     )
     return dumps, wrapper

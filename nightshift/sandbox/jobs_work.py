@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
-from sandbox.jobs_store import FINAL, RedisStore, Store, update
+from nightshift.sandbox.jobs_store import FINAL, RedisStore, Store, update
 
 __all__ = ["RETRIES", "RqQueue", "ThreadQueue", "TransientJobError", "execute", "rq_run"]
 

@@ -15,7 +15,7 @@ from nightshift.engine.explain import failure_note
 from nightshift.engine.outcomes import JobOutcome, Outcome
 from nightshift.engine.steps import run_chain_steps_async
 from nightshift.orchestration.states import CHAIN_FLOW
-from tasks.jobs import job_task, outcome_of, with_retries
+from nightshift.tasks.jobs import job_task, outcome_of, with_retries
 
 __all__ = ["chain"]
 

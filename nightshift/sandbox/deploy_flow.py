@@ -16,7 +16,7 @@ from prefect import flow, get_run_logger
 
 __all__ = ["deploy", "sandbox_job"]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @flow(name="sandbox-job", log_prints=True)
@@ -34,7 +34,7 @@ def sandbox_job(seconds: float = 0.0, fail: bool = False, lines: int = 3) -> str
 def deploy(pool: str, name: str = "ok", **parameters: object) -> str:
     """Register ``sandbox-job/<name>`` on ``pool``, run from this checkout; its id."""
     source: Any = sandbox_job.from_source(  # sync here: a Flow, not a coroutine
-        source=str(ROOT), entrypoint="sandbox/deploy_flow.py:sandbox_job"
+        source=str(ROOT), entrypoint="nightshift/sandbox/deploy_flow.py:sandbox_job"
     )
     deployment_id = source.deploy(
         name=name, work_pool_name=pool, parameters=parameters, build=False, push=False
