@@ -58,7 +58,8 @@ def catalogue_yaml(secs: list[float], stagger: float) -> str:
 class Sampler:
     """Samples this process's thread count and RSS until stopped; keeps the peaks."""
 
-    def __init__(self, every: float = 0.1, trace: bool = False) -> None:
+    def __init__(self, every: float = 0.1, trace: bool = False, trim: bool = False) -> None:
+        self.trim = trim  # an experiment: hand glibc's free memory back to the system
         self.threads = 0
         self.rss_kb = 0
         self.trace = trace
@@ -87,6 +88,10 @@ class Sampler:
         self.threads = max(self.threads, int(fields["Threads"]))
         self.rss_kb = max(self.rss_kb, int(fields["VmHWM"].split()[0]))
         self.series.append((time.monotonic(), int(fields["VmRSS"].split()[0])))
+        if self.trim:
+            import ctypes
+
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
         rss = int(fields["VmRSS"].split()[0])
         if self.trace and rss > self.rss_at_snapshot + 5 * 1024:  # RSS at a new high
             self.rss_at_snapshot = rss
@@ -98,7 +103,9 @@ class Sampler:
             self._sample()
 
 
-def one(n: int, stagger: float, low: float, high: float, trace: bool = False) -> dict[str, float]:
+def one(
+    n: int, stagger: float, low: float, high: float, trace: bool = False, trim: bool = False
+) -> dict[str, float]:
     """Run one night of n jobs in this process; return its figures."""
     secs = runs(n, low, high)
     tmp = Path(tempfile.mkdtemp(prefix="nightshift-scale-"))
@@ -128,7 +135,7 @@ def one(n: int, stagger: float, low: float, high: float, trace: bool = False) ->
     quiet = temporary_settings({PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None})
     if trace:
         tracemalloc.start(1)
-    with prefect_test_harness(server_startup_timeout=120), quiet, Sampler(1.0, trace) as peak:
+    with prefect_test_harness(server_startup_timeout=120), quiet, Sampler(1.0, trace, trim) as peak:
         t0 = time.monotonic()
         nightly(catalog=str(catalog), run_dir=str(run_dir), night=night, return_state=True)
         flow_wall = time.monotonic() - t0
@@ -260,9 +267,10 @@ def main() -> int:
     parser.add_argument("--run-max", type=float, default=RUN_MAX, help="longest job (s)")
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--trace", action="store_true", help="with --jobs: where memory goes")
+    parser.add_argument("--trim", action="store_true", help="with --jobs: malloc_trim each second")
     args = parser.parse_args()
     if args.jobs:
-        result = one(args.jobs, args.stagger, args.run_min, args.run_max, args.trace)
+        result = one(args.jobs, args.stagger, args.run_min, args.run_max, args.trace, args.trim)
         print(json.dumps(result) if args.json else "", flush=True)
         if not args.json:
             show(result)
