@@ -9,7 +9,7 @@ process of its own, it prints:
 - status calls per job the job CLI saw (``AGY_CALL_LOG``), and ``jobs list`` calls per tick;
 - Prefect overhead per job: the flow's wall time beyond the makespan, over N.
 
-``--trace`` runs one size under tracemalloc and prints where the memory of the night's fullest
+``--trace`` runs one size under tracemalloc and prints where the memory of the highest RSS
 moment goes: the biggest allocation sites, and the traced bytes per job in flight.
 """
 
@@ -58,11 +58,14 @@ def catalogue_yaml(secs: list[float], stagger: float) -> str:
 class Sampler:
     """Samples this process's thread count and RSS until stopped; keeps the peaks."""
 
-    def __init__(self, every: float = 0.1, trace: bool = False) -> None:
+    def __init__(self, every: float = 0.1, trace: bool = False, trim: bool = False) -> None:
+        self.trim = trim  # an experiment: hand glibc's free memory back to the system
         self.threads = 0
         self.rss_kb = 0
         self.trace = trace
-        self.traced_peak = 0  # bytes traced at the fullest snapshot
+        self.series: list[tuple[float, int]] = []  # (monotonic time, RSS kB)
+        self.traced_peak = 0  # bytes traced at the snapshot of the highest RSS
+        self.rss_at_snapshot = 0
         self.snapshot: tracemalloc.Snapshot | None = None
         self._every = every
         self._stop = threading.Event()
@@ -84,18 +87,25 @@ class Sampler:
         fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
         self.threads = max(self.threads, int(fields["Threads"]))
         self.rss_kb = max(self.rss_kb, int(fields["VmHWM"].split()[0]))
-        if self.trace:
-            current = tracemalloc.get_traced_memory()[0]
-            if current > self.traced_peak * 1.05:  # a new high: keep where it went
-                self.traced_peak = current
-                self.snapshot = tracemalloc.take_snapshot()
+        self.series.append((time.monotonic(), int(fields["VmRSS"].split()[0])))
+        if self.trim:
+            import ctypes
+
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        rss = int(fields["VmRSS"].split()[0])
+        if self.trace and rss > self.rss_at_snapshot + 5 * 1024:  # RSS at a new high
+            self.rss_at_snapshot = rss
+            self.traced_peak = tracemalloc.get_traced_memory()[0]
+            self.snapshot = tracemalloc.take_snapshot()
 
     def _run(self) -> None:
         while not self._stop.wait(self._every):
             self._sample()
 
 
-def one(n: int, stagger: float, low: float, high: float, trace: bool = False) -> dict[str, float]:
+def one(
+    n: int, stagger: float, low: float, high: float, trace: bool = False, trim: bool = False
+) -> dict[str, float]:
     """Run one night of n jobs in this process; return its figures."""
     secs = runs(n, low, high)
     tmp = Path(tempfile.mkdtemp(prefix="nightshift-scale-"))
@@ -125,10 +135,16 @@ def one(n: int, stagger: float, low: float, high: float, trace: bool = False) ->
     quiet = temporary_settings({PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None})
     if trace:
         tracemalloc.start(1)
-    with prefect_test_harness(server_startup_timeout=120), quiet, Sampler(1.0, trace) as peak:
+    with prefect_test_harness(server_startup_timeout=120), quiet, Sampler(1.0, trace, trim) as peak:
         t0 = time.monotonic()
         nightly(catalog=str(catalog), run_dir=str(run_dir), night=night, return_state=True)
         flow_wall = time.monotonic() - t0
+    # when the peak came: RSS at each tenth of the flow's wall time
+    tenths = [
+        max((kb for t, kb in peak.series if t <= t0 + flow_wall * i / 10), default=0) // 1024
+        for i in range(1, 11)
+    ]
+    print(f"RSS (MB, the most so far) at each tenth of the flow: {tenths}", flush=True)
     summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
     jobs = summary["jobs"]
     bad = sum(1 for j in jobs if j["state"] != "succeeded")
@@ -173,8 +189,8 @@ def one(n: int, stagger: float, low: float, high: float, trace: bool = False) ->
 
 
 def show_trace(snapshot: tracemalloc.Snapshot, traced: int, in_flight: int) -> None:
-    """The biggest allocation sites at the night's fullest snapshot, by line and by file."""
-    print(f"\ntraced at the fullest snapshot: {traced / 2**20:.0f} MB", flush=True)
+    """The biggest allocation sites at the highest RSS, by line and by file."""
+    print(f"\ntraced at the highest RSS: {traced / 2**20:.0f} MB", flush=True)
     each = traced / max(1, in_flight) / 1024
     print(f"most jobs in flight at once: {in_flight} ({each:.0f} KB each)")
     for key in ("lineno", "filename"):
@@ -251,9 +267,10 @@ def main() -> int:
     parser.add_argument("--run-max", type=float, default=RUN_MAX, help="longest job (s)")
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--trace", action="store_true", help="with --jobs: where memory goes")
+    parser.add_argument("--trim", action="store_true", help="with --jobs: malloc_trim each second")
     args = parser.parse_args()
     if args.jobs:
-        result = one(args.jobs, args.stagger, args.run_min, args.run_max, args.trace)
+        result = one(args.jobs, args.stagger, args.run_min, args.run_max, args.trace, args.trim)
         print(json.dumps(result) if args.json else "", flush=True)
         if not args.json:
             show(result)
