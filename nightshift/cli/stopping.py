@@ -28,8 +28,8 @@ from nightshift.engine.stopping import INTERRUPTED, NightStop
 
 __all__ = ["GRACE_S", "Ran", "exit_now", "prefect_api_alive", "run_stoppable", "stop_line"]
 
-GRACE_S = 1.5  # how long an over night's Prefect bookkeeping may take when it cannot matter
-DRAIN_S = 1.0  # Prefect's queued events and logs, when we leave early
+GRACE_S = 0.75  # how long an over night's Prefect bookkeeping may take when it cannot matter
+DRAIN_S = 0.5  # Prefect's queued events and logs, when we leave early
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
