@@ -18,7 +18,7 @@ from pathlib import Path
 
 from tests.support import wait_until
 
-__all__ = ["PrefectSite", "free_port", "healthy", "prefect_site", "stop"]
+__all__ = ["PrefectSite", "children", "free_port", "healthy", "prefect_site", "stop"]
 
 PY = sys.executable
 
@@ -120,3 +120,19 @@ def prefect_site(
             worker = [PY, "-m", "prefect", "worker", "start", "--pool", pool]
             _spawn(stack, worker, root / "worker.log", env=env, cwd=worker_cwd or root)
         yield site
+
+
+def children(pid: int) -> dict[int, str]:
+    """Processes whose parent is ``pid``: pid -> command line."""
+    out = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if int(stat[stat.rindex(")") + 2 :].split()[1]) == pid:
+            out[int(entry.name)] = cmdline
+    return out

@@ -29,6 +29,7 @@ import sqlalchemy as sa
 from nightshift.backoff import Backoff
 from nightshift.engine.events import JobChanged, NightEvent
 from nightshift.errors import NightshiftError
+from nightshift.states import JobState
 from nightshift.store.ledger import JobRecord, Ledger, TransitionRow
 
 __all__ = ["OUTAGE_BACKOFF", "LedgerSink", "LedgerUnavailable", "unanswered"]
@@ -109,7 +110,7 @@ class LedgerSink:
         attempts: int,
         *,
         at: datetime | None = None,
-        state: str = "queued",
+        state: str = JobState.QUEUED,
     ) -> None:
         """``Ledger.record_submit``, in order with the night's other writes."""
         write = partial(

@@ -12,26 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.prefect_processes import children
 from tests.support import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 NIGHTSHIFT = Path(sys.executable).parent / "nightshift"
-
-
-def _children(pid: int) -> dict[int, str]:
-    """Processes whose parent is ``pid``: pid -> command line."""
-    out = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if int(stat[stat.rindex(")") + 2 :].split()[1]) == pid:
-            out[int(entry.name)] = cmdline
-    return out
 
 
 def _alive(pid: int) -> bool:
@@ -71,7 +56,7 @@ def test_kill_9_of_nightshift_run_leaves_no_temporary_server(tmp_path: Path) -> 
 
         # the temporary server starts slowly on a busy machine
         wait_until(started, 240, "the job to start", interval=0.2)
-        servers = [p for p, cmd in _children(night.pid).items() if "uvicorn" in cmd]
+        servers = [p for p, cmd in children(night.pid).items() if "uvicorn" in cmd]
         assert servers, "no temporary server among the children of nightshift run"
         night.send_signal(signal.SIGKILL)
         night.wait()

@@ -24,6 +24,7 @@ import pytest
 from nightshift.states import LIVE as LIVE_STATES
 from nightshift.store.lease import Lease
 from nightshift.store.ledger import Ledger
+from tests.prefect_processes import children
 from tests.support import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -236,22 +237,6 @@ def test_three_hundred_jobs_in_flight_stop_within_five_seconds(tmp_path: Path) -
         _stop(first)
 
 
-def _children(pid: int) -> dict[int, str]:
-    """Processes whose parent is ``pid``: pid -> command line."""
-    out = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if int(stat[stat.rindex(")") + 2 :].split()[1]) == pid:
-            out[int(entry.name)] = cmdline
-    return out
-
-
 def test_a_night_whose_prefect_server_died_ends_with_its_last_job(tmp_path: Path) -> None:
     night = Night(
         tmp_path,
@@ -263,7 +248,7 @@ def test_a_night_whose_prefect_server_died_ends_with_its_last_job(tmp_path: Path
     first = night.start(1)
     try:
         wait_until(lambda: night.in_flight(2), START_S, "two jobs in flight", interval=0.2)
-        servers = [p for p, cmd in _children(first.pid).items() if "uvicorn" in cmd]
+        servers = [p for p, cmd in children(first.pid).items() if "uvicorn" in cmd]
         assert servers, "no temporary server among the children of nightshift run"
         for pid in servers:
             os.kill(pid, signal.SIGKILL)
