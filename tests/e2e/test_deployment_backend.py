@@ -134,10 +134,9 @@ def test_a_lost_answer_to_create_never_makes_a_second_run(site: PrefectSite) -> 
         assert backend.submit(job) == first
     finally:
         backend.close()
-    assert (
-        transport.paths[f"POST /deployments/{_deployment_id('sandbox-job/lost')}/create_flow_run"]
-        == 3
-    )
+    # three creates at least (a busy server's 503 is retried by Prefect's client), one run
+    creates = f"POST /deployments/{_deployment_id('sandbox-job/lost')}/create_flow_run"
+    assert transport.paths[creates] >= 3
     with get_client(sync_client=True) as client:
         runs = client.read_flow_runs(
             deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=["lost"]))

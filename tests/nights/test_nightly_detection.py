@@ -85,6 +85,7 @@ def test_the_progress_artifact_says_when_the_night_should_be_done() -> None:
         sink = ProgressSink(["a", "b", "c"], key="test-progress-expected", wall=lambda: now)
         for event in events:
             sink(event)
+        assert sink.flush(timeout=60)  # as the night's end does: the latest text is posted
 
     progress()
     only = ArtifactFilter(key=ArtifactFilterKey(any_=["test-progress-expected"]))
