@@ -143,8 +143,14 @@ def dwell_night(
     ) as ctx:
         thread = start_jobs(ctx, plan)  # the night's event loop, on a thread of its own
         night = Night(ctx, clock, backend, events, alerts, thread)
-        # the job is submitted (or re-attached) before the test moves any clock
-        wait_until(lambda: night.state() in ("submitted", "queued"), what="the job in flight")
+
+        # the job is submitted (or re-attached) and watched before the test moves any clock: a
+        # move between its submit and its watch would put its first poll past the moved clock
+        def in_flight() -> bool:
+            watched = "slow" in ctx.watcher.in_flight()
+            return watched and night.state() in ("submitted", "queued")
+
+        wait_until(in_flight, what="the job in flight")
         try:
             yield night
         finally:

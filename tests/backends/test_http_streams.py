@@ -15,7 +15,7 @@ from nightshift.engine.outcomes import Outcome
 from nightshift.engine.watcher import Watcher, WatchRequest
 from nightshift.sandbox.jobs_store import update
 from tests.http_night import TOKEN, catalogue, http_job, run_night, sandbox_api
-from tests.support import wait_until
+from tests.support import eventually
 
 STREAM = '    stream_url: "/jobs/{id}/stream"\n'
 SLOW_POLLS = ", poll: {initial: 30s, max: 30s}"  # a poll would come far too late to pass
@@ -96,8 +96,12 @@ def test_500_streams_take_one_thread_and_every_end_is_heard(tmp_path: Path) -> N
                 )
                 for i, job_id in enumerate(ids)
             ]
-            wait_until(lambda: api.stats.get("stream", 0) == count, timeout=120,
-                       what="every stream open")  # fmt: skip
+            if not eventually(lambda: api.stats.get("stream", 0) == count, timeout=120):
+                # where a stream went missing: never asked, refused, or dropped to polling
+                raise AssertionError(
+                    f"not every stream open after 120 s: the backend asked {backend.calls}, "
+                    f"the API saw {api.stats}, {len(watcher.in_flight())} jobs watched"
+                )
             streams = [t for t in threading.enumerate() if t.name == "nightshift-streams"]
             assert len(streams) == 1
             # the watcher's loop and the listener; its status pool is bounded (32) and idle
