@@ -2,7 +2,8 @@
 
 ``sandbox-job(seconds, fail, lines)`` logs ``lines`` numbered lines, sleeps ``seconds`` (so a
 test can cancel it mid-run), then fails with ``ValueError`` when ``fail`` is set.
-``python -m sandbox.deploy_flow POOL`` deploys it from this checkout as ``sandbox-job/ok``.
+``python -m nightshift.sandbox.deploy_flow POOL`` deploys it from this checkout as
+``sandbox-job/ok``.
 """
 
 from __future__ import annotations
