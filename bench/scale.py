@@ -58,8 +58,7 @@ def catalogue_yaml(secs: list[float], stagger: float) -> str:
 class Sampler:
     """Samples this process's thread count and RSS until stopped; keeps the peaks."""
 
-    def __init__(self, every: float = 0.1, trace: bool = False, trim: bool = False) -> None:
-        self.trim = trim  # an experiment: hand glibc's free memory back to the system
+    def __init__(self, every: float = 0.1, trace: bool = False) -> None:
         self.threads = 0
         self.rss_kb = 0
         self.trace = trace
@@ -88,10 +87,6 @@ class Sampler:
         self.threads = max(self.threads, int(fields["Threads"]))
         self.rss_kb = max(self.rss_kb, int(fields["VmHWM"].split()[0]))
         self.series.append((time.monotonic(), int(fields["VmRSS"].split()[0])))
-        if self.trim:
-            import ctypes
-
-            ctypes.CDLL("libc.so.6").malloc_trim(0)
         rss = int(fields["VmRSS"].split()[0])
         if self.trace and rss > self.rss_at_snapshot + 5 * 1024:  # RSS at a new high
             self.rss_at_snapshot = rss
@@ -104,9 +99,10 @@ class Sampler:
 
 
 def one(
-    n: int, stagger: float, low: float, high: float, trace: bool = False, trim: bool = False
+    n: int, stagger: float, low: float, high: float, trace: bool = False, trim: bool = True
 ) -> dict[str, float]:
-    """Run one night of n jobs in this process; return its figures."""
+    """Run one night of n jobs in this process; return its figures. ``trim=False``: the night
+    keeps the freed memory its C heap holds (``nightshift/heap.py`` off), to compare."""
     secs = runs(n, low, high)
     tmp = Path(tempfile.mkdtemp(prefix="nightshift-scale-"))
     os.environ["NIGHTSHIFT_STATE_DIR"] = str(tmp / "state")
@@ -125,17 +121,20 @@ def one(
     from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
     from prefect.testing.utilities import prefect_test_harness
 
+    import nightshift.orchestration.night_loop as night_loop
     from nightshift.config.settings import load_settings
     from nightshift.flows.nightly import nightly
     from nightshift.store.ledger import Ledger
 
+    if not trim:
+        night_loop.trimmer = lambda: None  # type: ignore[assignment]
     writes = _time_transitions(Ledger)
     night, run_dir = "2000-01-01", tmp / "run"
     print(f"[{n}] temporary Prefect server; catalogue and state in {tmp}", flush=True)
     quiet = temporary_settings({PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None})
     if trace:
         tracemalloc.start(1)
-    with prefect_test_harness(server_startup_timeout=120), quiet, Sampler(1.0, trace, trim) as peak:
+    with prefect_test_harness(server_startup_timeout=120), quiet, Sampler(1.0, trace) as peak:
         t0 = time.monotonic()
         nightly(catalog=str(catalog), run_dir=str(run_dir), night=night, return_state=True)
         flow_wall = time.monotonic() - t0
@@ -245,6 +244,8 @@ def show(r: dict[str, float]) -> None:
     if "start_rss_mb" in r:
         grown = (r["peak_rss_mb"] - r["start_rss_mb"]) * 1024 / max(1, r["in_flight_max"])
         print(f"  RSS before the night / grown per job {r['start_rss_mb']:8.0f} MB  {grown:.0f} KB")
+    each = r["peak_rss_mb"] * 1024 / max(1, r["in_flight_max"])
+    print(f"  peak RSS per job in flight (all of it) {each:6.0f} KB")
     print(
         f"  status calls per job                 {r['status_calls_per_job']:8.2f}"
         f"  ({int(r['list_calls'])} `jobs list`, {int(r['get_calls'])} `jobs get`)"
@@ -267,10 +268,13 @@ def main() -> int:
     parser.add_argument("--run-max", type=float, default=RUN_MAX, help="longest job (s)")
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--trace", action="store_true", help="with --jobs: where memory goes")
-    parser.add_argument("--trim", action="store_true", help="with --jobs: malloc_trim each second")
+    parser.add_argument(
+        "--no-trim", action="store_true", help="the night keeps its freed heap (to compare)"
+    )
     args = parser.parse_args()
     if args.jobs:
-        result = one(args.jobs, args.stagger, args.run_min, args.run_max, args.trace, args.trim)
+        trim = not args.no_trim
+        result = one(args.jobs, args.stagger, args.run_min, args.run_max, args.trace, trim)
         print(json.dumps(result) if args.json else "", flush=True)
         if not args.json:
             show(result)
@@ -280,6 +284,7 @@ def main() -> int:
     for n in sizes:  # each size in a fresh process: peaks are that night's only
         argv = [sys.executable, __file__, "--jobs", str(n), "--stagger", str(args.stagger)]
         argv += ["--run-min", str(args.run_min), "--run-max", str(args.run_max)]
+        argv += ["--no-trim"] if args.no_trim else []
         done = subprocess.run([*argv, "--json"], capture_output=True, text=True, check=False)
         lines = [x for x in done.stdout.splitlines() if x.startswith("{")]
         if not lines:

@@ -3,28 +3,40 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from nightshift.engine.stopping import INTERRUPTED, NightStop
+from nightshift.heap import TRIM_EVERY_S, trimmer
 
 __all__ = ["STOP_GRACE_S", "on_a_loop"]
 
 STOP_GRACE_S = 3.0  # a signalled night's jobs let go of, before the signal goes on
 
 
-def on_a_loop(work: Coroutine[Any, Any, None], stop: NightStop) -> None:
+def on_a_loop(
+    work: Coroutine[Any, Any, None],
+    stop: NightStop,
+    trim: Callable[[], object] | None = None,
+    trim_every: float = TRIM_EVERY_S,
+) -> None:
     """Run ``work`` on an event loop of its own, on a thread of its own (the flow run's context
     goes with it). A signal raised on this thread while it waits (a worker's SIGTERM when the
     run is cancelled, a Ctrl-C) stops the night first: its jobs are let go, nothing more is
-    submitted or written, then the signal goes on (the cancel hook cancels the jobs)."""
+    submitted or written, then the signal goes on (the cancel hook cancels the jobs).
+
+    While it runs, ``trim`` (default: the C heap's, ``heap.py``) is called every
+    ``trim_every`` seconds, so a night of thousands of jobs gives freed memory back.
+    """
     errors: list[BaseException] = []
+    trim = trim or trimmer()
 
     def run() -> None:
         try:
-            asyncio.run(work)
+            asyncio.run(_trimming(work, trim, trim_every))
         except BaseException as exc:  # handed to the flow's thread
             errors.append(exc)
 
@@ -39,3 +51,24 @@ def on_a_loop(work: Coroutine[Any, Any, None], stop: NightStop) -> None:
         raise
     if errors:
         raise errors[0]
+
+
+async def _trimming(
+    work: Coroutine[Any, Any, None], trim: Callable[[], object] | None, every: float
+) -> None:
+    """``work``, with ``trim`` called every ``every`` seconds beside it until it ends."""
+    if trim is None:
+        return await work
+
+    async def keep_trimming() -> None:
+        while True:
+            await asyncio.sleep(every)
+            trim()
+
+    beside = asyncio.create_task(keep_trimming())
+    try:
+        await work
+    finally:
+        beside.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await beside
