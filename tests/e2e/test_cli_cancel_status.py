@@ -120,7 +120,9 @@ def test_a_live_night_sees_its_jobs_cancelled_with_the_reason(catalogue: Path, c
             # cancel only once `done` has ended: cancelled too, it would make the night exit 1
             record, done = ledger.get_job(NIGHT, "long"), ledger.get_job(NIGHT, "done")
             assert night.poll() is None, "the night ended before its job ran"
-            in_flight = record is not None and record.state in LIVE_STATES and bool(record.external_id)
+            in_flight = (
+                record is not None and record.state in LIVE_STATES and bool(record.external_id)
+            )
             return in_flight and done is not None and done.state == "succeeded"
 
         wait_until(long_in_flight_and_done_over, 400, "long in flight, done over", interval=0.2)
