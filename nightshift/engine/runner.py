@@ -121,9 +121,7 @@ def _run(ctx: NightContext, run: JobRun) -> JobSteps:
                 return _not_submitted(ctx, run, reason, attempts - 1)
             if not resume:
                 # written before the create: a crash after it leaves a trace to look for
-                ctx.records.record_submit(
-                    ctx.night, label, job.backend, None, attempts, at=run.started, state=SUBMITTING
-                )
+                ctx.records.record_submit(ctx.night, run, None, state=SUBMITTING)
             ctx.mark(label, SUBMITTING)
             if (reason := ctx.stop_reason()) is not None:  # lost while the database was away
                 return _not_submitted(ctx, run, reason, attempts - 1)
@@ -133,9 +131,7 @@ def _run(ctx: NightContext, run: JobRun) -> JobSteps:
                 return _not_submitted(ctx, run, str(exc), attempts)
             # a patient submit may have waited out a burst of 429s: its timers start now
             run.started = ctx.wall()
-            ctx.records.record_submit(
-                ctx.night, label, job.backend, external_id, attempts, at=run.started
-            )
+            ctx.records.record_submit(ctx.night, run, external_id)
             ctx.mark(label, "submitted", external_id)
         run.watched = True
         if reattach and record is not None and record.state == FALLBACK:
