@@ -115,12 +115,12 @@ def build_parts(
     settings: Settings,
     ledger: Ledger,
     *,
-    sinks: list[Sink] | None = None,
     logger: Logger | None = None,
     slots: Callable[[dict[str, BackendLimit]], Hold] = lambda _limits: no_hold,
     admission: Callable[..., Admission] = Admission,
 ) -> NightParts:
-    """The real parts: backends from settings, the admission and the slot holder for the limits.
+    """The real parts: backends from settings, the admission and the slot holder for the limits
+    (no sinks besides the ledger's: the caller adds its own).
 
     ``slots`` makes the server-side slot holder (the flow hands in Prefect's); when it fails
     the backends built so far are closed and ``NightEndedEarly`` says why.
@@ -146,7 +146,6 @@ def build_parts(
         backends=backends,
         ledger=ledger,
         admission=admission(catalogue.defaults.stagger, caps, rates=catalogue.rates),
-        sinks=list(sinks or []),
         hold=hold,
         broken=broken,
         logger=logger,

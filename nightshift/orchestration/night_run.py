@@ -103,7 +103,6 @@ def _parts(setup: NightSetup, lease: Lease, sinks: list[Sink], logger: Any) -> N
         catalogue,
         settings,
         ledger,
-        sinks=sinks,
         logger=logger,
         # caps as Prefect global concurrency limits; both by this module's names, which a
         # test of the flow may swap
@@ -117,7 +116,8 @@ def _parts(setup: NightSetup, lease: Lease, sinks: list[Sink], logger: Any) -> N
         ),
         admission=Admission,
     )
-    # dwell levels into the night's Slack thread; the LogSink above logs each level once
+    parts.sinks = sinks
+    # dwell levels into the night's Slack thread; the LogSink in ``sinks`` logs each level once
     parts.alerts = SlackAlertSink(notifier) if notifier is not None else NoAlertSink()
     # a night whose lease ran out (taken, or not renewed in time) must not submit beside
     # the night that may hold it now, nor write to the ledger rows that night owns
