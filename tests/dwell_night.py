@@ -22,7 +22,7 @@ from nightshift.engine.alerts import Alert
 from nightshift.engine.context import NightContext
 from nightshift.engine.dwell_watch import BudgetLoader
 from nightshift.engine.events import JobChanged, LevelChanged, NightEvent
-from nightshift.engine.night import NightParts, open_night
+from nightshift.engine.night import NightId, NightParts, open_night
 from nightshift.engine.plan import plan_night
 from nightshift.store.alert_log import AlertLog
 from nightshift.store.ledger import Ledger
@@ -135,12 +135,11 @@ def dwell_night(
         **timing,
         budgets=load,
         alerts=alerts,
+        owns_night=owns_night,
     )
     plan = plan_night(catalogue)
     run_dir = tmp_path / "run"
-    with open_night(
-        catalogue, parts, plan, night=NIGHT, run_id="t", run_dir=run_dir, owns_night=owns_night
-    ) as ctx:
+    with open_night(catalogue, parts, plan, NightId(NIGHT, "t", run_dir)) as ctx:
         thread = start_jobs(ctx, plan)  # the night's event loop, on a thread of its own
         night = Night(ctx, clock, backend, events, alerts, thread)
 

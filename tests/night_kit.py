@@ -21,7 +21,7 @@ from types import TracebackType
 from nightshift.backoff import JOB_RETRY
 from nightshift.config.catalogue import Catalogue, Defaults
 from nightshift.engine.context import NightContext
-from nightshift.engine.night import NightParts, finish_night, open_night
+from nightshift.engine.night import NightId, NightParts, finish_night, open_night
 from nightshift.engine.outcomes import JobOutcome, NightSummary
 from nightshift.engine.plan import Plan
 from nightshift.engine.steps import (
@@ -151,7 +151,7 @@ def run_night(
     """A whole night: opened, its jobs run (the ``clock`` driven while any is in flight),
     joined. Without a ``clock`` the night runs on ``parts``' own clocks."""
     started_at = parts.wall().isoformat(timespec="seconds")
-    with open_night(catalogue, parts, plan, night=night, run_id=run_id, run_dir=run_dir) as ctx:
+    with open_night(catalogue, parts, plan, NightId(night, run_id, run_dir)) as ctx:
         driver: AbstractContextManager[object] = (
             nullcontext() if clock is None else ClockDriver(clock, ctx.watcher)
         )

@@ -63,8 +63,6 @@ def cancel_night(
     *,
     only: Iterable[str] | None = None,
     reason: str = "cancelled by nightshift cancel",
-    backends: dict[str, Backend] | None = None,
-    now: Callable[[], datetime] = lambda: datetime.now(UTC),
 ) -> NightCancel:
     """Cancel the night's jobs still in flight (``only``: just these labels)."""
     wanted = set(only) if only is not None else None
@@ -81,7 +79,7 @@ def cancel_night(
     except LockHeldError:  # a live night: it sees the requests and records the ends itself
         alive = True
     try:
-        at = now()
+        at = datetime.now(UTC)
         if alive:  # asked first: the night may see a job cancelled before the next line ends
             labels = [j.label for j in catalogue.jobs if not wanted or j.label in wanted]
             seen = {j.label for j in jobs if is_final(j.state)} | {j.label for j in targets}
@@ -89,7 +87,7 @@ def cancel_night(
             asked = [CancelRequest(j.label, j.external_id, reason, at) for j in targets]
             asked += [CancelRequest(label, None, reason, at) for label in waiting]
             CancelRequests(ledger.engine, catalogue.key).add(night, asked)
-        done = _cancel_all(catalogue, settings, backends, targets)
+        done = _cancel_all(catalogue, settings, targets)
         if alive:
             return NightCancel(done, night_alive=True, not_submitted=waiting)
         ok = [job for job, c in zip(targets, done, strict=True) if c.error is None]
@@ -101,19 +99,15 @@ def cancel_night(
 
 
 def _cancel_all(
-    catalogue: Catalogue,
-    settings: Settings,
-    backends: dict[str, Backend] | None,
-    targets: list[NightJob],
+    catalogue: Catalogue, settings: Settings, targets: list[NightJob]
 ) -> list[Cancelled]:
     if not targets:
         return []
-    built = build_backends(catalogue, settings, errors={}) if backends is None else backends
+    built = build_backends(catalogue, settings, errors={})
     try:
         return [_cancel(built, job) for job in targets]
     finally:
-        if backends is None:
-            close_backends(built)
+        close_backends(built)
 
 
 def _cancel(backends: dict[str, Backend], job: NightJob) -> Cancelled:

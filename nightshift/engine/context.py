@@ -13,6 +13,7 @@ from nightshift.backends.base import Backend, ExternalState, JobStatus
 from nightshift.config.catalogue import Catalogue
 from nightshift.engine.admission import Admission
 from nightshift.engine.events import JobChanged, Logger, PollFailed, Publisher, Since, Sink
+from nightshift.engine.job_run import JobRun
 from nightshift.engine.ledger_sink import LedgerSink
 from nightshift.engine.outcomes import JobOutcome
 from nightshift.engine.stopping import NightStop
@@ -55,16 +56,14 @@ class NightContext:
     broken: dict[str, str] = field(default_factory=dict)
     # every job's outcome once it has one, whichever path ended it
     outcomes: dict[str, JobOutcome] = field(default_factory=dict)
-    external_ids: dict[str, str] = field(default_factory=dict)
+    # each job's run: its attempt, its external id, when its end was seen (``job_run``)
+    runs: dict[str, JobRun] = field(default_factory=dict)
     # holds a server-side slot of a capped backend while its job is in flight; (backend, timeout)
     hold: Callable[[str, float], AbstractContextManager[object]] = lambda _b, _t: nullcontext()
     # why no more jobs may be submitted (the night's lease was lost), or None
     stop_reason: Callable[[], str | None] = lambda: None
     # False once another night took this one's lease: its ledger rows are no longer ours
     owns_night: Callable[[], bool] = lambda: True
-    # when the watcher first saw each job's final state: the ledger's time for the final row
-    final_seen: dict[str, datetime] = field(default_factory=dict)
-    attempts: dict[str, int] = field(default_factory=dict)  # each job's attempt, for its events
     dwell: DwellWatch | None = None  # tonight's dwell watch (None: no budgets to watch with)
     # asked when the night is interrupted: no more submits, jobs in flight are left running
     stop: NightStop = field(default_factory=NightStop)
@@ -81,21 +80,29 @@ class NightContext:
         self.records = LedgerSink(self.ledger, self.run_id, owns_night=lambda: self.owns_night())
         self.events = Publisher([self.records, *self.sinks], logger=self.logger)
 
+    def job_run(self, label: str) -> JobRun:
+        """The job's run tonight, made the first time it is asked for."""
+        run = self.runs.get(label)
+        if run is None:  # setdefault: two threads asking at once get the same one
+            run = self.runs.setdefault(label, JobRun(label, self.catalogue.job(label)))
+        return run
+
     def mark(
         self, label: str, state: str, external_id: str | None = None, at: datetime | None = None
     ) -> None:
         """Publish a job's state change (the ledger and the live table are sinks)."""
+        run = self.job_run(label)
         if external_id is not None:
-            self.external_ids[label] = external_id
+            run.external_id = external_id
         at = at or self.wall()
         self.events.publish(
             JobChanged(
                 night=self.night,
                 catalogue=self.catalogue.key,
                 label=label,
-                backend=self.catalogue.job(label).backend,
-                attempt=self.attempts.get(label, 0),
-                external_id=external_id or self.external_ids.get(label),
+                backend=run.job.backend,
+                attempt=run.attempt,
+                external_id=external_id or run.external_id,
                 state=str(state),
                 at=at,
                 dwell_s=self._since.enter(label, str(state), at),
@@ -113,7 +120,10 @@ class NightContext:
             if started is not None and (current is None or current[0] != RUNNING):
                 # no poll saw it running: the backend says when it did
                 self.mark(label, RUNNING, at=self._began(label, started))
-            self.final_seen.setdefault(label, self._began(label, since))
+            seen = self._began(label, since)
+            run = self.job_run(label)
+            if run.final_seen is None:
+                run.final_seen = seen
             return
         self.mark(label, state.value, at=self._began(label, since))
 

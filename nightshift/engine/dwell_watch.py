@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from nightshift.engine.context import NightContext
     from nightshift.store.ledger import Ledger
 
-__all__ = ["BudgetLoader", "CatalogueBudgets", "DwellWatch", "watch_dwells"]
+__all__ = ["BudgetLoader", "CatalogueBudgets", "DwellWatch", "LevelOutlets", "watch_dwells"]
 
 _MAX_WAIT = 60.0  # seconds: the timer looks at the wall clock at least this often
 _MIN_WAIT = 0.01  # never spin, even if a wake-up is already past
@@ -56,24 +56,32 @@ class CatalogueBudgets:
         return self.budgets.budget(self.catalogue, label, state, self.backends.get(label))
 
 
+@dataclass(frozen=True)
+class LevelOutlets:
+    """Where a level change goes: kept in the alert log first (once a night), then published
+    to the night's sinks and sent to the alert sink."""
+
+    log: AlertLog
+    publish: Callable[[NightEvent], None]
+    alerts: AlertSink
+
+
 class DwellWatch:
     """A night event sink with a timer: turns job changes and time into announced levels."""
 
     def __init__(
         self,
         detector: Detector,
+        outlets: LevelOutlets,
         *,
-        publish: Callable[[NightEvent], None],
-        log: AlertLog,
-        alerts: AlertSink,
         wall: Callable[[], datetime],
         owns_night: Callable[[], bool] = lambda: True,
         logger: Logger | None = None,
     ) -> None:
         self.detector = detector
-        self._publish = publish
-        self._log = log
-        self._alerts = alerts
+        self._publish = outlets.publish
+        self._log = outlets.log
+        self._alerts = outlets.alerts
         self._wall = wall
         self._owns_night = owns_night
         self._logger: Logger = logger or logging.getLogger("nightshift.detection")
@@ -236,9 +244,7 @@ def watch_dwells(
         ctx.events.publish(ExpectedDurations(ctx.night, key, typical, ctx.wall()))
     watch = DwellWatch(
         detector,
-        publish=ctx.events.publish,
-        log=log,
-        alerts=alerts,
+        LevelOutlets(log, ctx.events.publish, alerts),
         wall=ctx.wall,
         owns_night=ctx.owns_night,
         logger=logger,

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 from functools import partial
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import sqlalchemy as sa
 
@@ -31,6 +31,9 @@ from nightshift.engine.events import JobChanged, NightEvent
 from nightshift.errors import NightshiftError
 from nightshift.states import JobState
 from nightshift.store.ledger import JobRecord, Ledger, TransitionRow
+
+if TYPE_CHECKING:
+    from nightshift.engine.job_run import JobRun
 
 __all__ = ["OUTAGE_BACKOFF", "LedgerSink", "LedgerUnavailable", "unanswered"]
 
@@ -102,20 +105,13 @@ class LedgerSink:
             self._write(("transition", row))
 
     def record_submit(
-        self,
-        night: str,
-        label: str,
-        backend: str,
-        external_id: str | None,
-        attempts: int,
-        *,
-        at: datetime | None = None,
-        state: str = JobState.QUEUED,
+        self, night: str, run: JobRun, external_id: str | None, *, state: str = JobState.QUEUED
     ) -> None:
-        """``Ledger.record_submit``, in order with the night's other writes."""
+        """``Ledger.record_submit`` of the job's run (its backend, attempt and start), in order
+        with the night's other writes."""
         write = partial(
-            self._ledger.record_submit, night, label, backend, external_id, attempts, at=at,
-            state=state,
+            self._ledger.record_submit, night, run.label, run.job.backend, external_id,
+            run.attempt, at=run.started, state=state,
         )  # fmt: skip
         self._write(("job", write))
 

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 __all__ = [
     "HISTORY_DAYS",
     "Hold",
+    "NightId",
     "NightParts",
     "build_parts",
     "expected_durations",
@@ -94,6 +95,19 @@ class NightParts:
     poll_hints: PollHints | None = ledger_poll_hints  # None: jobs are polled on backoff only
     # how often `nightshift cancel`'s requests are read (a job seen cancelled reads them at once)
     cancel_poll_s: float | None = 5.0
+    # why no more jobs may be submitted, asked with the night's watcher (None: once it stopped)
+    stop_reason: Callable[[Watcher], str | None] | None = None
+    # False once the night lost its lease: then it writes no ledger rows
+    owns_night: Callable[[], bool] = lambda: True
+
+
+@dataclass(frozen=True)
+class NightId:
+    """Which night runs: its date, this run of it, and where the run keeps its files."""
+
+    night: str
+    run_id: str
+    run_dir: Path
 
 
 def build_parts(
@@ -101,12 +115,12 @@ def build_parts(
     settings: Settings,
     ledger: Ledger,
     *,
-    sinks: list[Sink] | None = None,
     logger: Logger | None = None,
     slots: Callable[[dict[str, BackendLimit]], Hold] = lambda _limits: no_hold,
     admission: Callable[..., Admission] = Admission,
 ) -> NightParts:
-    """The real parts: backends from settings, the admission and the slot holder for the limits.
+    """The real parts: backends from settings, the admission and the slot holder for the limits
+    (no sinks besides the ledger's: the caller adds its own).
 
     ``slots`` makes the server-side slot holder (the flow hands in Prefect's); when it fails
     the backends built so far are closed and ``NightEndedEarly`` says why.
@@ -132,7 +146,6 @@ def build_parts(
         backends=backends,
         ledger=ledger,
         admission=admission(catalogue.defaults.stagger, caps, rates=catalogue.rates),
-        sinks=list(sinks or []),
         hold=hold,
         broken=broken,
         logger=logger,
@@ -152,19 +165,15 @@ def open_night(
     catalogue: Catalogue,
     parts: NightParts,
     plan: Plan,
+    night: NightId,
     *,
-    night: str,
-    run_id: str,
-    run_dir: Path,
-    stop_reason: Callable[[Watcher], str | None] | None = None,
-    owns_night: Callable[[], bool] = lambda: True,
     outcomes: dict[str, JobOutcome] | None = None,
     stop: NightStop | None = None,
 ) -> Iterator[NightContext]:
     """The night's context, its watcher running; on the way out everything is closed.
 
-    ``stop_reason`` says why no more jobs may be submitted (default: the watcher stopped);
-    ``owns_night`` is False once the night lost its lease (then it writes no ledger rows).
+    The parts' ``stop_reason`` says why no more jobs may be submitted (default: the watcher
+    stopped); their ``owns_night`` is False once the night lost its lease.
     ``outcomes`` receives each job's outcome as it comes (the caller's, for an early end).
     ``stop`` interrupts the night: no more submits, jobs in flight are left running unwatched.
     With learned budgets, each job's time in its state is watched (``engine/dwell_watch.py``).
@@ -207,9 +216,9 @@ def open_night(
         cleanup.callback(watcher.stop)
         ctx = NightContext(
             catalogue=catalogue,
-            night=night,
-            run_id=run_id,
-            run_dir=run_dir,
+            night=night.night,
+            run_id=night.run_id,
+            run_dir=night.run_dir,
             backends=parts.backends,
             ledger=parts.ledger,
             watcher=watcher,
@@ -223,8 +232,8 @@ def open_night(
             broken=dict(parts.broken),
             outcomes=outcomes if outcomes is not None else {},
             hold=parts.hold,
-            stop_reason=lambda: (stop_reason or watcher_stopped)(watcher),
-            owns_night=owns_night,
+            stop_reason=lambda: (parts.stop_reason or watcher_stopped)(watcher),
+            owns_night=parts.owns_night,
             stop=stop if stop is not None else NightStop(),
         )
         # on a stop: waits for a turn or a slot end at once, every watched job is let go
@@ -235,7 +244,11 @@ def open_night(
         if parts.cancel_poll_s is not None:
             requests = CancelRequests(parts.ledger.engine, catalogue.key)
             cancels = CancelWatch(
-                requests, night, watcher.look_now, since=parts.wall(), every=parts.cancel_poll_s
+                requests,
+                night.night,
+                watcher.look_now,
+                since=parts.wall(),
+                every=parts.cancel_poll_s,
             )
             cleanup.callback(cancels.start().stop)
             ctx.cancel_reason = cancels.reason

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Generator
 from concurrent.futures import Future
 from contextlib import ExitStack
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -16,6 +17,7 @@ from nightshift.engine.context import NightContext
 from nightshift.engine.events import (
     JobFinished,
 )
+from nightshift.engine.job_run import JobRun
 from nightshift.engine.jobspec import job_spec
 from nightshift.engine.ledger_sink import LedgerUnavailable
 from nightshift.engine.outcomes import (
@@ -54,16 +56,18 @@ def job_steps(ctx: NightContext, label: str, attempt: int = 1) -> JobSteps:
     running is re-attached by its external id; anything else is submitted. Transient backend
     errors propagate (the caller retries); permanent ones end the job as failed.
     """
-    job = ctx.catalogue.job(label)
-    backend = ctx.backends[job.backend]
+    run = ctx.job_run(label)
+    run.begin(ctx.backends[run.job.backend])
     try:
-        return (yield from _run(ctx, label, job, backend))
+        return (yield from _run(ctx, run))
     finally:
         # no-op once the job was admitted; frees later jobs if this one never asks for a slot
-        ctx.admission.withdraw(job.backend, ctx.priorities.get(label, 0))
+        ctx.admission.withdraw(run.job.backend, ctx.priorities.get(label, 0))
 
 
-def _run(ctx: NightContext, label: str, job: Any, backend: Backend) -> JobSteps:
+def _run(ctx: NightContext, run: JobRun) -> JobSteps:
+    label, job, backend = run.label, run.job, run.backend
+    assert backend is not None  # the try began on it
     try:
         record = ctx.records.get_job(ctx.night, label)
     except LedgerUnavailable as exc:  # the lease is gone with the database: nothing to start
@@ -78,10 +82,10 @@ def _run(ctx: NightContext, label: str, job: Any, backend: Backend) -> JobSteps:
     if (refused := _cannot_fall_back(job, backend, record if reattach else None)) is not None:
         return end_job(ctx, label, Outcome.FAILED, refused)
     attempts = (record.attempts if record else 0) + (0 if reattach or resume else 1)
-    ctx.attempts[label] = attempts
+    run.attempt = attempts
     # the key lets a backend find or refuse a repeated submit of this attempt
     key = f"{ctx.catalogue.key}/{ctx.night}/{label}/{attempts}"
-    spec = job_spec(ctx.catalogue, label, key)
+    spec = run.spec = job_spec(ctx.catalogue, label, key)
     if resume and record is not None and record.submitted_at is not None:
         spec.options["resume_since"] = record.submitted_at.isoformat()
     priority = ctx.priorities.get(label, 0)
@@ -103,49 +107,41 @@ def _run(ctx: NightContext, label: str, job: Any, backend: Backend) -> JobSteps:
             )
             return end_job(ctx, label, Outcome.TIMEOUT, why)
         # a job's duration counts from its submission, not from its wait for a turn
-        started_wall = ctx.wall()
+        run.started = ctx.wall()
         if reattach:
             assert record is not None and record.external_id is not None
-            external_id = record.external_id
-            started_wall = record.submitted_at or started_wall
-            ctx.external_ids[label] = external_id
+            run.external_id = record.external_id
+            run.started = record.submitted_at or run.started
         else:
             if ctx.stop.requested:
                 return stopped_outcome(ctx, label)
             if (cancelled := ctx.cancel_reason(label)) is not None:
                 return end_job(ctx, label, Outcome.CANCELLED, f"not submitted: {cancelled}")
             if (reason := ctx.stop_reason()) is not None:
-                return _finish(ctx, label, None, Outcome.FAILED, started_wall, attempts - 1, reason)
+                return _not_submitted(ctx, run, reason, attempts - 1)
             if not resume:
                 # written before the create: a crash after it leaves a trace to look for
-                ctx.records.record_submit(
-                    ctx.night, label, job.backend, None, attempts, at=started_wall, state=SUBMITTING
-                )
+                ctx.records.record_submit(ctx.night, run, None, state=SUBMITTING)
             ctx.mark(label, SUBMITTING)
             if (reason := ctx.stop_reason()) is not None:  # lost while the database was away
-                return _finish(ctx, label, None, Outcome.FAILED, started_wall, attempts - 1, reason)
+                return _not_submitted(ctx, run, reason, attempts - 1)
             try:
                 external_id = backend.submit(spec)
             except (PermanentBackendError, InputFileError) as exc:  # nothing (more) to watch
-                return _finish(ctx, label, None, Outcome.FAILED, started_wall, attempts, str(exc))
+                return _not_submitted(ctx, run, str(exc), attempts)
             # a patient submit may have waited out a burst of 429s: its timers start now
-            started_wall = ctx.wall()
-            ctx.records.record_submit(
-                ctx.night, label, job.backend, external_id, attempts, at=started_wall
-            )
+            run.started = ctx.wall()
+            ctx.records.record_submit(ctx.night, run, external_id)
             ctx.mark(label, "submitted", external_id)
+        run.watched = True
         if reattach and record is not None and record.state == FALLBACK:
             # a night that crashed during the fallback: finish it, don't watch a cancelled batch
             result: WatchResult | Exception = WatchResult("fallback", None, 0)
-            timers = JobTimers()
+            run.timers = JobTimers()
         else:
-            timers = _timers(ctx, label, started_wall)
-            result = yield from _watch(
-                ctx, label, backend, external_id, timers, look_first=reattach
-            )
-        return _conclude(
-            ctx, label, backend, spec, external_id, result, started_wall, attempts, timers
-        )
+            run.timers = _timers(ctx, run)
+            result = yield from _watch(ctx, run, look_first=reattach)
+        return _conclude(ctx, run, result)
     raise AssertionError("unreachable")  # for type checkers: the with block always returns
 
 
@@ -161,39 +157,35 @@ def _cannot_fall_back(job: Any, backend: Backend, reattached: JobRecord | None) 
     )
 
 
-def _timers(ctx: NightContext, label: str, started: datetime) -> JobTimers:
+def _timers(ctx: NightContext, run: JobRun) -> JobTimers:
     """The job's timers on the watcher's clock, counted from its submission."""
+    assert run.started is not None
     now = ctx.watcher.now()
     budgets = ctx.budgets
     return job_timers(
-        ctx.catalogue.job(label),
+        run.job,
         ctx.catalogue.defaults,
-        expected=budgets.job(ctx.catalogue.key, label) if budgets is not None else None,
+        expected=budgets.job(ctx.catalogue.key, run.label) if budgets is not None else None,
         # also for a re-attached job submitted by an earlier run
-        origin=now - (ctx.wall() - started).total_seconds(),
+        origin=now - (ctx.wall() - run.started).total_seconds(),
         deadline_at=ctx.deadline_at,
         deadline_wall=ctx.wall() + timedelta(seconds=ctx.deadline_at - now),
     )
 
 
 def _watch(
-    ctx: NightContext,
-    label: str,
-    backend: Backend,
-    external_id: str,
-    timers: JobTimers,
-    *,
-    look_first: bool,
+    ctx: NightContext, run: JobRun, *, look_first: bool
 ) -> Generator[Future[WatchResult], Any, WatchResult | Exception]:
+    assert run.backend is not None and run.external_id is not None and run.timers is not None
     defaults = ctx.catalogue.defaults
     request = WatchRequest(
-        label=label,
-        backend=backend,
-        external_id=external_id,
+        label=run.label,
+        backend=run.backend,
+        external_id=run.external_id,
         policy=Backoff(defaults.poll.initial, defaults.poll.factor, defaults.poll.max),
-        timeout_at=timers.timeout_at,
-        queued_timeout_at=timers.queued_timeout_at,
-        fallback_at=timers.fallback_at,
+        timeout_at=run.timers.timeout_at,
+        queued_timeout_at=run.timers.queued_timeout_at,
+        fallback_at=run.timers.fallback_at,
         max_errors=defaults.retries,
         look_first=look_first,
     )
@@ -204,22 +196,20 @@ def _watch(
         return exc
 
 
-def _conclude(
-    ctx: NightContext,
-    label: str,
-    backend: Backend,
-    spec: JobSpec,
-    external_id: str,
-    result: WatchResult | Exception,
-    started: datetime,
-    attempts: int,
-    timers: JobTimers,
-) -> JobOutcome:
-    end = (ctx, label, external_id)
+def _conclude(ctx: NightContext, run: JobRun, result: WatchResult | Exception) -> JobOutcome:
+    label, backend, spec, external_id, timers = (
+        run.label,
+        run.backend,
+        run.spec,
+        run.external_id,
+        run.timers,
+    )
+    assert backend is not None and spec is not None and external_id is not None
+    assert run.started is not None and timers is not None
     if not isinstance(result, Exception) and result.reason == "detached":
-        return _left_running(ctx, label, external_id, started, attempts)
+        return _left_running(ctx, label, external_id, run.started, run.attempt)
     if isinstance(result, Exception):
-        return _finish(*end, Outcome.FAILED, started, attempts, str(result), None, backend)
+        return _finish(ctx, run, Outcome.FAILED, str(result))
     data: dict[str, Any] = {}
     detail = status_detail(result.status)
     if result.reason == "unreadable":
@@ -228,9 +218,9 @@ def _conclude(
             # it may still be running: keep it live in the ledger so a rerun re-attaches
             why = f"cancel failed: {result.cancel_error}; kept as lost, a rerun re-attaches"
             detail = join_details(detail, why)
-            return _finish(*end, Outcome.FAILED, started, attempts, detail, None, backend, LOST)
+            return _finish(ctx, run, Outcome.FAILED, detail, ledger_state=LOST)
         detail = join_details(detail, "cancelled it, so nothing runs on unseen")
-        return _finish(*end, Outcome.FAILED, started, attempts, detail, None, backend)
+        return _finish(ctx, run, Outcome.FAILED, detail)
     if result.reason == FALLBACK:
         ctx.mark(label, FALLBACK, external_id)
         ctx.records.record_state(ctx.night, label, FALLBACK)  # live: a rerun resumes it
@@ -242,12 +232,12 @@ def _conclude(
     elif result.reason in ("timeout", "stuck_queued"):
         stuck = result.reason == "stuck_queued"
         outcome = Outcome.STUCK_QUEUED if stuck else Outcome.TIMEOUT
-        ran = (ctx.wall() - started).total_seconds()
+        ran = (ctx.wall() - run.started).total_seconds()
         detail = join_details(timers.queued_why if stuck else timers.timeout_text(ran), detail)
         if result.cancel_error:
             # it may still be running: keep it live in the ledger so a rerun re-attaches
             detail = join_details(detail, f"cancel failed: {result.cancel_error}")
-            return _finish(*end, outcome, started, attempts, detail, None, backend, LOST)
+            return _finish(ctx, run, outcome, detail, ledger_state=LOST)
         data, note = _collect(backend, spec, external_id)
         # keep what the cancelled job did finish; the rest goes to its dead-letter file
         detail = join_details(detail, note)
@@ -262,7 +252,7 @@ def _conclude(
             if outcome is Outcome.SUCCEEDED and not data.get("ok", True):
                 outcome = Outcome.PARTIAL
             detail = join_details(detail, note)
-    return _finish(*end, outcome, started, attempts, detail, data, backend)
+    return _finish(ctx, run, outcome, detail, data)
 
 
 def _collect(
@@ -286,15 +276,19 @@ def stopped_outcome(ctx: NightContext, label: str) -> JobOutcome:
         record = ctx.ledger.get_job(ctx.night, label)
     except Exception:  # what the night knows is enough to say what it left running
         record = None
-    external_id = ctx.external_ids.get(label) or (record.external_id if record else None)
+    run = ctx.job_run(label)
+    external_id = run.external_id or (record.external_id if record else None)
     attempts = record.attempts if record else 0
     if external_id is not None and (record is None or record.state in LIVE):
         started = (record.submitted_at if record else None) or ctx.wall()
-        attempts = ctx.attempts.get(label) or attempts
+        attempts = run.attempt or attempts
         return _left_running(ctx, label, external_id, started, attempts)
-    job = ctx.catalogue.job(label)
     outcome = JobOutcome(
-        label, Outcome.SKIPPED, attempts=attempts, backend=job.backend, detail=NOT_SUBMITTED_DETAIL
+        label,
+        Outcome.SKIPPED,
+        attempts=attempts,
+        backend=run.job.backend,
+        detail=NOT_SUBMITTED_DETAIL,
     )
     return _report(ctx, outcome)
 
@@ -320,54 +314,56 @@ def end_job(ctx: NightContext, label: str, outcome: Outcome, detail: str | None)
     A job that was submitted but lost (its task gave up on an error) stays live in the ledger,
     so a rerun re-attaches to it instead of starting a second copy.
     """
+    run = ctx.job_run(label)
     attempts = 0
     try:
         record = ctx.records.get_job(ctx.night, label)
     except LedgerUnavailable:  # the lease is gone with the database: what the night knows
         record = None
-        attempts = ctx.attempts.get(label, 0) if label in ctx.external_ids else 0
-    external_id = ctx.external_ids.get(label) or (record.external_id if record else None)
+        attempts = run.attempt if run.external_id is not None else 0
+    external_id = run.external_id or (record.external_id if record else None)
     live = record is not None and record.state in LIVE and external_id is not None
     if record is not None:
         attempts = record.attempts
-    return _finish(
-        ctx,
-        label,
-        external_id,
-        outcome,
-        ctx.wall(),
-        attempts,
-        detail,
-        ledger_state=LOST if live else None,
-    )
+    run.attempt = attempts  # for its events
+    # what ends here is the job, not a try of it (one may still be out there): no log tail,
+    # no duration
+    ended = JobRun(label, run.job, attempts, external_id, started=ctx.wall())
+    return _finish(ctx, ended, outcome, detail, ledger_state=LOST if live else None)
+
+
+def _not_submitted(ctx: NightContext, run: JobRun, detail: str, attempt: int) -> JobOutcome:
+    """A try that failed before its job was out there: its outcome names no job."""
+    run.attempt = attempt
+    return _finish(ctx, replace(run, external_id=None), Outcome.FAILED, detail)
 
 
 def _finish(
     ctx: NightContext,
-    label: str,
-    external_id: str | None,
+    run: JobRun,
     outcome: Outcome,
-    started: datetime,
-    attempts: int,
     detail: str | None,
     data: dict[str, Any] | None = None,
-    backend: Backend | None = None,
     ledger_state: str | None = None,
 ) -> JobOutcome:
+    """Record the job's end as ``outcome`` (the ledger keeps ``ledger_state`` instead when
+    given): it ran from ``run.started``, and a try that reached its job out there
+    (``run.watched``) and did not succeed keeps the tail of its log. ``run`` is the night's
+    run of the job, or an account of it (``end_job``, ``_not_submitted``)."""
+    assert run.started is not None
+    label, external_id = run.label, run.external_id
     finished = ctx.wall()
-    ctx.attempts[label] = attempts
     tail_path = None
-    if outcome is not Outcome.SUCCEEDED and backend is not None and external_id is not None:
-        tail_path = _save_tail(ctx, label, backend, external_id)
-    job = ctx.catalogue.job(label)
+    if outcome is not Outcome.SUCCEEDED and run.watched:
+        tail_path = _save_tail(ctx, run)
     result = JobOutcome(
         label=label,
         state=outcome,
-        duration_s=max(0.0, (finished - started).total_seconds()),
-        attempts=attempts,
+        duration_s=max(0.0, (finished - run.started).total_seconds()),
+        attempts=run.attempt,
         external_id=external_id,
         log_tail_path=tail_path,
-        backend=job.backend,
+        backend=run.job.backend,
         detail=detail,
         data=data or {},
     )
@@ -380,7 +376,7 @@ def _finish(
         data=data or None,
     )
     # the final row is dated when the watcher first saw the end, not after collecting results
-    ctx.mark(label, outcome.value, external_id, at=ctx.final_seen.pop(label, None))
+    ctx.mark(label, outcome.value, external_id, at=ctx.job_run(label).take_final_seen())
     return _report(ctx, result)
 
 
@@ -391,12 +387,13 @@ def _report(ctx: NightContext, outcome: JobOutcome) -> JobOutcome:
     return outcome
 
 
-def _save_tail(ctx: NightContext, label: str, backend: Backend, external_id: str) -> str | None:
+def _save_tail(ctx: NightContext, run: JobRun) -> str | None:
+    assert run.backend is not None and run.external_id is not None  # it was out there
     try:
-        text = backend.logs(external_id, tail=LOG_TAIL_LINES)
+        text = run.backend.logs(run.external_id, tail=LOG_TAIL_LINES)
     except BackendError as exc:
         text = f"(could not read the job's log: {exc})\n"
-    path = ctx.run_dir / "logs" / f"{label_filename(label)}.tail.log"
+    path = ctx.run_dir / "logs" / f"{label_filename(run.label)}.tail.log"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text if text.endswith("\n") or not text else text + "\n", encoding="utf-8")
     return str(path)

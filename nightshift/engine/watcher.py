@@ -46,6 +46,8 @@ OnError = Callable[[str, BaseException | None], None]  # a status call failed (o
 # label -> its usual duration from submit to end (seconds: known as one number), if known
 Expected = Callable[[str], Usual | float | None]
 _TIMER_REASONS: tuple[Reason, ...] = ("fallback", "timeout", "stuck_queued")
+_CALLS_PER_BACKEND = 8  # status calls in flight at once, per backend
+_THREADS = 32  # the status calls' threads, for every backend
 
 
 @dataclass(frozen=True)
@@ -128,8 +130,6 @@ class Watcher:
         on_change: OnChange,
         clock: Callable[[], float] = time.monotonic,
         *,
-        calls_per_backend: int = 8,
-        threads: int = 32,
         on_error: OnError = lambda _label, _error: None,
         expected: Expected = lambda _label: None,
         on_final: Callable[[str], None] = lambda _label: None,
@@ -143,10 +143,12 @@ class Watcher:
         self._entries: list[WatchRequest] = []
         self._stopped = False
         self._detached = False
-        self._calls_per_backend = calls_per_backend
+        self._calls_per_backend = _CALLS_PER_BACKEND
         self._calls: dict[int, int] = {}  # backend (by id) -> status calls in flight
         self._listing: set[int] = set()  # backends whose status_many call is in flight
-        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="nightshift-status")
+        self._pool = ThreadPoolExecutor(
+            max_workers=_THREADS, thread_name_prefix="nightshift-status"
+        )
         self._streams = StreamListener()  # one thread for every stream, started at first use
         self._thread = threading.Thread(target=self._loop, name="nightshift-watcher", daemon=True)
         self._thread.start()

@@ -18,6 +18,7 @@ from nightshift.engine.admission import Admission
 from nightshift.engine.alerts import NoAlertSink
 from nightshift.engine.events import LogSink, Sink
 from nightshift.engine.night import (
+    NightId,
     NightParts,
     build_parts,
     expected_durations,
@@ -66,13 +67,7 @@ def run_night(
         catalogue,
         parts,
         plan,
-        night=night,
-        run_id=run_id,
-        run_dir=setup.run_path,
-        # a night whose lease ran out (taken, or not renewed in time) must not submit beside
-        # the night that may hold it now, nor write to the ledger rows that night owns
-        stop_reason=lambda watcher: stop_reason(lease, watcher),
-        owns_night=lambda: lease.lost_reason is None,
+        NightId(night, run_id, setup.run_path),
         outcomes=results,
         stop=setup.stop,
     ) as ctx:
@@ -95,7 +90,7 @@ def run_night(
 
 def _parts(setup: NightSetup, lease: Lease, sinks: list[Sink], logger: Any) -> NightParts:
     """The engine's parts of a night under Prefect: its caps as Prefect's concurrency limits,
-    its notices and alert levels to Slack."""
+    its notices and alert levels to Slack, the lease's rule for submits and ledger rows."""
     catalogue, settings, ledger, notifier = (
         setup.catalogue,
         setup.settings,
@@ -108,7 +103,6 @@ def _parts(setup: NightSetup, lease: Lease, sinks: list[Sink], logger: Any) -> N
         catalogue,
         settings,
         ledger,
-        sinks=sinks,
         logger=logger,
         # caps as Prefect global concurrency limits; both by this module's names, which a
         # test of the flow may swap
@@ -122,6 +116,11 @@ def _parts(setup: NightSetup, lease: Lease, sinks: list[Sink], logger: Any) -> N
         ),
         admission=Admission,
     )
-    # dwell levels into the night's Slack thread; the LogSink above logs each level once
+    parts.sinks = sinks
+    # dwell levels into the night's Slack thread; the LogSink in ``sinks`` logs each level once
     parts.alerts = SlackAlertSink(notifier) if notifier is not None else NoAlertSink()
+    # a night whose lease ran out (taken, or not renewed in time) must not submit beside
+    # the night that may hold it now, nor write to the ledger rows that night owns
+    parts.stop_reason = lambda watcher: stop_reason(lease, watcher)
+    parts.owns_night = lambda: lease.lost_reason is None
     return parts

@@ -373,7 +373,7 @@ def test_watches_reach_slack_when_alert_levels_lists_them(
 
     from nightshift.budgets.lookup import Budget
     from nightshift.engine.detection import BudgetTable, Detector
-    from nightshift.engine.dwell_watch import DwellWatch
+    from nightshift.engine.dwell_watch import DwellWatch, LevelOutlets
     from nightshift.engine.events import JobChanged
     from nightshift.store.alert_log import AlertLog
 
@@ -384,8 +384,8 @@ def test_watches_reach_slack_when_alert_levels_lists_them(
     now = [at]
     detector = Detector(NIGHT, "nightly", BudgetTable({("etl", "queued"): Budget(60, 100, 30)}))
     watch = DwellWatch(
-        detector, publish=lambda _e: None, log=AlertLog(outbox.engine),
-        alerts=SlackAlertSink(notifier), wall=lambda: now[0],
+        detector, LevelOutlets(AlertLog(outbox.engine), lambda _e: None, SlackAlertSink(notifier)),
+        wall=lambda: now[0],
     )  # fmt: skip
     watch(JobChanged(NIGHT, "nightly", "etl", "cli", 1, "x", "queued", at, None))
     for seconds in (150, 250):  # past p95, then past 2 x p95

@@ -167,7 +167,7 @@ jobs:
     backend = CliBackend(AGY, timeout_s=20, env={"AGY_STATE_DIR": str(tmp_path / "agy")})
     with watched_night(tmp_path, catalogue, {"cli": backend}) as ctx:
         assert run_job(ctx, "a").state is Outcome.SUCCEEDED
-        truth = backend.status(ctx.external_ids["a"])
+        truth = backend.status(ctx.runs["a"].external_id)
         rows = rows_by_state(ctx, "a")
 
     # polls 0.5 s apart see each change up to 0.5 s late; the rows say when it happened
@@ -188,7 +188,7 @@ jobs:
         backend = gemini(emu)
         with watched_night(tmp_path, catalogue, {"gemini_batch": backend}) as ctx:
             assert run_job(ctx, "b").state is Outcome.SUCCEEDED
-            truth: JobStatus = backend.status(ctx.external_ids["b"])
+            truth: JobStatus = backend.status(ctx.runs["b"].external_id)
             rows = rows_by_state(ctx, "b")
             backend.close()
 

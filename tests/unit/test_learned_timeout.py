@@ -17,7 +17,7 @@ from nightshift.budgets.lookup import Budget
 from nightshift.config.loader import parse_catalogue
 from nightshift.engine.admission import Admission
 from nightshift.engine.events import JobFinished, NightEvent
-from nightshift.engine.night import NightParts, open_night
+from nightshift.engine.night import NightId, NightParts, open_night
 from nightshift.engine.outcomes import Outcome
 from nightshift.engine.plan import plan_night
 from nightshift.engine.timers import job_timers, learned_limit
@@ -110,7 +110,7 @@ def night_with_history(tmp_path: Path, nights: int) -> Iterator[tuple[Any, ...]]
         poll_hints=None,
     )
     plan = plan_night(catalogue)
-    with open_night(catalogue, parts, plan, night=NIGHT, run_id="t", run_dir=tmp_path) as ctx:
+    with open_night(catalogue, parts, plan, NightId(NIGHT, "t", tmp_path)) as ctx:
         thread = start_jobs(ctx, plan)
         wait_until(lambda: backend.calls["slow"] >= 0 and "slow" in backend.submitted,
                    what="the job submitted")  # fmt: skip

@@ -61,7 +61,7 @@ def test_a_job_whose_cancel_failed_stays_live_and_a_rerun_reattaches(timing_out)
 def test_a_job_lost_to_errors_stays_live_for_the_rerun(night) -> None:
     ctx, backend = night
     ctx.ledger.record_submit("2026-11-29", "a", "command", "a", 1)
-    ctx.external_ids["a"] = "a"
+    ctx.job_run("a").external_id = "a"
     lost = end_job(ctx, "a", Outcome.FAILED, "TransientBackendError: agy unreachable")
     assert lost.state is Outcome.FAILED
     assert ctx.ledger.get_job("2026-11-29", "a").state == LOST

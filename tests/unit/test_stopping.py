@@ -10,7 +10,7 @@ from nightshift.backends.base import ExternalState
 from nightshift.backoff import Backoff
 from nightshift.config.loader import parse_catalogue
 from nightshift.engine.admission import Admission
-from nightshift.engine.night import NightParts, finish_night, open_night
+from nightshift.engine.night import NightId, NightParts, finish_night, open_night
 from nightshift.engine.outcomes import Outcome
 from nightshift.engine.plan import plan_night
 from nightshift.engine.stopping import NightStop
@@ -48,9 +48,7 @@ def _night(tmp_path: Path, backend: ScriptedBackend, stop: NightStop) -> tuple[o
     box: dict[str, object] = {}
 
     def run() -> None:
-        with open_night(
-            catalogue, parts, plan, night=NIGHT, run_id="r1", run_dir=tmp_path, stop=stop
-        ) as ctx:
+        with open_night(catalogue, parts, plan, NightId(NIGHT, "r1", tmp_path), stop=stop) as ctx:
             run_jobs(ctx, plan)
         box["summary"] = finish_night(ctx, plan, "start")
 
