@@ -1,8 +1,11 @@
 """A job's usual duration from submit to end: p10, p50 and p95 of its recent nights (pure).
 
-The one definition every reader of history uses: the watcher's poll schedule (``engine/
-poll_hints.py``), the order a capped backend grants its slots in (``Ledger.expected_durations``)
-and the live table's estimates (``engine/expected.py``). A leaf module, so the store may use it.
+The one definition the night's pacing uses: the watcher's poll schedule (``engine/
+poll_hints.py``) and the order a capped backend grants its slots in
+(``Ledger.expected_durations``). A leaf module, so the store may use it. The live table's
+estimates (``engine/expected.py``) are not this figure: they come from the learned budgets'
+p50s (every state of a job, submitting and fallback included, from the budgets snapshot), as
+the dwell alerts they sit beside do.
 One sample per job and night: its dwells in ``submitted``, ``queued`` and ``running`` summed
 (dated by the backend where it tells them). Percentiles interpolate linearly between samples,
 as pandas' and numpy's do, so one night gives p10 = p50 = p95.
