@@ -61,6 +61,7 @@ class Sampler:
     def __init__(self, every: float = 0.1, trace: bool = False) -> None:
         self.threads = 0
         self.rss_kb = 0
+        self.anon_kb = self.file_kb = 0
         self.trace = trace
         self.series: list[tuple[float, int]] = []  # (monotonic time, RSS kB)
         self.traced_peak = 0  # bytes traced at the snapshot of the highest RSS
@@ -86,6 +87,10 @@ class Sampler:
         fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
         self.threads = max(self.threads, int(fields["Threads"]))
         self.rss_kb = max(self.rss_kb, int(fields["VmHWM"].split()[0]))
+        # what the RSS is made of at its highest: the heap (anon) or mapped files
+        if int(fields["VmRSS"].split()[0]) >= max((kb for _, kb in self.series), default=0):
+            self.anon_kb = int(fields["RssAnon"].split()[0])
+            self.file_kb = int(fields["RssFile"].split()[0])
         self.series.append((time.monotonic(), int(fields["VmRSS"].split()[0])))
         rss = int(fields["VmRSS"].split()[0])
         if self.trace and rss > self.rss_at_snapshot + 5 * 1024:  # RSS at a new high
@@ -175,6 +180,8 @@ def one(
         "peak_threads": peak.threads,
         "peak_rss_mb": peak.rss_kb / 1024,
         "start_rss_mb": peak.start_kb / 1024,
+        "anon_mb": peak.anon_kb / 1024,
+        "file_mb": peak.file_kb / 1024,
         "status_calls_per_job": (lists + gets) / n,
         "list_calls": lists,
         "get_calls": gets,
@@ -244,6 +251,10 @@ def show(r: dict[str, float]) -> None:
     if "start_rss_mb" in r:
         grown = (r["peak_rss_mb"] - r["start_rss_mb"]) * 1024 / max(1, r["in_flight_max"])
         print(f"  RSS before the night / grown per job {r['start_rss_mb']:8.0f} MB  {grown:.0f} KB")
+    if "anon_mb" in r:
+        print(
+            f"  at the highest RSS: heap / files      {r['anon_mb']:8.0f} MB  {r['file_mb']:.0f} MB"
+        )
     each = r["peak_rss_mb"] * 1024 / max(1, r["in_flight_max"])
     print(f"  peak RSS per job in flight (all of it) {each:6.0f} KB")
     print(
