@@ -133,12 +133,14 @@ def clocked_emu() -> Iterator[tuple[Any, FakeClock]]:
         yield emulator, clock
 
 
+# a test that needs real seconds, a Python subprocess, Prefect, matplotlib or google-genai is not
+# a unit test (tests/e2e/test_imports.py keeps the package light): `-m unit` stays within seconds
 LAYERS = {
-    "unit": "pure logic and the engine on scripted backends: seconds, no server",
+    "unit": "pure logic and the engine on scripted backends and a fake clock: seconds, no server",
     "backends": "each backend against real subprocesses and the emulators",
     "store": "the ledger, its migrations and the lease on SQLite and PostgreSQL",
-    "nights": "whole nights under a real Prefect server",
-    "e2e": "the CLI, deployments and process handling from outside",
+    "nights": "whole nights under a real Prefect server or real clocks; Prefect's states, plots",
+    "e2e": "the CLI, deployments and process handling from outside; what a fresh import loads",
 }
 
 

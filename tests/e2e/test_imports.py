@@ -2,6 +2,7 @@
 
 One fresh interpreter takes the steps in order and says what was loaded after each: a step that
 must stay light is checked with everything before it loaded too (a stronger check than alone).
+Here, not in the unit layer: each check starts an interpreter of its own (seconds, not ms).
 """
 
 from __future__ import annotations
@@ -65,3 +66,7 @@ def test_a_night_pulls_in_no_pandas(loaded: dict[str, list[str]]) -> None:
 
 def test_computing_budgets_is_where_pandas_comes_in(loaded: dict[str, list[str]]) -> None:
     assert "pandas" in loaded["table"]
+
+
+def test_detection_imports_nothing_heavy() -> None:
+    assert loaded_after("import nightshift.engine.detection, nightshift.engine.alerts") == []
