@@ -20,6 +20,7 @@ STEPS = {
     "parse_catalogue('jobs: [{label: a, backend: command, argv: [x]}]')",
     "lookup": "from nightshift.budgets import Budget, Budgets, classify\n"
     "classify(1.0, Budget(1.0, 2.0, 7, 'job')); Budgets()",
+    "gemini states": "import nightshift.backends.gemini.wait, nightshift.backends.gemini.results",
     "night": "import nightshift.engine.night",
     "table": "import nightshift.budgets.table",
 }
@@ -57,6 +58,11 @@ def test_reading_a_catalogue_pulls_in_nothing_heavy(loaded: dict[str, list[str]]
 
 def test_budget_lookup_pulls_in_nothing_heavy(loaded: dict[str, list[str]]) -> None:
     assert loaded["lookup"] == []
+
+
+def test_reading_gemini_states_and_results_pulls_in_no_sdk(loaded: dict[str, list[str]]) -> None:
+    """The google-genai SDK is for talking to Gemini; a state or a results file needs none."""
+    assert loaded["gemini states"] == []
 
 
 def test_a_night_pulls_in_no_pandas(loaded: dict[str, list[str]]) -> None:
