@@ -43,12 +43,6 @@ def _local_postgres() -> str | None:
     return LOCAL_POSTGRES
 
 
-# the PostgreSQL variants run whenever a server answers; NIGHTSHIFT_TEST_POSTGRES_URL= (empty)
-# skips them, another URL points them elsewhere
-if "NIGHTSHIFT_TEST_POSTGRES_URL" not in os.environ and (found := _local_postgres()):
-    os.environ["NIGHTSHIFT_TEST_POSTGRES_URL"] = found
-
-
 @pytest.fixture(scope="session")
 def prefect_server() -> Iterator[None]:
     """A real (temporary) Prefect server for the whole session."""
@@ -147,6 +141,15 @@ LAYERS = {
 def pytest_configure(config: pytest.Config) -> None:
     for name, what in LAYERS.items():
         config.addinivalue_line("markers", f"{name}: {what}")
+    # the PostgreSQL variants run whenever a server answers; NIGHTSHIFT_TEST_POSTGRES_URL= (empty)
+    # skips them, another URL points them elsewhere. Set before collection (modules read it) and
+    # before xdist starts its workers (they inherit it); not looked for when only unit tests run
+    if (
+        "NIGHTSHIFT_TEST_POSTGRES_URL" not in os.environ
+        and not _only_unit(config.getoption("markexpr", ""))
+        and (found := _local_postgres())
+    ):
+        os.environ["NIGHTSHIFT_TEST_POSTGRES_URL"] = found
 
 
 WORKERS = 4  # the suite mostly waits (servers, subprocesses): more workers than 2 cores pay
