@@ -13,7 +13,7 @@ from nightshift.budgets.current import current_budgets
 from nightshift.engine.events import ExpectedDurations, LevelChanged
 from nightshift.store.ledger import Ledger
 from tests.dwell_night import NIGHT, Q, R, S, budgets, dwell_night, rows
-from tests.support import EPOCH, FakeClock, wait_until
+from tests.support import EPOCH, FakeClock, new_ledger_url, wait_until
 
 WATCH = ("slow", "queued", "watch")
 ALERT = ("slow", "queued", "alert")
@@ -21,7 +21,7 @@ ALERT = ("slow", "queued", "alert")
 
 @pytest.fixture
 def ledger(tmp_path: Path) -> Iterator[Ledger]:
-    ledger = Ledger(f"sqlite:///{tmp_path / 'ledger.db'}", "test")
+    ledger = Ledger(new_ledger_url(tmp_path / "ledger.db"), "test")
     yield ledger
     ledger.close()
 
@@ -110,7 +110,7 @@ def test_a_night_with_no_history_behaves_as_before(tmp_path: Path) -> None:
     for load in (current_budgets, None):  # an empty ledger's budgets; no detection at all
         folder = tmp_path / ("learned" if load else "none")
         folder.mkdir()
-        ledger = Ledger(f"sqlite:///{folder / 'ledger.db'}", "test")
+        ledger = Ledger(new_ledger_url(folder / "ledger.db"), "test")
         try:
             with dwell_night(folder, ledger, [Q] * 30 + [R] * 30 + [S], load, poll="1s") as n:
                 assert (n.ctx.dwell is not None) == (load is not None)
