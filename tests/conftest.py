@@ -43,12 +43,6 @@ def _local_postgres() -> str | None:
     return LOCAL_POSTGRES
 
 
-# the PostgreSQL variants run whenever a server answers; NIGHTSHIFT_TEST_POSTGRES_URL= (empty)
-# skips them, another URL points them elsewhere
-if "NIGHTSHIFT_TEST_POSTGRES_URL" not in os.environ and (found := _local_postgres()):
-    os.environ["NIGHTSHIFT_TEST_POSTGRES_URL"] = found
-
-
 @pytest.fixture(scope="session")
 def prefect_server() -> Iterator[None]:
     """A real (temporary) Prefect server for the whole session."""
@@ -133,18 +127,29 @@ def clocked_emu() -> Iterator[tuple[Any, FakeClock]]:
         yield emulator, clock
 
 
+# a test that needs real seconds, a Python subprocess, Prefect, matplotlib or google-genai is not
+# a unit test (tests/e2e/test_imports.py keeps the package light): `-m unit` stays within seconds
 LAYERS = {
-    "unit": "pure logic and the engine on scripted backends: seconds, no server",
+    "unit": "pure logic and the engine on scripted backends and a fake clock: seconds, no server",
     "backends": "each backend against real subprocesses and the emulators",
     "store": "the ledger, its migrations and the lease on SQLite and PostgreSQL",
-    "nights": "whole nights under a real Prefect server",
-    "e2e": "the CLI, deployments and process handling from outside",
+    "nights": "whole nights under a real Prefect server or real clocks; Prefect's states, plots",
+    "e2e": "the CLI, deployments and process handling from outside; what a fresh import loads",
 }
 
 
 def pytest_configure(config: pytest.Config) -> None:
     for name, what in LAYERS.items():
         config.addinivalue_line("markers", f"{name}: {what}")
+    # the PostgreSQL variants run whenever a server answers; NIGHTSHIFT_TEST_POSTGRES_URL= (empty)
+    # skips them, another URL points them elsewhere. Set before collection (modules read it) and
+    # before xdist starts its workers (they inherit it); not looked for when only unit tests run
+    if (
+        "NIGHTSHIFT_TEST_POSTGRES_URL" not in os.environ
+        and not _only_unit(config.getoption("markexpr", ""))
+        and (found := _local_postgres())
+    ):
+        os.environ["NIGHTSHIFT_TEST_POSTGRES_URL"] = found
 
 
 WORKERS = 4  # the suite mostly waits (servers, subprocesses): more workers than 2 cores pay

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -28,6 +30,7 @@ __all__ = [
     "FakeClock",
     "ScriptedBackend",
     "eventually",
+    "new_ledger_url",
     "read_until",
     "start_run",
     "wait_final",
@@ -204,6 +207,30 @@ class BatchScriptedBackend(ScriptedBackend):
         return {i: self._next(i) for i in ids}
 
 
+@functools.cache
+def _migrated_ledger() -> bytes:
+    """A new SQLite ledger's file at the schema's head: migrated once a session, then copied."""
+    from nightshift.store.ledger import Ledger
+
+    with tempfile.TemporaryDirectory(prefix="nightshift-ledger-") as folder:
+        path = Path(folder) / "ledger.db"
+        Ledger(f"sqlite:///{path}").close()
+        assert not path.with_name("ledger.db-wal").exists(), "the WAL was not checkpointed"
+        return path.read_bytes()
+
+
+def new_ledger_url(path: Path) -> str:
+    """The URL of the SQLite ledger at ``path``; where there is none yet, a new one at the
+    schema's head is put there first (a ledger already there is kept: a rerun opens it again).
+
+    Each new ledger would run every migration (Alembic: tens of ms each time); the store layer
+    tests the migrations themselves, the others start from the one migrated copy.
+    """
+    if not path.exists():
+        path.write_bytes(_migrated_ledger())
+    return f"sqlite:///{path}"
+
+
 @contextmanager
 def night_context(
     tmp_path: Path, catalogue: str, backends: dict[str, Backend]
@@ -215,7 +242,7 @@ def night_context(
     from nightshift.engine.watcher import Watcher
     from nightshift.store.ledger import Ledger
 
-    ledger = Ledger(f"sqlite:///{tmp_path / 'ledger.db'}")
+    ledger = Ledger(new_ledger_url(tmp_path / "ledger.db"))
     watcher = Watcher(on_change=lambda *_: None)
     try:
         yield NightContext(

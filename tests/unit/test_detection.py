@@ -170,12 +170,6 @@ def test_the_log_sink_is_an_alert_sink(caplog: pytest.LogCaptureFixture) -> None
     )
 
 
-def test_detection_imports_nothing_heavy() -> None:
-    from tests.unit.test_imports import loaded_after
-
-    assert loaded_after("import nightshift.engine.detection, nightshift.engine.alerts") == []
-
-
 def test_no_level_on_a_state_that_is_normally_instant() -> None:
     # one real night of history: `submitted` pooled p95 129 ms; a normal submit took 0.26-2 s
     table = BudgetTable({("etl", "submitted"): Budget(0.08, 0.129, 6, "backend")})

@@ -20,7 +20,7 @@ from nightshift.engine.plan import plan_night
 from nightshift.engine.watcher import Watcher, WatchRequest
 from nightshift.store.ledger import Ledger
 from tests.night_kit import run_night
-from tests.support import FakeClock, ScriptedBackend
+from tests.support import FakeClock, ScriptedBackend, new_ledger_url
 
 R, S = ExternalState.RUNNING, ExternalState.SUCCEEDED
 CATALOGUE = """\
@@ -55,7 +55,7 @@ class Timed(ScriptedBackend):
 
 @pytest.fixture
 def ledger(tmp_path: Path) -> Iterator[Ledger]:
-    ledger = Ledger(f"sqlite:///{tmp_path / 'ledger.db'}", "handoff")
+    ledger = Ledger(new_ledger_url(tmp_path / "ledger.db"), "handoff")
     yield ledger
     ledger.close()
 

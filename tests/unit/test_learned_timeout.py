@@ -26,7 +26,7 @@ from nightshift.sandbox.history import Habits, Usual, generate, write
 from nightshift.store.ledger import Ledger
 from tests.dwell_night import NIGHT, Recorder
 from tests.night_kit import start_jobs
-from tests.support import FakeClock, ScriptedBackend, wait_until
+from tests.support import FakeClock, ScriptedBackend, new_ledger_url, wait_until
 
 CATALOGUE = """\
 name: test
@@ -89,7 +89,7 @@ class Notices:
 @contextmanager
 def night_with_history(tmp_path: Path, nights: int) -> Iterator[tuple[Any, ...]]:
     """Job ``slow`` (running until cancelled) with ``nights`` nights of history in its ledger."""
-    ledger = Ledger(f"sqlite:///{tmp_path / 'ledger.db'}", "test")
+    ledger = Ledger(new_ledger_url(tmp_path / "ledger.db"), "test")
     usual = [Usual("slow", "command", (("running", 100.0),))]
     habits = Habits(sigma=0.0, latency_sigma=0.0, failure_rate=0.0)
     write(ledger, generate(usual, date.fromisoformat(NIGHT), nights, habits))

@@ -27,7 +27,7 @@ from nightshift.engine.plan import plan_night
 from nightshift.errors import TransientBackendError
 from nightshift.store.ledger import Ledger
 from tests.night_kit import run_night
-from tests.support import EPOCH, FakeClock, ScriptedBackend
+from tests.support import EPOCH, FakeClock, ScriptedBackend, new_ledger_url
 
 Q, R = ExternalState.QUEUED, ExternalState.RUNNING
 S, F = ExternalState.SUCCEEDED, ExternalState.FAILED
@@ -54,7 +54,7 @@ SCRIPTS: dict[str, list[ExternalState | Exception]] = {
 
 @pytest.fixture
 def ledger(tmp_path: Path) -> Iterator[Ledger]:
-    ledger = Ledger(f"sqlite:///{tmp_path / 'ledger.db'}", "test")
+    ledger = Ledger(new_ledger_url(tmp_path / "ledger.db"), "test")
     yield ledger
     ledger.close()
 

@@ -11,10 +11,9 @@ import pytest
 
 from nightshift.budgets.current import current_budgets
 from nightshift.engine.events import ExpectedDurations, LevelChanged
-from nightshift.store.alert_log import AlertLog
 from nightshift.store.ledger import Ledger
 from tests.dwell_night import NIGHT, Q, R, S, budgets, dwell_night, rows
-from tests.support import EPOCH, FakeClock, wait_until
+from tests.support import EPOCH, FakeClock, new_ledger_url, wait_until
 
 WATCH = ("slow", "queued", "watch")
 ALERT = ("slow", "queued", "alert")
@@ -22,7 +21,7 @@ ALERT = ("slow", "queued", "alert")
 
 @pytest.fixture
 def ledger(tmp_path: Path) -> Iterator[Ledger]:
-    ledger = Ledger(f"sqlite:///{tmp_path / 'ledger.db'}", "test")
+    ledger = Ledger(new_ledger_url(tmp_path / "ledger.db"), "test")
     yield ledger
     ledger.close()
 
@@ -111,7 +110,7 @@ def test_a_night_with_no_history_behaves_as_before(tmp_path: Path) -> None:
     for load in (current_budgets, None):  # an empty ledger's budgets; no detection at all
         folder = tmp_path / ("learned" if load else "none")
         folder.mkdir()
-        ledger = Ledger(f"sqlite:///{folder / 'ledger.db'}", "test")
+        ledger = Ledger(new_ledger_url(folder / "ledger.db"), "test")
         try:
             with dwell_night(folder, ledger, [Q] * 30 + [R] * 30 + [S], load, poll="1s") as n:
                 assert (n.ctx.dwell is not None) == (load is not None)
@@ -143,22 +142,3 @@ def test_budgets_that_cannot_be_read_log_one_line_and_the_night_runs(
         "RuntimeError: snapshot table missing"
     ]
     assert [t.to_state for t in ledger.dwells(NIGHT, "slow")][-1] == "succeeded"
-
-
-def test_levels_change_on_the_real_clock_with_no_poll(
-    tmp_path: Path, ledger: Ledger, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from nightshift.budgets.lookup import Budget, Budgets
-
-    quick = Budgets(states={("test", "slow", "submitted"): Budget(0.5, 1.0, 20)})
-    # no floor here (an hour's polls would make it 3 h): the timer alone must see 1 s, then 2 s
-    monkeypatch.setattr("nightshift.engine.dwell_watch.dwell_floor", lambda _poll: 0.0)
-    # polled once an hour: only the timer can see the wait pass 1 s, then 2 s
-    with dwell_night(tmp_path, ledger, [S], lambda _l, _n: quick, poll="1h", real_clocks=True) as n:
-        wait_until(lambda: len(rows(ledger)) == 2, what="watch and alert", timeout=20)
-        n.ctx.watcher.stop()
-    assert n.backend.calls["slow"] == 0
-    watch, alert = (e.alert for e in n.events if isinstance(e, LevelChanged))
-    assert (watch.level, alert.level) == ("watch", "alert")
-    assert 1.0 < watch.dwell_s < 1.0 + 1.0 and 2.0 < alert.dwell_s < 2.0 + 1.0
-    assert [r.level for r in AlertLog(ledger.engine).alerts()] == ["watch", "alert"]

@@ -11,7 +11,6 @@ from nightshift.orchestration.night_report import (
     build_report,
     render_report,
 )
-from nightshift.orchestration.report_plot import plot_report
 
 
 def job(label: str, state: Outcome, seconds: float, **kw: object) -> JobOutcome:
@@ -93,11 +92,6 @@ def test_a_night_without_slack_or_watches_says_so() -> None:
     assert "Nothing: the catalogue has no `notify:` section." in text
     assert "| `fast` | Completed | 10s | learning |  |" in text  # no budgets yet
     assert "![" not in text
-
-
-def test_the_plot_is_a_png() -> None:
-    png = plot_report(report())
-    assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 5000
 
 
 def test_a_failure_note_says_why_where_and_how_it_ended() -> None:

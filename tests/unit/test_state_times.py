@@ -22,7 +22,7 @@ from nightshift.engine.outcomes import Outcome
 from nightshift.engine.watcher import Watcher
 from nightshift.store.ledger import Ledger
 from tests.night_kit import run_job
-from tests.support import FakeClock
+from tests.support import FakeClock, new_ledger_url
 
 Q, R, S = ExternalState.QUEUED, ExternalState.RUNNING, ExternalState.SUCCEEDED
 T0 = datetime(2026, 11, 29, 22, 0, tzinfo=UTC)
@@ -77,7 +77,7 @@ class PolledBackend:
 def night(tmp_path: Path) -> Iterator[tuple[NightContext, PolledBackend]]:
     wall = FakeClock(T0)
     backend = PolledBackend(wall)
-    ledger = Ledger(f"sqlite:///{tmp_path / 'ledger.db'}")
+    ledger = Ledger(new_ledger_url(tmp_path / "ledger.db"))
     box: list[NightContext] = []
     watcher = Watcher(on_change=lambda label, state, status: box[0].seen(label, state, status))
     box.append(

@@ -18,7 +18,7 @@ from nightshift.engine.watcher import Watcher, WatchRequest
 from nightshift.states import LIVE as LIVE_STATES
 from nightshift.store.ledger import Ledger
 from tests.night_kit import run_jobs, run_night
-from tests.support import ScriptedBackend, wait_until
+from tests.support import ScriptedBackend, new_ledger_url, wait_until
 
 R = ExternalState.RUNNING
 NIGHT = "2030-01-02"
@@ -36,7 +36,7 @@ jobs:
 
 def _night(tmp_path: Path, backend: ScriptedBackend, stop: NightStop) -> tuple[object, Ledger]:
     catalogue = parse_catalogue(CATALOGUE, tmp_path / "n.yaml")
-    ledger = Ledger(f"sqlite:///{tmp_path / 'ledger.db'}", catalogue.key)
+    ledger = Ledger(new_ledger_url(tmp_path / "ledger.db"), catalogue.key)
     parts = NightParts(
         backends={"command": backend},
         ledger=ledger,
@@ -89,7 +89,7 @@ def test_a_rerun_re_attaches_to_what_the_interrupted_night_left(tmp_path: Path) 
     first = list(backend.submitted)
     backend.scripts = {x: [ExternalState.SUCCEEDED] for x in "abcd"}
     catalogue = parse_catalogue(CATALOGUE, tmp_path / "n.yaml")
-    ledger = Ledger(f"sqlite:///{tmp_path / 'ledger.db'}", catalogue.key)
+    ledger = Ledger(new_ledger_url(tmp_path / "ledger.db"), catalogue.key)
     try:
         parts = NightParts(
             backends={"command": backend},

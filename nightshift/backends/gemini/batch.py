@@ -24,8 +24,6 @@ from nightshift.backends.gemini.client import (
     RetryPolicy,
     SdkCaller,
     build_gemini_client,
-    sdk_json,
-    sdk_state_name,
 )
 from nightshift.backends.gemini.options import GeminiJobOptions
 from nightshift.backends.gemini.reconcile import RowResult
@@ -35,6 +33,7 @@ from nightshift.backends.gemini.results import (
     read_manifest,
     write_manifest,
 )
+from nightshift.backends.gemini.sdk_values import sdk_json, sdk_state_name
 from nightshift.backends.gemini.submit import BatchCreator
 from nightshift.backends.gemini.wait import (
     BATCH_STATES,

@@ -28,8 +28,6 @@ __all__ = [
     "RetryPolicy",
     "SdkCaller",
     "build_gemini_client",
-    "sdk_json",
-    "sdk_state_name",
 ]
 
 T = TypeVar("T")
@@ -62,7 +60,6 @@ _SDK_ERRORS: tuple[type[Exception], ...] = (
 AUTH_CODES = frozenset({401, 403})
 # 1 s doubling to 30 s, plus up to 1 s of jitter so parallel retries spread out
 _RETRY_BACKOFF = Backoff(initial=1.0, factor=2.0, max=30.0, jitter=1.0)
-_EXCLUDE = {"sdk_http_response", "automatic_function_calling_history", "parsed"}
 
 
 @dataclass(frozen=True)
@@ -129,17 +126,6 @@ def _retry_after(exc: Exception) -> float | None:
         return max(0.0, float(value)) if value is not None else None
     except (TypeError, ValueError):
         return None
-
-
-def sdk_state_name(state: Any) -> str:
-    """A batch or job state enum as its bare name (``SUCCEEDED``, not ``JOB_STATE_SUCCEEDED``)."""
-    raw = getattr(state, "value", state) or "UNSPECIFIED"
-    return str(raw).removeprefix("JOB_STATE_").removeprefix("BATCH_STATE_")
-
-
-def sdk_json(model: Any) -> dict[str, Any]:
-    """An SDK pydantic object as REST-style JSON (camelCase, no SDK-only fields)."""
-    return dict(model.model_dump(mode="json", by_alias=True, exclude_none=True, exclude=_EXCLUDE))
 
 
 @dataclass(frozen=True)

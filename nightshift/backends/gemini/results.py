@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from nightshift.backends.gemini.batch_input import BatchRow, render_rows, sdk_request
-from nightshift.backends.gemini.client import sdk_json
 from nightshift.backends.gemini.options import GeminiJobOptions
 from nightshift.backends.gemini.pricing import job_cost
 from nightshift.backends.gemini.reconcile import (
@@ -25,6 +24,7 @@ from nightshift.backends.gemini.reconcile import (
     render_results,
     summary_line,
 )
+from nightshift.backends.gemini.sdk_values import sdk_json
 from nightshift.errors import PermanentBackendError
 from nightshift.files import write_atomic
 

@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from nightshift.backends.base import ExternalState
-from nightshift.backends.gemini.client import sdk_state_name
+from nightshift.backends.gemini.sdk_values import sdk_state_name
 from nightshift.backoff import Backoff, poll_until
 
 __all__ = ["BATCH_STATES", "CancelWait", "batch_started", "is_final_state", "settle"]

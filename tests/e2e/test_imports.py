@@ -2,6 +2,7 @@
 
 One fresh interpreter takes the steps in order and says what was loaded after each: a step that
 must stay light is checked with everything before it loaded too (a stronger check than alone).
+Here, not in the unit layer: each check starts an interpreter of its own (seconds, not ms).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ STEPS = {
     "parse_catalogue('jobs: [{label: a, backend: command, argv: [x]}]')",
     "lookup": "from nightshift.budgets import Budget, Budgets, classify\n"
     "classify(1.0, Budget(1.0, 2.0, 7, 'job')); Budgets()",
+    "gemini states": "import nightshift.backends.gemini.wait, nightshift.backends.gemini.results",
     "night": "import nightshift.engine.night",
     "table": "import nightshift.budgets.table",
 }
@@ -58,6 +60,11 @@ def test_budget_lookup_pulls_in_nothing_heavy(loaded: dict[str, list[str]]) -> N
     assert loaded["lookup"] == []
 
 
+def test_reading_gemini_states_and_results_pulls_in_no_sdk(loaded: dict[str, list[str]]) -> None:
+    """The google-genai SDK is for talking to Gemini; a state or a results file needs none."""
+    assert loaded["gemini states"] == []
+
+
 def test_a_night_pulls_in_no_pandas(loaded: dict[str, list[str]]) -> None:
     """pandas is for the budgets' tables and plots; a night only looks budgets up."""
     assert "pandas" not in loaded["night"]
@@ -65,3 +72,7 @@ def test_a_night_pulls_in_no_pandas(loaded: dict[str, list[str]]) -> None:
 
 def test_computing_budgets_is_where_pandas_comes_in(loaded: dict[str, list[str]]) -> None:
     assert "pandas" in loaded["table"]
+
+
+def test_detection_imports_nothing_heavy() -> None:
+    assert loaded_after("import nightshift.engine.detection, nightshift.engine.alerts") == []
