@@ -29,9 +29,8 @@ def ledger_poll_hints(
 ) -> dict[str, Usual]:
     """Tonight's usual durations from the recent nights; none (one warning) if unreadable."""
     try:
-        frame = ledger.history(now - timedelta(days=HINT_DAYS))
+        rows = ledger.dwell_rows(now - timedelta(days=HINT_DAYS))
         labels = {job.label for job in catalogue.jobs}
-        rows = zip(frame["night"], frame["label"], frame["state"], frame["dwell_s"], strict=True)
         return {k: v for k, v in usual_after_submit(rows).items() if k in labels}
     except Exception as exc:
         (logger or logging.getLogger("nightshift")).warning(

@@ -288,13 +288,8 @@ class Ledger:
             t.c.dwell_s,
             t.c.at,
         ]
-        query = (
-            sa.select(*([t.c.catalogue] if all_catalogues else []), *fields)
-            # a new attempt's first row has a from_state but no dwell: nothing to learn from
-            .where(*scope, t.c.from_state.is_not(None), t.c.dwell_s.is_not(None))
-            .where(t.c.at >= _utc(since))
-            .order_by(t.c.at, t.c.id)
-        )
+        query = self._completed_dwells(since, scope, [t.c.catalogue] if all_catalogues else [])
+        query = query.add_columns(*fields)
         columns = [CATALOGUE, *HISTORY_COLUMNS] if all_catalogues else HISTORY_COLUMNS
         with self.engine.begin() as conn:
             frame = pd.DataFrame([tuple(row) for row in conn.execute(query)], columns=columns)
@@ -304,6 +299,31 @@ class Ledger:
         frame[DWELL_S] = frame[DWELL_S].astype(float)
         frame[AT] = pd.to_datetime(frame[AT], utc=True).dt.as_unit("us")
         return frame
+
+    def dwell_rows(self, since: datetime) -> list[tuple[str, str, str, float]]:
+        """This catalogue's completed dwells that ended at or after ``since``, as ``(night,
+        label, state, dwell_s)`` tuples: what a night reads at its start, without pandas (a
+        night's memory is better spent on its jobs)."""
+        t = _transitions
+        query = self._completed_dwells(since, self._mine(t), [])
+        query = query.add_columns(t.c.night, t.c.label, t.c.from_state, t.c.dwell_s)
+        with self.engine.begin() as conn:
+            return [(str(n), str(lb), str(st), float(d)) for n, lb, st, d in conn.execute(query)]
+
+    @staticmethod
+    def _completed_dwells(
+        since: datetime, scope: tuple[sa.ColumnElement[bool], ...], first: list[Any]
+    ) -> sa.Select[Any]:
+        """The transitions with a dwell in ``scope`` since ``since``, oldest first; columns to
+        add (after ``first``)."""
+        t = _transitions
+        return (
+            sa.select(*first)
+            # a new attempt's first row has a from_state but no dwell: nothing to learn from
+            .where(*scope, t.c.from_state.is_not(None), t.c.dwell_s.is_not(None))
+            .where(t.c.at >= _utc(since))
+            .order_by(t.c.at, t.c.id)
+        )
 
     def get_job(self, night: str, label: str) -> JobRecord | None:
         """The record of one job of one night, or None if it never got one."""

@@ -22,6 +22,18 @@ STEPS = {
     "classify(1.0, Budget(1.0, 2.0, 7, 'job')); Budgets()",
     "gemini states": "import nightshift.backends.gemini.wait, nightshift.backends.gemini.results",
     "night": "import nightshift.engine.night",
+    # a night's start reads its poll hints (usual durations) from the ledger: rows, no frame
+    "poll hints": "import tempfile\n"
+    "from datetime import UTC, datetime, timedelta\n"
+    "from nightshift.engine.poll_hints import ledger_poll_hints\n"
+    "from nightshift.store.ledger import Ledger\n"
+    "ledger = Ledger(f'sqlite:///{tempfile.mkdtemp()}/l.db', 'c')\n"
+    "t = datetime.now(UTC) - timedelta(days=1)\n"
+    "for state, s in (('submitted', 0), ('running', 2), ('succeeded', 7)):\n"
+    "    ledger.transition('n1', 'r', 'a', 'command', 'x', state, at=t + timedelta(seconds=s))\n"
+    "catalogue = parse_catalogue('jobs: [{label: a, backend: command, argv: [x]}]')\n"
+    "assert ledger_poll_hints(catalogue, ledger, datetime.now(UTC))['a'].p50 == 7.0\n"
+    "ledger.close()",
     "table": "import nightshift.budgets.table",
 }
 
@@ -68,6 +80,11 @@ def test_reading_gemini_states_and_results_pulls_in_no_sdk(loaded: dict[str, lis
 def test_a_night_pulls_in_no_pandas(loaded: dict[str, list[str]]) -> None:
     """pandas is for the budgets' tables and plots; a night only looks budgets up."""
     assert "pandas" not in loaded["night"]
+
+
+def test_a_nights_poll_hints_pull_in_no_pandas(loaded: dict[str, list[str]]) -> None:
+    """Read at every night's start: pandas there costs a night ~50 MB for four columns."""
+    assert "pandas" not in loaded["poll hints"]
 
 
 def test_computing_budgets_is_where_pandas_comes_in(loaded: dict[str, list[str]]) -> None:
