@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
@@ -135,19 +135,37 @@ class Budgets:
         min_samples: int = MIN_SAMPLES,
     ) -> Budgets:
         """From ``table``'s state, backend and whole-job frames; learning rows give no budget."""
+        return cls.from_records(
+            states.to_dict("records"),
+            [] if backends is None else backends.to_dict("records"),
+            [] if jobs is None else jobs.to_dict("records"),
+            min_samples=min_samples,
+        )
+
+    @classmethod
+    def from_records(
+        cls,
+        states: Iterable[Mapping[str, Any]],
+        backends: Iterable[Mapping[str, Any]] = (),
+        jobs: Iterable[Mapping[str, Any]] = (),
+        *,
+        min_samples: int = MIN_SAMPLES,
+    ) -> Budgets:
+        """From the rows of the three tables (a frame's records, or a snapshot's stored rows,
+        where learning is NULL); learning rows give no budget."""
         by_state = {
             (row[CATALOGUE], row[LABEL], row[STATE]): budget
-            for row in states.to_dict("records")
+            for row in states
             if (budget := _learned(row)) is not None
         }
         by_backend: dict[tuple[str, str, str], Budget] = {}
-        for row in [] if backends is None else backends.to_dict("records"):
+        for row in backends:
             if int(row[N]) >= min_samples:
                 budget = Budget(float(row[P50]), float(row[P95]), int(row[N]), Source.BACKEND)
                 by_backend[(row[CATALOGUE], row[BACKEND], row[STATE])] = budget
         by_job = {
             (row[CATALOGUE], row[LABEL]): budget
-            for row in ([] if jobs is None else jobs.to_dict("records"))
+            for row in jobs
             if (budget := _learned(row)) is not None
         }
         return cls(by_state, by_backend, by_job)
@@ -168,6 +186,6 @@ class Budgets:
 
 def _learned(row: Mapping[str, Any]) -> Budget | None:
     """The Budget of a state or whole-job row, None for a learning one."""
-    if row[SOURCE] == Source.LEARNING or math.isnan(float(row[P95])):
+    if row[SOURCE] == Source.LEARNING or row[P95] is None or math.isnan(float(row[P95])):
         return None
     return Budget(float(row[P50]), float(row[P95]), int(row[SOURCE_N]), str(row[SOURCE]))

@@ -36,6 +36,7 @@ from nightshift.store.db import UTCDateTime
 if TYPE_CHECKING:
     import pandas as pd
 
+    from nightshift.budgets.lookup import Budgets
     from nightshift.budgets.table import BudgetTables
 
 __all__ = ["KEEP", "BudgetSnapshots", "Snapshot", "SnapshotInfo"]
@@ -143,6 +144,21 @@ class BudgetSnapshots:
             info = _latest(conn)
             return None if info is None else Snapshot(info, _tables(conn, info.id, catalogue))
 
+    def latest_budgets(self, catalogue: str | None = None) -> tuple[SnapshotInfo, Budgets] | None:
+        """The newest snapshot's info and its budgets, read as rows: what a night watches with,
+        without pandas (~50 MB a night spends better on its jobs). None when there is none."""
+        from nightshift.budgets.lookup import Budgets
+
+        with self.engine.begin() as conn:  # one transaction: a prune cannot come in between
+            info = _latest(conn)
+            if info is None:
+                return None
+            rows = {
+                kind: [row._asdict() for row in conn.execute(_rows_of(info.id, kind, catalogue))]
+                for kind in _STORED
+            }
+        return info, Budgets.from_records(rows[_STATE], rows[_BACKEND], rows[_JOB])
+
     def tables(self, snapshot_id: int, catalogue: str | None = None) -> BudgetTables:
         """The budget tables of one snapshot, as ``budget_tables`` made them."""
         with self.engine.begin() as conn:
@@ -188,14 +204,19 @@ def _latest(conn: sa.Connection) -> SnapshotInfo | None:
 def _tables(conn: sa.Connection, snapshot_id: int, catalogue: str | None) -> BudgetTables:
     from nightshift.budgets.table import BudgetTables
 
-    frames = []
-    for kind, columns in _STORED.items():
-        query = sa.select(*(_rows.c[c] for c in columns))
-        query = query.where(_rows.c.snapshot_id == snapshot_id, _rows.c.kind == kind)
-        if catalogue is not None:
-            query = query.where(_rows.c.catalogue == catalogue)
-        frames.append(_frame(conn.execute(query).all(), kind))
+    frames = [
+        _frame(conn.execute(_rows_of(snapshot_id, kind, catalogue)).all(), kind) for kind in _STORED
+    ]
     return BudgetTables(*frames)
+
+
+def _rows_of(snapshot_id: int, kind: str, catalogue: str | None) -> sa.Select[Any]:
+    """The stored columns of one snapshot's rows of one kind (one catalogue's if given)."""
+    query = sa.select(*(_rows.c[c] for c in _STORED[kind]))
+    query = query.where(_rows.c.snapshot_id == snapshot_id, _rows.c.kind == kind)
+    if catalogue is not None:
+        query = query.where(_rows.c.catalogue == catalogue)
+    return query
 
 
 def _frame(rows: Sequence[Any], kind: str) -> pd.DataFrame:

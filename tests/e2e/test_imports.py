@@ -93,3 +93,31 @@ def test_computing_budgets_is_where_pandas_comes_in(loaded: dict[str, list[str]]
 
 def test_detection_imports_nothing_heavy() -> None:
     assert loaded_after("import nightshift.engine.detection, nightshift.engine.alerts") == []
+
+
+def test_a_night_watching_with_a_fresh_snapshot_loads_no_pandas(tmp_path) -> None:
+    """The budgets flow stores a snapshot weekly; a night reads it as rows (~50 MB spared)."""
+    from datetime import UTC, datetime, timedelta
+
+    from nightshift.budgets.current import build_snapshot
+    from nightshift.store.ledger import Ledger
+
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    ledger = Ledger(url, "c")
+    now = datetime.now(UTC)
+    for night in range(8):  # eight nights of `a` queued 10 s: a budget is learned
+        at = now - timedelta(days=night + 1)
+        ledger.transition(f"n{night}", "r", "a", "cli", "x", "queued", at=at)
+        ledger.transition(
+            f"n{night}", "r", "a", "cli", "x", "running", at=at + timedelta(seconds=10)
+        )
+    build_snapshot(ledger, now - timedelta(hours=1))
+    ledger.close()
+    code = (
+        "from datetime import UTC, datetime\n"
+        "from nightshift.budgets.current import current_budgets\n"
+        "from nightshift.store.ledger import Ledger\n"
+        f"budgets = current_budgets(Ledger({url!r}, 'c'), datetime.now(UTC))\n"
+        "assert budgets.budget('c', 'a', 'queued') is not None, budgets"
+    )
+    assert "pandas" not in loaded_after(code)

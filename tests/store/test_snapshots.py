@@ -124,3 +124,24 @@ def test_prune_to_nothing_still_keeps_one(db_url: str, keep: int) -> None:
 
     assert store.prune(keep=keep) == 1
     assert store.latest() is not None
+
+
+def test_the_budgets_read_as_rows_are_those_of_the_frames(db_url: str) -> None:
+    """What a night watches with comes from the stored rows, without pandas: the same budgets
+    as from the frames, learning rows (NULL p50/p95) giving none."""
+    from nightshift.budgets.lookup import Budgets
+
+    store = BudgetSnapshots(Ledger(db_url).engine)
+    assert store.latest_budgets() is None
+    tables = budget_tables(_history(), NOW)
+    snapshot_id = store.save(tables, built_at=NOW, since=NOW - WINDOW, dwells=3)
+
+    stored = store.latest_budgets()
+    assert stored is not None
+    info, budgets = stored
+    assert info == SnapshotInfo(snapshot_id, NOW, NOW - WINDOW, 3)
+    assert budgets == Budgets.from_frames(*tables)
+    assert budgets.budget("team-a", "etl", "running") is not None  # something was learned
+    assert budgets.budget("team-b", "lonely", "running") is None  # still learning
+    only_b = store.latest_budgets("team-b")
+    assert only_b is not None and only_b[1].budget("team-a", "etl", "running") is None
