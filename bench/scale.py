@@ -134,6 +134,19 @@ def one(
     if not trim:
         night_loop.trimmer = lambda: None  # type: ignore[assignment]
     writes = _time_transitions(Ledger)
+    # the budgets snapshot a night reads, built beforehand as the weekly budgets flow does (a
+    # night that finds none learns one itself, with pandas: a first night, not a usual one)
+    # (in a process of its own, so this one's memory is the night's alone)
+    seed = (
+        "from datetime import UTC, datetime\n"
+        "from nightshift.budgets.current import build_snapshot\n"
+        "from nightshift.config.settings import load_settings\n"
+        "from nightshift.store.ledger import Ledger\n"
+        f"ledger = Ledger(load_settings().ledger_url(), {str(catalog.resolve())!r})\n"
+        "build_snapshot(ledger, datetime.now(UTC))\n"
+        "ledger.close()"
+    )
+    subprocess.run([sys.executable, "-c", seed], check=True)
     night, run_dir = "2000-01-01", tmp / "run"
     print(f"[{n}] temporary Prefect server; catalogue and state in {tmp}", flush=True)
     quiet = temporary_settings({PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None})

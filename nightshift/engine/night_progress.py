@@ -51,6 +51,7 @@ class NightProgress:
         self._lock = threading.Lock()
         self._jobs = {label: _Job() for label in labels}
         self._typical: dict[str, Typical] = {}
+        self._finished = 0  # kept as events come: a count per event, not a pass over the jobs
 
     def on_event(self, event: NightEvent) -> None:
         """Take one night event (a sink); events of other jobs or kinds change nothing."""
@@ -65,14 +66,19 @@ class NightProgress:
                     # a re-attached job is first seen later on: its start stays unknown
                     job.started = event.at
                 job.state, job.since, job.level = event.state, event.at, None
-                job.finished = is_final(event.state)
+                self._set_finished(job, is_final(event.state))
             elif isinstance(event, JobFinished):
                 job = self._jobs.setdefault(event.outcome.label, _Job())
-                job.state, job.finished, job.level = event.outcome.state.value, True, None
+                job.state, job.level = event.outcome.state.value, None
+                self._set_finished(job, True)
             elif isinstance(event, LevelChanged):
                 found = self._jobs.get(event.label)
                 if found is not None and found.state == event.alert.state:
                     found.level = event.alert.level
+
+    def _set_finished(self, job: _Job, finished: bool) -> None:
+        self._finished += int(finished) - int(job.finished)
+        job.finished = finished
 
     @property
     def known(self) -> bool:
@@ -83,7 +89,7 @@ class NightProgress:
     def finished(self) -> tuple[int, int]:
         """(jobs finished, jobs of the night)."""
         with self._lock:
-            return sum(j.finished for j in self._jobs.values()), len(self._jobs)
+            return self._finished, len(self._jobs)
 
     def jobs(self, now: datetime) -> list[JobView]:
         """Every job, in the night's order, with its expected end (None: unknown or done)."""
@@ -97,6 +103,8 @@ class NightProgress:
     def expected_done(self, now: datetime) -> datetime | None:
         """When the last job should be done (never before ``now``); None if any is unknown."""
         with self._lock:
+            if not self._typical:  # nothing learned: no estimate, and no pass over the jobs
+                return None
             ends = self._ends(now)
             left = [label for label, j in self._jobs.items() if not j.finished]
         if not left:

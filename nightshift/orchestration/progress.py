@@ -16,7 +16,7 @@ from typing import Any
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
 from nightshift.engine.context import utcnow
-from nightshift.engine.events import JobFinished, NightEvent
+from nightshift.engine.events import ExpectedDurations, JobFinished, NightEvent
 from nightshift.engine.expected import clock_text
 from nightshift.engine.night_progress import NightProgress
 
@@ -58,24 +58,32 @@ class ProgressSink:
                     self._bad.pop(event.outcome.label, None)
                 else:
                     self._bad[event.outcome.label] = event.outcome.state.value
-            text = self._text()
-            if text == self._shown:
-                return
-            self._shown = text
-            done, total = self._progress.finished()
-            # the bar shows the jobs that went well: a failed night is not 100 %
-            self._latest = (100.0 * (done - len(self._bad)) / max(1, total), text)
-            if self._posting is not None:
-                return  # the poster in flight takes the latest text next
-            context = contextvars.copy_context()
-            self._posting = threading.Thread(
-                target=context.run, args=(self._post,), name="nightshift-progress", daemon=True
-            )
-            self._posting.start()
+            if not isinstance(event, JobFinished | ExpectedDurations):
+                return  # the text moves when a job ends (or budgets come): one pass per end
+            self._refresh()
+
+    def _refresh(self) -> None:
+        """Under the lock: post the text if it changed (a poster thread takes the latest)."""
+        text = self._text()
+        if text == self._shown:
+            return
+        self._shown = text
+        done, total = self._progress.finished()
+        # the bar shows the jobs that went well: a failed night is not 100 %
+        self._latest = (100.0 * (done - len(self._bad)) / max(1, total), text)
+        if self._posting is not None:
+            return  # the poster in flight takes the latest text next
+        context = contextvars.copy_context()
+        self._posting = threading.Thread(
+            target=context.run, args=(self._post,), name="nightshift-progress", daemon=True
+        )
+        self._posting.start()
 
     def flush(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds for the latest update to be posted; False if not."""
+        """Bring the text up to date, then wait up to ``timeout`` seconds for it to be posted;
+        False if it was not."""
         with self._lock:
+            self._refresh()
             posting = self._posting
         if posting is not None:
             posting.join(timeout)

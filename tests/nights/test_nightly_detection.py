@@ -92,3 +92,41 @@ def test_the_progress_artifact_says_when_the_night_should_be_done() -> None:
     with get_client(sync_client=True) as client:
         (artifact,) = client.read_latest_artifacts(artifact_filter=only)
     assert artifact.description == "Jobs of the night finished: 0 of 3, expected done ~22:11 UTC"
+
+
+def test_the_progress_artifact_is_worked_out_once_per_job_end_not_per_state_change() -> None:
+    """Each text is a pass over every job: per state change that was quadratic at 5,000 jobs."""
+    from prefect import flow
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    from nightshift.engine.events import JobChanged, JobFinished
+    from nightshift.engine.outcomes import JobOutcome, Outcome
+    from nightshift.orchestration.progress import ProgressSink
+
+    labels = [f"job-{i}" for i in range(50)]
+    t = datetime(2030, 1, 1, 22, 0, tzinfo=UTC)
+    passes: list[int] = []
+
+    @flow
+    def progress() -> None:
+        sink = ProgressSink(labels, key="test-progress-passes", wall=lambda: t)
+        worked_out = sink._progress.expected_done
+
+        def counted(now: datetime) -> datetime | None:
+            passes.append(1)
+            return worked_out(now)
+
+        sink._progress.expected_done = counted  # type: ignore[method-assign]
+        for label in labels:
+            for state in ("submitting", "submitted", "queued", "running"):
+                sink(JobChanged("n", "c", label, "cli", 1, label, state, t, None))
+            sink(JobFinished("n", "c", JobOutcome(label, Outcome.SUCCEEDED), t))
+        assert sink.flush(timeout=60)
+
+    progress()
+    assert len(passes) <= len(labels) + 1  # one per end, and the flush's
+    only = ArtifactFilter(key=ArtifactFilterKey(any_=["test-progress-passes"]))
+    with get_client(sync_client=True) as client:
+        (artifact,) = client.read_latest_artifacts(artifact_filter=only)
+    assert artifact.description == "Jobs of the night finished: 50 of 50"

@@ -175,3 +175,30 @@ def test_more_jobs_not_ok_than_fit_are_cut_with_a_count() -> None:
     text = rendered.getvalue()
     assert "failed 200" in text and "188 more not shown" in text
     assert len(text.splitlines()) <= 20
+
+
+def test_the_finished_count_follows_ends_retries_and_repeats() -> None:
+    """Kept as events come (one step per event, not a pass over thousands of jobs)."""
+    from datetime import UTC, datetime
+
+    from nightshift.engine.events import JobChanged, JobFinished
+    from nightshift.engine.night_progress import NightProgress
+    from nightshift.engine.outcomes import JobOutcome, Outcome
+
+    t = datetime(2030, 1, 1, tzinfo=UTC)
+    progress = NightProgress(["a", "b", "c"])
+
+    def changed(label: str, state: str) -> JobChanged:
+        return JobChanged("n", "c", label, "cli", 1, label, state, t, None)
+
+    for event in (changed("a", "running"), changed("a", "failed"), changed("a", "failed")):
+        progress.on_event(event)
+    assert progress.finished() == (1, 3)  # a repeat of a final state counts once
+    progress.on_event(JobFinished("n", "c", JobOutcome("a", Outcome.FAILED), t))
+    assert progress.finished() == (1, 3)  # its outcome after its final state: still one
+    progress.on_event(changed("a", "submitting"))  # a retry: in flight again
+    assert progress.finished() == (0, 3)
+    progress.on_event(JobFinished("n", "c", JobOutcome("b", Outcome.SUCCEEDED), t))
+    progress.on_event(changed("a", "succeeded"))
+    assert progress.finished() == (2, 3)
+    assert progress.expected_done(t) is None  # nothing learned: no estimate
