@@ -10,7 +10,6 @@ reason. Where the C library has no ``malloc_trim`` (musl, macOS) this does nothi
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import sys
 from collections.abc import Callable
 
@@ -23,9 +22,8 @@ def trimmer() -> Callable[[], bool] | None:
     """A function that trims the C heap (True if it gave memory back), or None if it can't."""
     if not sys.platform.startswith("linux"):
         return None
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        trim = libc.malloc_trim
+    try:  # by its soname: find_library would start a subprocess (ldconfig) at every night
+        trim = ctypes.CDLL("libc.so.6").malloc_trim
     except (OSError, AttributeError):  # not glibc
         return None
     trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int

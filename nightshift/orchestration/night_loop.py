@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import logging
 import threading
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -13,6 +14,8 @@ from nightshift.engine.stopping import INTERRUPTED, NightStop
 from nightshift.heap import TRIM_EVERY_S, trimmer
 
 __all__ = ["STOP_GRACE_S", "on_a_loop"]
+
+log = logging.getLogger("nightshift.night")
 
 STOP_GRACE_S = 3.0  # a signalled night's jobs let go of, before the signal goes on
 
@@ -63,7 +66,11 @@ async def _trimming(
     async def keep_trimming() -> None:
         while True:
             await asyncio.sleep(every)
-            trim()
+            try:
+                trim()
+            except Exception as exc:  # memory housekeeping must never cost the night
+                log.warning("stopped handing freed memory back: %s: %s", type(exc).__name__, exc)
+                return
 
     beside = asyncio.create_task(keep_trimming())
     try:

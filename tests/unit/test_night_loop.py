@@ -45,3 +45,21 @@ def test_the_works_error_still_reaches_the_caller() -> None:
 
     with pytest.raises(ValueError, match="the night broke"):
         on_a_loop(work(), NightStop(), trim=lambda: None, trim_every=0.001)
+
+
+def test_a_trim_that_fails_costs_the_night_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    failed = threading.Event()
+
+    def trim() -> None:
+        failed.set()
+        raise OSError("no heap to trim")
+
+    async def work() -> None:
+        for _ in range(10_000):
+            if failed.is_set():
+                return
+            await asyncio.sleep(0.001)
+        raise AssertionError("the trim never ran")
+
+    on_a_loop(work(), NightStop(), trim=trim, trim_every=0.001)  # no error: the night went on
+    assert "stopped handing freed memory back: OSError: no heap to trim" in caplog.text
