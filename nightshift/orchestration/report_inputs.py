@@ -57,13 +57,12 @@ def gather_report(
 
 
 def _usual(ledger: Ledger, catalogue: str) -> dict[str, Usual]:
-    from nightshift.budgets.current import latest_snapshot
-    from nightshift.budgets.lookup import Budgets
+    from nightshift.budgets.snapshots import BudgetSnapshots
 
-    snapshot = latest_snapshot(ledger, catalogue)
-    if snapshot is None:
+    stored = BudgetSnapshots(ledger.engine).latest_budgets(catalogue)  # rows: no pandas
+    if stored is None:
         return {}
-    budgets = Budgets.from_frames(*snapshot.tables)
+    budgets = stored[1]
     return {
         label: Usual(budget.p50, budget.p95)
         for (cat, label), budget in budgets.jobs.items()

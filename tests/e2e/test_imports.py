@@ -118,6 +118,14 @@ def test_a_night_watching_with_a_fresh_snapshot_loads_no_pandas(tmp_path) -> Non
         "from nightshift.budgets.current import current_budgets\n"
         "from nightshift.store.ledger import Ledger\n"
         f"budgets = current_budgets(Ledger({url!r}, 'c'), datetime.now(UTC))\n"
-        "assert budgets.budget('c', 'a', 'queued') is not None, budgets"
+        "assert budgets.budget('c', 'a', 'queued') is not None, budgets\n"
+        # and the night's report at its end, with each job's usual time from the same snapshot
+        "from nightshift.config.loader import parse_catalogue\n"
+        "from nightshift.engine.outcomes import JobOutcome, NightSummary, Outcome, Severity\n"
+        "from nightshift.orchestration.report_inputs import gather_report\n"
+        "catalogue = parse_catalogue('name: c\\njobs: [{label: a, backend: cli, task: t}]')\n"
+        "summary = NightSummary(Severity.OK, [JobOutcome('a', Outcome.SUCCEEDED, 12.0)])\n"
+        "report = gather_report(summary, catalogue, Ledger(" + repr(url) + ", 'c'), 'n9')\n"
+        "assert report['jobs'][0]['usual_p50_s'] is not None, report"
     )
     assert "pandas" not in loaded_after(code)
