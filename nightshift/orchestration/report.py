@@ -17,7 +17,7 @@ from nightshift.engine.outcomes import JobOutcome, NightSummary, Outcome, state_
 from nightshift.errors import LockHeldError, NightEndedEarly
 from nightshift.files import write_atomic
 from nightshift.orchestration.night_report import REPORT_KEY, render_report
-from nightshift.orchestration.report_plot import plot_report
+from nightshift.orchestration.report_plot import draw_apart
 
 __all__ = [
     "PLOT_FILE",
@@ -72,7 +72,7 @@ def report(
         data["report"] = dict(page)
     write_atomic(run_path / SUMMARY_FILE, json.dumps(data, indent=2) + "\n")
     if page is not None:
-        png = plot_report(page)
+        png = draw_apart(page)
         (run_path / PLOT_FILE).write_bytes(png)
     if not publish:
         return

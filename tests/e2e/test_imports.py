@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-HEAVY = ("prefect", "pandas", "google.genai", "sqlalchemy", "alembic")
+HEAVY = ("prefect", "pandas", "google.genai", "sqlalchemy", "alembic", "matplotlib")
 STEPS = {
     "nightshift": "import nightshift",
     "catalogue": "from nightshift.config.loader import parse_catalogue\n"
@@ -129,3 +129,14 @@ def test_a_night_watching_with_a_fresh_snapshot_loads_no_pandas(tmp_path) -> Non
         "assert report['jobs'][0]['usual_p50_s'] is not None, report"
     )
     assert "pandas" not in loaded_after(code)
+
+
+def test_the_nights_report_picture_is_drawn_without_matplotlib_here() -> None:
+    code = (
+        "from nightshift.orchestration.report_plot import draw_apart\n"
+        "job = {'label': 'a', 'shown_as': '1m, failed', 'usual_p50_s': 30.0,\n"
+        "       'usual_p95_s': 50.0, 'duration_s': 60.0, 'tonight': 'ran', 'state': 'failed'}\n"
+        "png = draw_apart({'night': '2026-11-30', 'jobs': [job]})\n"
+        "assert png.startswith(b'\\x89PNG'), png[:100]"
+    )
+    assert "matplotlib" not in loaded_after(code)

@@ -72,3 +72,10 @@ def test_no_history_draws_nothing(tmp_path: Path) -> None:
 def test_the_plot_is_a_png() -> None:
     png = plot_report(report())
     assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 5000
+
+
+def test_the_plot_drawn_apart_is_the_same_picture() -> None:
+    """A night draws it in a process of its own (matplotlib never in the night's memory)."""
+    from nightshift.orchestration.report_plot import draw_apart
+
+    assert draw_apart(report()) == plot_report(report())
