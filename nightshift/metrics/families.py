@@ -6,9 +6,10 @@ that as a counter reset). The dwell histogram is aggregated by the database into
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -108,66 +109,111 @@ class NightMetrics(Collector):
 
     def collect(self) -> Iterator[Metric]:
         """Every family, with a sample per label set the data has."""
-        data = self._data
-        runs = CounterMetricFamily(
-            "nightshift_job_runs",
-            "Job runs kept in the ledger, by final state",
-            labels=[*_JOB, "state"],
-        )
-        for r in sorted(data.runs, key=lambda r: (r.catalogue, r.job, r.state)):
-            runs.add_metric([r.catalogue, r.job, r.state], r.count)
-        yield runs
-        yield from _latest(data.latest)
-        dwell = HistogramMetricFamily(
-            "nightshift_state_dwell_seconds",
-            "Seconds each job spent in each state",
-            labels=[*_JOB, "state"],
-        )
-        for d in sorted(data.dwells, key=lambda d: (d.catalogue, d.job, d.state)):
-            bounds = [(_bound(b), float(n)) for b, n in zip(DWELL_BUCKETS, d.buckets, strict=True)]
-            dwell.add_metric(
-                [d.catalogue, d.job, d.state], [*bounds, ("+Inf", float(d.count))], d.total_s
-            )
-        yield dwell
-        severity = GaugeMetricFamily(
-            "nightshift_night_severity",
-            "The latest night's verdict: 0 ok, 1 partial, 2 failed",
-            labels=["catalogue"],
-        )
-        for catalogue, verdict in sorted(data.severities.items()):
-            severity.add_metric([catalogue], SEVERITY_VALUES[verdict])
-        yield severity
-        alerts = CounterMetricFamily(
-            "nightshift_alerts", "Levels raised (watch, alert), by job", labels=[*_JOB, "level"]
-        )
-        for a in sorted(data.alerts, key=lambda a: (a.catalogue, a.job, a.level)):
-            alerts.add_metric([a.catalogue, a.job, a.level], a.count)
-        yield alerts
+        for rows, build in _families(self._data):
+            yield build(rows)
+
+    def in_slices(self, size: int) -> Iterator[Iterator[Metric]]:
+        """Every family as the same family over ``size`` label sets at a time, in order: a big
+        catalogue's (tens of MB at 5,000 jobs) is never held whole. At least one per family."""
+        for rows, build in _families(self._data):
+            starts = range(0, max(1, len(rows)), size)
+            yield (build(rows[i : i + size]) for i in starts)
 
 
-def _latest(latest: Sequence[JobLatest]) -> Iterator[Metric]:
-    """Duration of each job's latest finished run, and when it last ran and last succeeded."""
+Build = Callable[[Sequence[Any]], Metric]
+
+
+def _families(data: MetricsData) -> list[tuple[Sequence[Any], Build]]:
+    """Each family's rows, in the order its samples are written, and how to build it."""
+    latest = sorted(data.latest, key=lambda j: (j.catalogue, j.job))
+    return [
+        (sorted(data.runs, key=lambda r: (r.catalogue, r.job, r.state)), _runs),
+        (latest, _duration),
+        (latest, _last_run),
+        (latest, _last_success),
+        (sorted(data.dwells, key=lambda d: (d.catalogue, d.job, d.state)), _dwell),
+        (sorted(data.severities.items()), _severity),
+        (sorted(data.alerts, key=lambda a: (a.catalogue, a.job, a.level)), _alerts),
+    ]
+
+
+def _runs(rows: Sequence[RunCount]) -> Metric:
+    runs = CounterMetricFamily(
+        "nightshift_job_runs",
+        "Job runs kept in the ledger, by final state",
+        labels=[*_JOB, "state"],
+    )
+    for r in rows:
+        runs.add_metric([r.catalogue, r.job, r.state], r.count)
+    return runs
+
+
+def _duration(rows: Sequence[JobLatest]) -> Metric:
+    """Submit to finish of each job's latest finished run (none for one never submitted)."""
     duration = GaugeMetricFamily(
         "nightshift_job_duration_seconds", "Submit to finish of the job's latest run", labels=_JOB
     )
+    for job in rows:
+        if job.duration_s is not None:
+            duration.add_metric([job.catalogue, job.job], max(0.0, job.duration_s))
+    return duration
+
+
+def _last_run(rows: Sequence[JobLatest]) -> Metric:
     last_run = GaugeMetricFamily(
         "nightshift_job_last_run_timestamp_seconds",
         "When the job's latest run finished",
         labels=_JOB,
     )
+    for job in rows:
+        last_run.add_metric([job.catalogue, job.job], job.last_run.timestamp())
+    return last_run
+
+
+def _last_success(rows: Sequence[JobLatest]) -> Metric:
     last_ok = GaugeMetricFamily(
         "nightshift_job_last_success_timestamp_seconds",
         "When the job last finished successfully",
         labels=_JOB,
     )
-    for job in sorted(latest, key=lambda j: (j.catalogue, j.job)):
-        key = [job.catalogue, job.job]
-        if job.duration_s is not None:
-            duration.add_metric(key, max(0.0, job.duration_s))
-        last_run.add_metric(key, job.last_run.timestamp())
+    for job in rows:
         if job.last_success is not None:
-            last_ok.add_metric(key, job.last_success.timestamp())
-    yield from (duration, last_run, last_ok)
+            last_ok.add_metric([job.catalogue, job.job], job.last_success.timestamp())
+    return last_ok
+
+
+def _dwell(rows: Sequence[DwellBuckets]) -> Metric:
+    dwell = HistogramMetricFamily(
+        "nightshift_state_dwell_seconds",
+        "Seconds each job spent in each state",
+        labels=[*_JOB, "state"],
+    )
+    for d in rows:
+        bounds = [(_bound(b), float(n)) for b, n in zip(DWELL_BUCKETS, d.buckets, strict=True)]
+        dwell.add_metric(
+            [d.catalogue, d.job, d.state], [*bounds, ("+Inf", float(d.count))], d.total_s
+        )
+    return dwell
+
+
+def _severity(rows: Sequence[tuple[str, str]]) -> Metric:
+    severity = GaugeMetricFamily(
+        "nightshift_night_severity",
+        "The latest night's verdict: 0 ok, 1 partial, 2 failed",
+        labels=["catalogue"],
+    )
+    for catalogue, verdict in rows:
+        severity.add_metric([catalogue], SEVERITY_VALUES[verdict])
+    return severity
+
+
+def _alerts(rows: Sequence[AlertCount]) -> Metric:
+    alerts = CounterMetricFamily(
+        "nightshift_alerts", "Levels raised (watch, alert), by job", labels=[*_JOB, "level"]
+    )
+    for a in rows:
+        alerts.add_metric([a.catalogue, a.job, a.level], a.count)
+    return alerts
 
 
 def _bound(seconds: float) -> str:
