@@ -7,10 +7,12 @@ stopped (SIGTERM, then SIGKILL) when its ``with`` block ends, whatever happened 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -18,9 +20,52 @@ from pathlib import Path
 
 from tests.support import wait_until
 
-__all__ = ["PrefectSite", "children", "free_port", "healthy", "prefect_site", "stop"]
+__all__ = [
+    "PrefectSite",
+    "children",
+    "free_port",
+    "healthy",
+    "migrated_database",
+    "migrated_home",
+    "prefect_site",
+    "stop",
+]
 
 PY = sys.executable
+
+
+def migrated_home(home: Path) -> Path:
+    """A Prefect home whose SQLite database is already at Prefect's last migration.
+
+    A server's first start on a new database runs every migration (~5 s of CPU, most of some
+    tests' own work on a 2-core machine): the database is copied from one migrated once per
+    machine and Prefect version. The first start on a new database stays tested where it
+    matters (the demo, ``tests/e2e/test_demo_history.py``; PostgreSQL, ``test_production.py``).
+    """
+    home.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(migrated_database(), home / "prefect.db")
+    return home
+
+
+def migrated_database() -> Path:
+    """The template, made on first use: migrated in a folder of its own, then renamed into place
+    (two xdist workers making it at once both make a whole one; the last rename wins)."""
+    import prefect
+
+    folder = Path(tempfile.gettempdir()) / f"nightshift-tests-prefect-{prefect.__version__}"
+    done = folder / "prefect.db"
+    if done.exists():
+        return done
+    folder.mkdir(parents=True, exist_ok=True)
+    making = Path(tempfile.mkdtemp(dir=folder))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env |= {"PREFECT_HOME": str(making), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    upgrade = [PY, "-m", "prefect", "server", "database", "upgrade", "-y"]
+    ran = subprocess.run(upgrade, env=env, capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    os.replace(making / "prefect.db", done)
+    shutil.rmtree(making, ignore_errors=True)
+    return done
 
 
 def free_port() -> int:
@@ -96,6 +141,8 @@ def prefect_site(
     SQLAlchemy URL); with ``pool``, a process work pool of that name and a worker polling it
     every second. The environment drops the caller's NIGHTSHIFT_ and PREFECT_ variables."""
     root.mkdir(parents=True, exist_ok=True)
+    if database_url is None:
+        migrated_home(root / "prefect-home")
     port = free_port()
     api = f"http://127.0.0.1:{port}/api"
     base = {k: v for k, v in os.environ.items() if not k.startswith(("NIGHTSHIFT_", "PREFECT_"))}

@@ -28,6 +28,7 @@ from nightshift.sandbox.agy import parse_plan
 from nightshift.sandbox.history import Usual, generate, seed
 from nightshift.store.alert_log import AlertLog, AlertRecord
 from nightshift.store.ledger import Ledger
+from tests.prefect_processes import migrated_home
 
 REPO = Path(__file__).resolve().parents[2]
 STALLED = "generate:article-c"
@@ -123,14 +124,18 @@ def test_a_month_of_ten_jobs_is_written_in_a_few_statements(tmp_path: Path) -> N
     ledger.close()
 
 
-def _demo(scenario: str, workdir: Path) -> subprocess.CompletedProcess[str]:
+def _demo(scenario: str, workdir: Path, migrated: bool = False) -> subprocess.CompletedProcess[str]:
     """`nightshift demo --scenario ...` as a user runs it: its own Prefect server and ledger.
 
     The demo keeps its Prefect home in the temp folder; TMPDIR gives each test its own, so two
     demos (on two xdist workers, or two checkouts) never share the temporary server's database.
+    A fresh machine's first demo makes that database (the calm demo's test); ``migrated``: it
+    is already there, at Prefect's last migration (``migrated_home``), as on a second demo.
     """
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NIGHTSHIFT_", "PREFECT_"))}
     (tmp := workdir.parent / "tmp").mkdir(parents=True, exist_ok=True)
+    if migrated:
+        migrated_home(tmp / "nightshift-demo-prefect")
     env["TMPDIR"] = str(tmp)
     argv = [sys.executable, "-m", "nightshift", "demo", "--scenario", scenario]
     return subprocess.run(
@@ -163,7 +168,7 @@ def rough_demo(
 ) -> tuple[subprocess.CompletedProcess[str], Path]:
     """The rough demo, run once for the tests that read what it left."""
     workdir = tmp_path_factory.mktemp("rough") / "demo"
-    return _demo("rough", workdir), workdir
+    return _demo("rough", workdir, migrated=True), workdir
 
 
 def test_the_rough_demo_seeds_its_history_and_ends_with_tonights_alerts(

@@ -19,7 +19,7 @@ import pytest
 from nightshift.backends.base import ExternalState, JobSpec
 from nightshift.backends.deployment import DeploymentBackend
 from nightshift.errors import PermanentBackendError, TransientBackendError
-from tests.prefect_processes import PrefectSite, prefect_site
+from tests.prefect_processes import PrefectSite, migrated_home, prefect_site
 from tests.support import read_until, wait_final
 
 REPO = Path(__file__).resolve().parents[2]
@@ -249,7 +249,8 @@ def test_a_night_on_the_temporary_server_runs_jobs_on_another_servers_pool(
         " parameters: {lines: 1}}\n"
     )
     env = {k: v for k, v in site.env.items() if k != "PREFECT_API_URL"} | {
-        "PREFECT_HOME": str(tmp_path / "night-prefect"),  # the night's own temporary server
+        # the night's own temporary server
+        "PREFECT_HOME": str(migrated_home(tmp_path / "night-prefect")),
         "NIGHTSHIFT_STATE_DIR": str(tmp_path / "state"),
         "PYTHONPATH": str(REPO),
     }

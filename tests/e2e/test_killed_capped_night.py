@@ -17,7 +17,7 @@ import pytest
 
 from nightshift.store.lease import Lease
 from nightshift.store.ledger import Ledger
-from tests.prefect_processes import prefect_site
+from tests.prefect_processes import migrated_home, prefect_site
 from tests.support import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -38,7 +38,7 @@ jobs:
 def server(kind: str, root: Path) -> Iterator[dict[str, str]]:
     """The environment of a night on the temporary server, or on a real one."""
     if kind == "temporary":
-        yield {"PREFECT_HOME": str(root / "prefect-home")}
+        yield {"PREFECT_HOME": str(migrated_home(root / "prefect-home"))}
         return
     with prefect_site(root / "site") as site:
         yield {k: v for k, v in site.env.items() if k.startswith("PREFECT_")}
