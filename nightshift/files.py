@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 __all__ = ["label_filename", "write_atomic"]
@@ -22,8 +23,11 @@ def label_filename(label: str) -> str:
     return _NOT_IN_NAMES.sub("-", label.replace(":", "+"))
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to a temp file beside ``path``, fsync it, then rename it into place."""
+def write_atomic(path: Path, content: str | Iterable[bytes]) -> None:
+    """Write ``content`` to a temp file beside ``path``, fsync it, then rename it into place.
+
+    ``content``: text (UTF-8), or bytes given a part at a time (a file too big to hold whole,
+    such as a big catalogue's metrics textfile)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -31,8 +35,9 @@ def write_atomic(path: Path, text: str) -> None:
         umask = os.umask(0)
         os.umask(umask)
         os.fchmod(fd, 0o666 & ~umask)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            for part in [content.encode("utf-8")] if isinstance(content, str) else content:
+                fh.write(part)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)

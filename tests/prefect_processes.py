@@ -52,7 +52,7 @@ def migrated_database() -> Path:
     (two xdist workers making it at once both make a whole one; the last rename wins)."""
     import prefect
 
-    folder = Path(tempfile.gettempdir()) / f"nightshift-tests-prefect-{prefect.__version__}"
+    folder = Path(tempfile.gettempdir()) / f"nightshift-tests-prefect-db-{prefect.__version__}"
     done = folder / "prefect.db"
     if done.exists():
         return done

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -14,6 +12,7 @@ from prometheus_client import generate_latest, push_to_gateway
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from nightshift.files import write_atomic
 from nightshift.metrics.families import MetricsData, NightMetrics, registry
 
 if TYPE_CHECKING:
@@ -36,21 +35,13 @@ JOB = "nightshift"  # the Pushgateway's job label
 SLICE = 50  # label sets of a family formatted at once: the textfile is written in slices
 
 
-def write_metrics(data: MetricsData, path: Path) -> None:
-    """The node-exporter textfile at ``path``: written beside it, then renamed over it.
+def write_metrics(data: MetricsData, path: Path, size: int = SLICE) -> None:
+    """The node-exporter textfile at ``path``, written whole or not at all (``write_atomic``).
 
-    Prometheus's text, as ``generate_latest`` makes it, one slice of a family at a time: 5,000
-    jobs make 37 MB of text, which ``write_to_textfile`` would hold whole, three times over."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    part = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}")
-    try:
-        with part.open("wb") as out:
-            for text in exposition(data):
-                out.write(text)
-        os.replace(part, path)
-    except BaseException:
-        part.unlink(missing_ok=True)
-        raise
+    Prometheus's text, as ``generate_latest`` makes it, ``size`` label sets of a family at a
+    time: 5,000 jobs make 37 MB of text, which ``write_to_textfile`` would hold whole, three
+    times over."""
+    write_atomic(path, exposition(data, size))
 
 
 def exposition(data: MetricsData, size: int = SLICE) -> Iterator[bytes]:
