@@ -238,13 +238,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     than a long file starting last while the other workers have nothing left to run."""
     here = Path(__file__).resolve().parent
     slowest_first = {layer: n for n, layer in enumerate(reversed(LAYERS))}
+    rank: dict[str, int] = {}
     for item in items:
         parts = Path(str(item.fspath)).resolve().relative_to(here).parts
-        if parts and parts[0] in LAYERS:
-            item.add_marker(parts[0])
-
-    def layer(item: pytest.Item) -> int:
-        parts = Path(str(item.fspath)).resolve().relative_to(here).parts
-        return slowest_first.get(parts[0], len(LAYERS)) if parts else len(LAYERS)
-
-    items.sort(key=layer)  # stable: within a layer, the order pytest collected
+        layer = parts[0] if parts else ""
+        if layer in LAYERS:
+            item.add_marker(layer)
+        rank[item.nodeid] = slowest_first.get(layer, len(LAYERS))
+    items.sort(key=lambda item: rank[item.nodeid])  # stable: in a layer, as pytest collected

@@ -37,10 +37,11 @@ PY = sys.executable
 def migrated_home(home: Path) -> Path:
     """A Prefect home whose SQLite database is already at Prefect's last migration.
 
-    A server's first start on a new database runs every migration (~5 s of CPU, most of some
-    tests' own work on a 2-core machine): the database is copied from one migrated once per
-    machine and Prefect version. The first start on a new database stays tested where it
-    matters (the demo, ``tests/e2e/test_demo_history.py``; PostgreSQL, ``test_production.py``).
+    A server's first start on a new database runs every migration (16 s of CPU against 7 s
+    at the last one, measured: most of some tests' own work on a 2-core machine): the database
+    is copied from one migrated once per machine and Prefect version. The first start on a new
+    database stays tested where it matters (the calm demo, ``tests/e2e/test_demo_history.py``;
+    PostgreSQL, ``test_production.py``).
     """
     home.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(migrated_database(), home / "prefect.db")
