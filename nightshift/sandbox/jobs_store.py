@@ -37,6 +37,7 @@ class Store(Protocol):
     def admit(self, job_id: str, user: str, quota: int) -> bool: ...
     def release(self, job_id: str, user: str) -> None: ...
     def put(self, record: dict[str, Any]) -> None: ...
+    def replace(self, record: dict[str, Any]) -> bool: ...
     def get(self, job_id: str) -> dict[str, Any] | None: ...
     def claim_key(self, key: str, job_id: str) -> str | None: ...
     def by_key(self, key: str) -> str | None: ...
@@ -50,12 +51,14 @@ class Store(Protocol):
 
 
 def update(store: Store, job_id: str, **fields: Any) -> dict[str, Any] | None:
-    """Change a record's fields (a record gone is left gone); the in-flight set follows."""
+    """Change a record's fields (a record gone is left gone, even one that expires between the
+    read and the write); the in-flight set follows."""
     record = store.get(job_id)
     if record is None:
         return None
     record.update(fields)
-    store.put(record)
+    if not store.replace(record):
+        return None
     if record["status"] in FINAL:
         store.release(job_id, record["user"])
     return record
@@ -90,6 +93,15 @@ class MemoryStore:
     def put(self, record: dict[str, Any]) -> None:
         with self._lock:
             self._records[record["job_id"]] = (time.time() + self.ttl_s, json.dumps(record))
+
+    def replace(self, record: dict[str, Any]) -> bool:
+        """``put`` only if the record is still there (not expired): False, left gone, if not."""
+        with self._lock:
+            found = self._records.get(record["job_id"])
+            if found is None or found[0] < time.time():
+                return False
+            self._records[record["job_id"]] = (time.time() + self.ttl_s, json.dumps(record))
+            return True
 
     def get(self, job_id: str) -> dict[str, Any] | None:
         with self._lock:
@@ -163,6 +175,11 @@ class RedisStore:
     def put(self, record: dict[str, Any]) -> None:
         self.redis.set(self._k("job", record["job_id"]), json.dumps(record), px=self._ttl())
         self.redis.sadd(self._k("all"), record["job_id"])
+
+    def replace(self, record: dict[str, Any]) -> bool:
+        """``put`` only if the record is still there (SET XX): False, left gone, if not."""
+        key = self._k("job", record["job_id"])
+        return bool(self.redis.set(key, json.dumps(record), px=self._ttl(), xx=True))
 
     def get(self, job_id: str) -> dict[str, Any] | None:
         raw = self.redis.get(self._k("job", job_id))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import httpx
 
+from nightshift.sandbox.jobs_store import MemoryStore, Store, update
 from tests.http_night import TOKEN, sandbox_api
 from tests.support import wait_until
 
@@ -52,3 +53,29 @@ def test_transient_failures_are_retried_then_dead_lettered() -> None:
 
         failed = FailedJobRegistry(api.queue_name, connection=api.store.redis)  # type: ignore[attr-defined]
         wait_until(lambda: job_id in failed.get_job_ids(), what="in RQ's failed registry too")
+
+
+def _expire_between_read_and_write(store: Store) -> None:
+    """The store's record expires just after ``update`` reads it: it must stay gone."""
+    store.put({"job_id": "j1", "user": "night", "status": "started"})
+    read = store.get
+
+    def get_then_expire(job_id: str) -> dict[str, object] | None:
+        record = read(job_id)
+        store.expire(job_id)  # its TTL ends between the worker's read and its write
+        return record
+
+    store.get = get_then_expire  # type: ignore[method-assign]
+    try:
+        assert update(store, "j1", status="finished") is None
+    finally:
+        store.get = read  # type: ignore[method-assign]
+    assert store.get("j1") is None, "an expired record came back with the worker's write"
+
+
+def test_a_record_that_expires_while_the_worker_writes_it_stays_gone() -> None:
+    """The worker's write after a read once brought an expired record back (the http backend's
+    "record expired" test then saw its job finish instead of lost, on a busy machine)."""
+    _expire_between_read_and_write(MemoryStore())
+    with sandbox_api(workers=1) as api:
+        _expire_between_read_and_write(api.store)
