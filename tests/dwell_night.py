@@ -82,21 +82,35 @@ class Night:
         return changed[-1] if changed else None
 
     def move(self, seconds: float) -> None:
-        """Move the clock, wake the watcher and the dwell timer, wait for the watcher."""
+        """Move the clock, wake the watcher and the dwell timer, wait for both to catch up."""
         self.clock.advance(seconds)
         self.ctx.watcher.poke()
-        if self.ctx.dwell is not None:
-            self.ctx.dwell.poke()
+        dwell = self.ctx.dwell
+        if dwell is not None:
+            dwell.poke()
         self.ctx.watcher.wait_idle(timeout=10)
+        if dwell is not None:
+
+            def caught_up() -> bool:  # every level due by now has been raised
+                wake = dwell.detector.next_wake()
+                return wake is None or wake > self.clock.wall()
+
+            wait_until(caught_up, what="the dwell timer to raise the levels due by now")
 
     def run_out(self, step: float, limit: int = 1000) -> None:
-        """Move the clock ``step`` at a time until the night's jobs are done."""
+        """Move the clock ``step`` at a time until the job's watch ends, then let the night end.
+
+        Its last steps (recording the outcome, closing) need no clock: the night is joined,
+        rather than given a fixed real-time wait after each move to see whether it ended.
+        """
         for _ in range(limit):
-            if not self.thread.is_alive():
-                return
+            if not self.ctx.watcher.in_flight():
+                break
             self.move(step)
-            self.thread.join(timeout=0.01)
-        raise AssertionError("the night did not end")
+        else:
+            raise AssertionError(f"the job was still watched after {limit} moves")
+        self.thread.join(timeout=10)
+        assert not self.thread.is_alive(), "the night did not end after its job's watch"
 
 
 def rows(ledger: Ledger) -> list[tuple[str, str, str]]:
