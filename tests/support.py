@@ -79,12 +79,18 @@ class FakeClock:
 def eventually(
     condition: Callable[[], bool], timeout: float = 10.0, interval: float = 0.02
 ) -> bool:
-    """Whether ``condition()`` holds within ``timeout`` seconds (checked at least once)."""
+    """Whether ``condition()`` holds within ``timeout`` seconds (checked at least once).
+
+    Checked again after a millisecond, then twice as long each time up to ``interval``: what
+    holds a moment later is seen then, not an ``interval`` later; a long wait polls no harder.
+    """
     end = time.monotonic() + timeout
+    pause = min(0.001, interval)
     while not condition():
         if time.monotonic() >= end:
             return False
-        time.sleep(interval)
+        time.sleep(pause)
+        pause = min(pause * 2, interval)
     return True
 
 
