@@ -103,9 +103,6 @@ def _job_night(
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """One job's rows of one night: its transitions and its job record."""
 
-    def latency() -> float:
-        return habits.latency_s * _spread(rng, habits.latency_sigma)
-
     external_id = _external_id(rng, job)
     submitted = habits.submit_s * _spread(rng, habits.latency_sigma)
     # the external job's true timeline, in seconds from the submit's return
@@ -121,12 +118,24 @@ def _job_night(
         ends[-1] = (state, before + (end - before) * rng.uniform(0.1, 0.9))
         final = "failed"
     seen: list[tuple[str, float]] = [(SUBMITTING, 0.0), (SUBMITTED, submitted)]
-    at, checks = submitted, 0
-    while seen[-1][0] != final:
-        at += habits.poll.delay(checks) + latency()
+    # the polls: a long state at the poll cap is hundreds of them, each one latency draw. The
+    # polls only move forward, and so do the states' ends: the state a poll sees is found by
+    # walking on from the last poll's, and the delays stop being computed once at their cap
+    bounds = [(state, end + submitted) for state, end in ends]
+    at, checks, current, now = submitted, 0, 0, SUBMITTED
+    delay, capped = habits.poll.delay, habits.poll.jitter == 0
+    gauss, median, sigma = rng.gauss, habits.latency_s, habits.latency_sigma
+    wait = delay(0)
+    while now != final:
+        at += wait + median * math.exp(gauss(0.0, sigma))  # a poll's latency
         checks += 1
-        now = next((state for state, end in ends if at < end + submitted), final)
-        if now != seen[-1][0]:
+        if not capped or wait < habits.poll.max:
+            wait = delay(checks)
+        while current < len(bounds) and at >= bounds[current][1]:
+            current += 1
+        seen_now = bounds[current][0] if current < len(bounds) else final
+        if seen_now != now:
+            now = seen_now
             seen.append((now, at))
     rows = []
     previous: tuple[str, float] | None = None
