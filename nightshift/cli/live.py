@@ -57,15 +57,18 @@ class LiveTable:
         self._states: dict[str, tuple[str, float]] = {
             label: (JobState.WAITING, time.monotonic()) for label in labels
         }
+        self._done = 0  # jobs in a final state, kept as they change (a night may have thousands)
         self._lines = False
 
     def update(self, label: str, state: str) -> None:
         """Note a job's new state and redraw."""
         with self._lock:
-            if self._states.get(label, ("", 0.0))[0] == state:
+            was = self._states.get(label, ("", 0.0))[0]
+            if was == state:
                 return  # the external state and our verdict often agree: say it once
             self._states[label] = (state, time.monotonic())
-            done = sum(is_final(s) for s, _ in self._states.values())
+            self._done += is_final(state) - is_final(was)
+            done = self._done
         if self._lines and is_final(state):
             # not a terminal (CI, a log file): one line per finished job instead of a table
             line = f"[{done}/{len(self._states)}] {label}: {state}"

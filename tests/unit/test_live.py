@@ -21,6 +21,21 @@ def test_labels_are_printed_as_they_are() -> None:
     assert "gen:a:" in rendered.getvalue() and "x[bold]y" in rendered.getvalue()
 
 
+def test_the_finished_count_goes_down_when_a_failed_job_is_retried() -> None:
+    out = io.StringIO()
+    table = LiveTable(["a", "b"], Console(file=out, width=200))
+    with table.shown(enabled=False):
+        table.update("a", "failed")
+        table.update("a", "submitting")  # its retry: not finished any more
+        table.update("b", "succeeded")
+        table.update("a", "succeeded")
+    assert out.getvalue().splitlines() == [
+        "[1/2] a: failed",
+        "[1/2] b: succeeded",
+        "[2/2] a: succeeded",
+    ]
+
+
 def test_the_table_is_a_sink_of_the_nights_events() -> None:
     from datetime import UTC, datetime
 
