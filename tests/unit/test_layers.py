@@ -7,6 +7,7 @@ leaves < config < backends < store < budgets < engine < notify < metrics < watch
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -59,10 +60,20 @@ def module_name(path: Path, root: Path) -> str:
     return ".".join(parts)
 
 
+def statements(node: ast.AST) -> Iterator[ast.AST]:
+    """Every statement in ``node``, at any depth: an import is a statement, so the walk skips
+    expressions (most of a tree's nodes; a lambda holds none) and costs a fifth of ast.walk."""
+    for name in ("body", "orelse", "finalbody", "handlers", "cases"):
+        for child in getattr(node, name, ()):
+            if isinstance(child, ast.stmt):
+                yield child
+            yield from statements(child)  # an except clause or a case holds statements
+
+
 def imported(tree: ast.AST, module: str, is_package: bool) -> list[tuple[int, str]]:
     """(line, module) of every import anywhere in the file, relative ones resolved."""
     found: list[tuple[int, str]] = []
-    for node in ast.walk(tree):
+    for node in statements(tree):
         if isinstance(node, ast.Import):
             found += [(node.lineno, alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -112,8 +123,12 @@ def test_the_check_sees_function_level_and_relative_imports(tmp_path: Path) -> N
         "def f():\n    from nightshift.watchdog import checks\n"
         "from ..engine import night\n"
         "import nightshift.config.settings\n"
+        "try:\n    pass\nexcept ImportError:\n    import nightshift.cli\n"
+        "class C:\n    match 1:\n        case 1:\n            import flows\n"
     )
     problems = upward_imports(tmp_path)
-    assert len(problems) == 2, problems
+    assert len(problems) == 4, problems
     assert "x.py:2: nightshift.store.x (store) imports nightshift.watchdog " in problems[0]
     assert "x.py:3: nightshift.store.x (store) imports nightshift.engine (engine)" in problems[1]
+    assert "x.py:8: nightshift.store.x (store) imports nightshift.cli (cli)" in problems[2]
+    assert "x.py:12: nightshift.store.x (store) imports flows (flows)" in problems[3]
