@@ -75,17 +75,28 @@ def test_deadline_cancels_and_reports_timeout(watcher) -> None:
     assert backend.cancelled == ["slow"]
 
 
-def test_never_leaving_queue_is_stuck_queued_not_timeout(watcher) -> None:
-    backend = ScriptedBackend(scripts={"stuck": [Q], "late": [R]})
-    now = watcher.now()
-    stuck = watcher.watch(request(backend, "stuck", queued_timeout_at=now + 0.1))
-    late = watcher.watch(
-        request(backend, "late", queued_timeout_at=now + 0.05, timeout_at=now + 0.2)
-    )
-    assert stuck.result(timeout=5).reason == "stuck_queued"
-    # a job that reached running is not stuck in the queue, whatever its age
-    assert late.result(timeout=5).reason == "timeout"
-    assert sorted(backend.cancelled) == ["late", "stuck"]
+def test_never_leaving_queue_is_stuck_queued_not_timeout() -> None:
+    # on a fake clock: on the real one, a first poll of "late" later than its queue timer (a
+    # busy machine) made it stuck_queued
+    clock = FakeClock(100.0)
+    watcher = Watcher(lambda *_: None, clock=clock)
+    try:
+        backend = ScriptedBackend(scripts={"stuck": [Q], "late": [R]})
+        now = clock()
+        stuck = watcher.watch(request(backend, "stuck", queued_timeout_at=now + 10))
+        late = watcher.watch(
+            request(backend, "late", queued_timeout_at=now + 5, timeout_at=now + 20)
+        )
+        for _ in range(20):  # a second at a time, each second's polls and timers done
+            clock.advance(1.0)
+            watcher.poke()
+            assert watcher.wait_idle(timeout=10), "the watcher did not settle"
+        assert stuck.result(timeout=5).reason == "stuck_queued"
+        # a job that reached running is not stuck in the queue, whatever its age
+        assert late.result(timeout=5).reason == "timeout"
+        assert sorted(backend.cancelled) == ["late", "stuck"]
+    finally:
+        watcher.stop()
 
 
 def test_fallback_timer_hands_the_job_back_without_cancelling(watcher) -> None:
