@@ -12,7 +12,7 @@ from nightshift.backends.base import ExternalState, JobStatus
 from nightshift.backoff import Backoff
 from nightshift.engine.watcher import Watcher, WatchRequest
 from nightshift.errors import PermanentBackendError
-from tests.support import FakeClock, ScriptedBackend
+from tests.support import FakeClock, ScriptedBackend, wait_until
 
 Q, R, S = ExternalState.QUEUED, ExternalState.RUNNING, ExternalState.SUCCEEDED
 BACKOFF = Backoff(initial=2, factor=2, max=30)
@@ -83,23 +83,31 @@ def test_timers_fire_on_time_while_the_jobs_own_status_call_hangs(watcher, clock
     hung = watcher.watch(
         WatchRequest("hung", backend, "hung", BACKOFF, timeout_at=now + 10, queued_timeout_at=None)
     )
-    fine = watcher.watch(WatchRequest("fine", backend, "fine", BACKOFF, timeout_at=now + 3600))
+    healthy = WatchRequest("fine", backend, "fine", BACKOFF, timeout_at=now + 3600)
+    fine = watcher.watch(healthy)
     fired_at: list[float] = []
     hung.add_done_callback(lambda _f: fired_at.append(clock()))
+
+    def step() -> None:
+        """A second on, and the healthy job's poll due by then done: the watcher is never idle
+        (the hung call is in flight), so the test waits for that job alone."""
+        clock.advance(1)
+        watcher.poke()
+        wait_until(
+            lambda: fine.done() or (not healthy.checking and (healthy.wake_at() or 0) > clock()),
+            what="the healthy job's poll",
+        )
+
     try:
         while clock() < now + 10:
-            clock.advance(1)
-            watcher.poke()
-            watcher.wait_idle(timeout=0.1)  # never idle: the hung call is still in flight
+            step()
         # the clock stands still at the timer until it has fired: it must fire by itself
         result = hung.result(timeout=10)
         assert (result.reason, fired_at) == ("timeout", [now + 10])
         assert backend.cancelled == ["hung"]
         # the healthy job of the same backend went on without waiting for the hung call
         while not fine.done() and clock() < now + 60:
-            clock.advance(1)
-            watcher.poke()
-            watcher.wait_idle(timeout=0.1)
+            step()
         assert fine.result(timeout=10).reason == "final"
         assert backend.calls["fine"] == 3
     finally:
