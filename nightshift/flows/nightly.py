@@ -26,7 +26,7 @@ from nightshift.orchestration.night_setup import NightSetup, notifier_for, prepa
 from nightshift.orchestration.running_night import Night
 from nightshift.orchestration.states import name_the_night
 from nightshift.store.lease import Lease, default_owner
-from nightshift.tasks.jobs import job_task, outcome_of, with_retries
+from nightshift.tasks.jobs import chain_outcomes, job_task, outcome_of, with_retries
 from nightshift.tasks.notify import notify
 
 __all__ = ["nightly"]
@@ -84,16 +84,21 @@ def nightly(
     return end_night(setup, summary, progress)
 
 
-async def _run_jobs(night: Night, plan: Plan) -> None:
+async def _run_jobs(night: Night, plan: Plan) -> dict[str, JobOutcome]:
     """Every job of the night as an async task run and every chain as an async subflow run,
-    awaited together; the night handed to each, quoted (Prefect does not walk into it)."""
-    runner = with_retries(night.ctx)
+    awaited together for their outcomes; the night handed to each, quoted (Prefect does not
+    walk into it)."""
+    ctx, pools, runner = night.ctx, night.pools, with_retries(night.ctx)
 
-    async def job(label: str) -> None:
+    async def job(label: str) -> list[JobOutcome]:
         ran = await job_task(night, label, runner)
-        await outcome_of(night.ctx, label, ran, night.pools)
+        return [await outcome_of(ctx, label, ran, pools)]
+
+    async def steps(labels: list[str]) -> list[JobOutcome]:
+        ran = await chain(" → ".join(labels), labels, quote(night), return_state=True)
+        return await chain_outcomes(ctx, labels, ran, pools)
 
     # one API client on this loop for every task run (else each task run makes its own)
     async with AsyncClientContext.get_or_create():
-        chains = [chain(" → ".join(c), c, quote(night), return_state=True) for c in plan.chains]
-        await asyncio.gather(*(job(label) for label in plan.independent), *chains)
+        done = await asyncio.gather(*map(job, plan.independent), *map(steps, plan.chains))
+    return {outcome.label: outcome for outcomes in done for outcome in outcomes}

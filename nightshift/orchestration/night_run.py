@@ -8,7 +8,7 @@ a layer up), handed in as ``run_jobs``.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 from prefect import get_run_logger
@@ -35,8 +35,9 @@ from nightshift.store.slot_holders import SlotHolders
 
 __all__ = ["RunJobs", "run_night"]
 
-# the night's jobs as Prefect runs, awaited together (the flow's: it knows its tasks and chains)
-RunJobs = Callable[[Night, Plan], Coroutine[Any, Any, None]]
+# the night's jobs as Prefect runs, awaited together, for their outcomes by label (the flow's:
+# it knows its tasks and chains)
+RunJobs = Callable[[Night, Plan], Coroutine[Any, Any, Mapping[str, JobOutcome]]]
 
 
 def run_night(
@@ -46,8 +47,9 @@ def run_night(
     live: list[Sink],
     run_jobs: RunJobs,
 ) -> tuple[NightSummary, ProgressSink]:
-    """Fan out the prepared plan, watch, join: the night's summary and its progress sink.
-    ``results`` fills with each job's outcome as it comes (a night that ends early says them)."""
+    """Fan out the prepared plan, watch, join the outcomes ``run_jobs`` gathers: the night's
+    summary and its progress sink. ``results`` fills with each job's outcome as it comes (a
+    night that ends early still says them)."""
     catalogue, ledger, night, plan = setup.catalogue, setup.ledger, setup.night, setup.plan
     logger = get_run_logger()
     started_at = stamp()
@@ -73,10 +75,10 @@ def run_night(
                 len(plan.chains),
             )
             with quiet_job_finish():
-                on_a_loop(run_jobs(Night(ctx, pools, kept), plan), setup.stop)
+                outcomes = on_a_loop(run_jobs(Night(ctx, pools, kept), plan), setup.stop)
         finally:
             pools.shutdown()
-    return finish_night(ctx, plan, started_at), progress
+    return finish_night(ctx, plan, started_at, outcomes), progress
 
 
 def _parts(setup: NightSetup, lease: Lease, sinks: list[Sink], logger: Any) -> NightParts:
