@@ -3,6 +3,7 @@
     NightshiftError
     ├── CatalogueError          bad catalogue: carries file, line, job and field
     ├── InputFileError          bad batch input file: carries every bad line
+    ├── NightArgumentError      a --night that is no date, an --only naming no job (a ValueError)
     ├── LockHeldError           another night of this catalogue is alive
     ├── NightEndedEarly         the night could not go on (Prefect refused a limit, ...)
     └── BackendError            talking to an external job system
@@ -27,6 +28,7 @@ __all__ = [
     "InputFileError",
     "InputProblem",
     "LockHeldError",
+    "NightArgumentError",
     "NightEndedEarly",
     "NightshiftError",
     "PermanentBackendError",
@@ -104,6 +106,10 @@ class LockHeldError(NightshiftError):
             f"another night of {key!r} is running ({owner}); "
             f"its lease expires in {expires_in_s:.0f}s unless renewed"
         )
+
+
+class NightArgumentError(NightshiftError, ValueError):
+    """A night asked for by hand that cannot be run: its message is the one line to show."""
 
 
 class NightEndedEarly(NightshiftError):

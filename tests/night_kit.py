@@ -2,10 +2,12 @@
 
 What the nightly flow's tasks run (``tasks/jobs.py``, ``flows/nightly.py``): a job's tries go
 through ``run_job_step_async`` on the night's ``JobPools``, retried as the job task is
-(transient backend errors only, ``retry_delay`` doubling), and end in ``settle_job_async``; a
-chain's steps go through ``run_chain_steps_async``; every job and chain is awaited together on
-one event loop. Time is the test's one ``FakeClock`` (``tests/support.py``): a ``ClockDriver``
-moves it while jobs are in flight, and a retry's wait moves it instead of sleeping.
+(transient backend errors only, ``retry_delay`` doubling), and a try's outcome is the job's (a
+job whose tries raised ends in ``settle_job_async``); a chain's steps go through
+``run_chain_steps_async``; every job and chain is awaited together on one event loop, and the
+night is joined from the outcomes they give back. Time is the test's one ``FakeClock``
+(``tests/support.py``): a ``ClockDriver`` moves it while jobs are in flight, and a retry's
+wait moves it instead of sleeping.
 """
 
 from __future__ import annotations
@@ -74,7 +76,7 @@ async def job_with_retries(
     error: BaseException | None = None
     for attempt in range(1, defaults.retries + 2):
         try:
-            await run_job_step_async(ctx, label, pools, attempt=attempt)
+            return await run_job_step_async(ctx, label, pools, attempt=attempt)
         except TransientBackendError as exc:
             error = exc
             if attempt > defaults.retries:
@@ -85,9 +87,6 @@ async def job_with_retries(
                 clock.advance(delays[attempt - 1])
         except Exception as exc:  # not retried: the job ends failed, the night goes on
             error = exc
-            break
-        else:
-            error = None
             break
     return await settle_job_async(ctx, label, error, pools)
 
@@ -104,14 +103,18 @@ async def night_jobs(
     *,
     clock: FakeClock | None = None,
     waits: list[float] | None = None,
-) -> None:
-    """Every job and chain of the night, awaited together on this event loop."""
+) -> dict[str, JobOutcome]:
+    """Every job and chain of the night, awaited together on this event loop: their outcomes."""
 
     async def job(label: str) -> JobOutcome:
         return await job_with_retries(ctx, label, pools, clock=clock, waits=waits)
 
+    async def one(label: str) -> list[JobOutcome]:
+        return [await job(label)]
+
     chains = [run_chain_steps_async(ctx, chain, job, pools) for chain in plan.chains]
-    await asyncio.gather(*(job(label) for label in plan.independent), *chains)
+    done = await asyncio.gather(*map(one, plan.independent), *chains)
+    return {outcome.label: outcome for outcomes in done for outcome in outcomes}
 
 
 def run_jobs(
@@ -120,14 +123,14 @@ def run_jobs(
     *,
     clock: FakeClock | None = None,
     waits: list[float] | None = None,
-) -> None:
+) -> dict[str, JobOutcome]:
     """The night's jobs on an event loop of their own, until every one has its outcome."""
 
-    async def night() -> None:
+    async def night() -> dict[str, JobOutcome]:
         with _pools() as pools:
-            await night_jobs(ctx, plan, pools, clock=clock, waits=waits)
+            return await night_jobs(ctx, plan, pools, clock=clock, waits=waits)
 
-    asyncio.run(night())
+    return asyncio.run(night())
 
 
 def start_jobs(ctx: NightContext, plan: Plan, **kwargs: object) -> threading.Thread:
@@ -156,8 +159,8 @@ def run_night(
             nullcontext() if clock is None else ClockDriver(clock, ctx.watcher)
         )
         with driver:
-            run_jobs(ctx, plan, clock=clock, waits=waits)
-    return finish_night(ctx, plan, started_at)
+            outcomes = run_jobs(ctx, plan, clock=clock, waits=waits)
+    return finish_night(ctx, plan, started_at, outcomes)
 
 
 class ClockDriver:

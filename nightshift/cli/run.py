@@ -5,11 +5,16 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nightshift.cli import exits
 from nightshift.cli.args import add_command, catalogue_flag
 from nightshift.cli.exits import say
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from nightshift.orchestration.prepared_night import PreparedNight
 
 __all__ = ["RUN_EXIT_CODES", "register", "run_catalogue"]
 
@@ -45,54 +50,54 @@ def run_catalogue(
     """Run one night of ``path`` in this process and return the exit code."""
     from rich.console import Console
 
-    from nightshift.config.loader import load_catalogue
-    from nightshift.engine.plan import parse_night, plan_night, tonight
-    from nightshift.errors import CatalogueError
+    from nightshift.errors import CatalogueError, NightArgumentError
+    from nightshift.orchestration.prepared_night import prepare_night
 
     err = Console(stderr=True)
     try:
-        night = parse_night(night) if night else tonight()
-    except ValueError as exc:
+        # the ledger and the lease first too: a clear line now, not a traceback from the flow
+        prepared = prepare_night(path, only=only, night=night)
+    except (CatalogueError, NightArgumentError) as exc:
         say(str(exc))
         return exits.BAD_CATALOGUE
-    try:
-        catalogue = load_catalogue(path)
-        labels = plan_night(catalogue, only).labels
-    except CatalogueError as exc:
-        say(str(exc))
-        return exits.BAD_CATALOGUE
-    except ValueError as exc:  # --only names a job the catalogue does not have
-        say(f"{path}: {exc}")
-        return exits.BAD_CATALOGUE
+    except exits.DATABASE_ERRORS as exc:
+        from nightshift.config.settings import load_settings
 
+        say(exits.ledger_problem(load_settings().ledger_url(), exc))
+        return exits.NO_LEDGER
+    try:
+        return _run_prepared(prepared, str(path), as_json, err)
+    finally:
+        prepared.close()  # the night closes it at its end; here for a night that never ran
+
+
+def _run_prepared(prepared: PreparedNight, path: str, as_json: bool, err: Console) -> int:
+    """The prepared night, checked against the lease and the Prefect API, run with a live table."""
     from nightshift.cli.live import LiveTable
     from nightshift.cli.stopping import exit_now, prefect_api_alive, run_stoppable, stop_line
-    from nightshift.config.settings import load_settings
     from nightshift.engine.stopping import NightStop
     from nightshift.flows.nightly import nightly
-    from nightshift.orchestration.night_setup import run_dir_for
 
-    settings = load_settings()
-    # the ledger and the lease first: a clear line now, not a traceback from inside the flow
-    if (refusal := _check_ledger(settings.ledger_url(), catalogue.key)) is not None:
+    if (refusal := _check_lease(prepared)) is not None:
         code, message = refusal
         say(message)
         return code
     if (problem := _connect(err.is_terminal)) is not None:
         say(problem)
         return exits.NO_PREFECT
-    run_dir = run_dir_for(settings, night)
-    table = LiveTable(labels, err)
+    run_dir, settings, catalogue = prepared.run_path, prepared.settings, prepared.catalogue
+    table = LiveTable(prepared.listed_labels(), err)
     stop = NightStop()  # Ctrl-C and SIGTERM reach the night through this
 
     def night_run() -> Any:
         return nightly(
-            catalog=str(path),
-            only=only,
-            night=night,
+            catalog=path,
+            only=prepared.only,
+            night=prepared.night,
             run_dir=str(run_dir),
             live=table.on_event,
             stop=stop,
+            prepared=prepared,
             return_state=True,
         )
 
@@ -101,7 +106,7 @@ def run_catalogue(
     code = _after_night(ran.state, run_dir, catalogue, settings, as_json)
     if stop.requested and (run_dir / "summary.json").exists():
         summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
-        say(stop_line(summary.get("left_running", []), str(path), night))
+        say(stop_line(summary.get("left_running", []), path, prepared.night))
     if ran.exit_early:  # interrupted, or the Prefect API is gone: don't wait on it
         exit_now(code, drain=ran.api_alive)
     return code
@@ -159,31 +164,18 @@ def _say_outbox(url: str, key: str) -> None:
         )
 
 
-def _check_ledger(url: str, key: str) -> tuple[int, str] | None:
-    """Open the ledger and look at the catalogue's lease: (exit code, one line), or None."""
-    from datetime import UTC, datetime
-
+def _check_lease(prepared: PreparedNight) -> tuple[int, str] | None:
+    """Look at the catalogue's lease: (exit code, one line), or None when the night may run."""
     from nightshift.errors import LockHeldError
-    from nightshift.store.lease import Lease
-    from nightshift.store.ledger import Ledger
 
     try:
-        ledger = Ledger(url)
+        holder = prepared.lease_holder()
     except exits.DATABASE_ERRORS as exc:
-        return exits.NO_LEDGER, exits.ledger_problem(url, exc)
-    try:
-        holder = Lease(ledger.engine, key).holder()
-    except exits.DATABASE_ERRORS as exc:
-        return exits.NO_LEDGER, exits.ledger_problem(url, exc)
-    finally:
-        ledger.close()
+        return exits.NO_LEDGER, exits.ledger_problem(prepared.settings.ledger_url(), exc)
     if holder is None:
         return None
-    owner, expires_at = holder
-    left = (expires_at - datetime.now(UTC)).total_seconds()
-    if left <= 0:
-        return None  # a crashed night's lease: this night takes it over
-    return exits.LOCKED, f"refused: {LockHeldError(key, owner, left)}"
+    owner, left = holder
+    return exits.LOCKED, f"refused: {LockHeldError(prepared.catalogue.key, owner, left)}"
 
 
 def _connect(verbose: bool) -> str | None:

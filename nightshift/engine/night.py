@@ -264,23 +264,22 @@ def open_night(
         yield ctx
 
 
-def finish_night(ctx: NightContext, plan: Plan, started_at: str) -> NightSummary:
-    """Join the night (a job with no outcome failed) and tell the sinks its verdict."""
-    for label in plan.labels:
-        if label in ctx.outcomes:
-            continue
-        if ctx.stop.requested:  # a job the stop caught between two steps
-            stopped_outcome(ctx, label)
-        else:
-            end_job(ctx, label, Outcome.FAILED, "no outcome recorded (internal error)")
+def finish_night(
+    ctx: NightContext, plan: Plan, started_at: str, outcomes: Mapping[str, JobOutcome]
+) -> NightSummary:
+    """Join the jobs' ``outcomes`` (a job with none failed) and tell the sinks the verdict."""
+    jobs = [outcomes[x] if x in outcomes else _no_outcome(ctx, x) for x in plan.labels]
     finished = ctx.wall()
-    summary = join(
-        [ctx.outcomes[label] for label in plan.labels],
-        started_at,
-        finished.isoformat(timespec="seconds"),
-    )
+    summary = join(jobs, started_at, finished.isoformat(timespec="seconds"))
     ctx.events.publish(NightFinished(ctx.night, ctx.catalogue.key, summary, finished))
     return summary
+
+
+def _no_outcome(ctx: NightContext, label: str) -> JobOutcome:
+    """A job whose outcome never came back: let go by a stop, else failed."""
+    if ctx.stop.requested:  # a job the stop caught between two steps
+        return stopped_outcome(ctx, label)
+    return end_job(ctx, label, Outcome.FAILED, "no outcome recorded (internal error)")
 
 
 def watcher_stopped(watcher: Watcher) -> str | None:

@@ -7,7 +7,7 @@ from datetime import UTC, date, datetime
 
 from nightshift.config.catalogue import Catalogue
 
-__all__ = ["Plan", "parse_night", "plan_night", "tonight"]
+__all__ = ["Plan", "check_only", "parse_night", "plan_night", "tonight"]
 
 
 @dataclass(frozen=True)
@@ -28,10 +28,8 @@ def plan_night(
     expected_s: dict[str, float] | None = None,
 ) -> Plan:
     """Plan the night; ``only`` narrows it (dependencies outside the selection are not run)."""
+    check_only(catalogue, only)
     selected = [j.label for j in catalogue.jobs if not only or j.label in set(only)]
-    unknown = sorted(set(only or ()) - {j.label for j in catalogue.jobs})
-    if unknown:
-        raise ValueError(f"unknown job label(s): {', '.join(unknown)}")
     chosen = set(selected)
     deps = {
         label: [d for d in catalogue.job(label).depends_on if d in chosen] for label in selected
@@ -61,6 +59,13 @@ def plan_night(
     expected = expected_s or {}
     independent.sort(key=lambda label: -expected.get(label, 0.0))
     return Plan(independent, chains)
+
+
+def check_only(catalogue: Catalogue, only: list[str] | None) -> None:
+    """ValueError when ``only`` names a job the catalogue does not have."""
+    unknown = sorted(set(only or ()) - {j.label for j in catalogue.jobs})
+    if unknown:
+        raise ValueError(f"unknown job label(s): {', '.join(unknown)}")
 
 
 def _topological(labels: list[str], deps: dict[str, list[str]]) -> list[str]:

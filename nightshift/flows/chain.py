@@ -20,11 +20,13 @@ from nightshift.tasks.jobs import job_task, outcome_of, with_retries
 __all__ = ["chain"]
 
 
-@flow(name=CHAIN_FLOW, flow_run_name="{name}")
+# its steps' outcomes go back to the night in memory, nowhere else
+@flow(name=CHAIN_FLOW, flow_run_name="{name}", persist_result=False)
 async def chain(name: str, labels: list[str], night: Any) -> State:
     """Run dependent jobs one after another (``fetch → link → publish``); Failed when a step
-    did not succeed, its message the steps that did not. ``night``: the running night
-    (``orchestration/running_night.py``), handed in quoted; typed Any for Prefect's schema."""
+    did not succeed, its message the steps that did not; either way its data is the steps'
+    outcomes, in order. ``night``: the running night (``orchestration/running_night.py``),
+    handed in quoted; typed Any for Prefect's schema."""
     ctx = night.ctx
     runner = with_retries(ctx)
 
@@ -36,4 +38,6 @@ async def chain(name: str, labels: list[str], night: Any) -> State:
     for skipped in (o for o in done if o.state is Outcome.SKIPPED):
         get_run_logger().error("%s", failure_note(skipped))  # it has no task run to say so
     bad = [o.line() for o in done if not o.ok]
-    return Failed(message="; ".join(bad)) if bad else Completed(message=f"{len(done)} steps ok")
+    if bad:
+        return Failed(message="; ".join(bad), data=done)
+    return Completed(message=f"{len(done)} steps ok", data=done)

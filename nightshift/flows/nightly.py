@@ -7,7 +7,6 @@ the order that lets a stopped night go within seconds) in ``orchestration/night_
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 from typing import Any
 
 from prefect import flow, get_run_logger, tags
@@ -16,26 +15,18 @@ from prefect.runtime import flow_run
 from prefect.states import Failed, State
 from prefect.utilities.annotations import quote
 
-from nightshift.config.settings import load_settings
 from nightshift.engine.outcomes import JobOutcome
-from nightshift.engine.plan import Plan, parse_night, tonight
+from nightshift.engine.plan import Plan
 from nightshift.engine.stopping import NightStop
 from nightshift.flows.chain import chain
 from nightshift.orchestration.cancel_hook import cancel_in_flight
 from nightshift.orchestration.night_end import end_early, end_night
 from nightshift.orchestration.night_run import run_night
-from nightshift.orchestration.night_setup import (
-    NightSetup,
-    catalogue_or_none,
-    notifier_for,
-    run_dir_for,
-    stamp,
-)
+from nightshift.orchestration.night_setup import NightSetup, notifier_for, prepared_or_none, stamp
 from nightshift.orchestration.running_night import Night
 from nightshift.orchestration.states import name_the_night
 from nightshift.store.lease import Lease, default_owner
-from nightshift.store.ledger import Ledger
-from nightshift.tasks.jobs import job_task, outcome_of, with_retries
+from nightshift.tasks.jobs import chain_outcomes, job_task, outcome_of, with_retries
 from nightshift.tasks.notify import notify
 
 __all__ = ["nightly"]
@@ -49,6 +40,7 @@ def nightly(
     run_dir: str | None = None,
     live: Any = None,
     stop: Any = None,
+    prepared: Any = None,
 ) -> State | list[State]:
     """One night of the catalogue: Completed only when every job succeeded.
 
@@ -61,47 +53,52 @@ def nightly(
     Prefect's schema): ``live``, a ``Sink`` of the night's events (the CLI's live table);
     ``stop``, a ``NightStop`` the caller's Ctrl-C/SIGTERM requests, which says when the night
     is over (summary written, lease given back). Without one the night makes its own.
+    ``prepared``, the ``PreparedNight`` its caller checked (``orchestration/prepared_night.py``;
+    the parameters above are what it was prepared from); without one the run prepares its own.
     """
     logger = get_run_logger()
-    settings = load_settings()
-    if (catalogue := catalogue_or_none(catalog, logger)) is None:
-        return [Failed(message="invalid catalogue: nothing was run")]
-    night = parse_night(night) if night else tonight(flow_run.scheduled_start_time)
-    run_path = Path(run_dir) if run_dir else run_dir_for(settings, night)
-    run_path.mkdir(parents=True, exist_ok=True)
+    if prepared is None:
+        scheduled = flow_run.scheduled_start_time
+        prepared = prepared_or_none(catalog, only, night, run_dir, scheduled, logger)
+        if prepared is None:
+            return [Failed(message="invalid catalogue: nothing was run")]
+    prepared.run_path.mkdir(parents=True, exist_ok=True)
     started_at = stamp()
     results: dict[str, JobOutcome] = {}
-    logger.info("state folder %s, run folder %s", settings.state_dir, run_path)
-    ledger = Ledger(settings.ledger_url(), catalogue.key)
-    notifier = notifier_for(catalogue, ledger, logger)
+    logger.info("state folder %s, run folder %s", prepared.settings.state_dir, prepared.run_path)
+    notifier = notifier_for(prepared.catalogue, prepared.ledger, logger)
     stop = stop if stop is not None else NightStop()
-    setup = NightSetup(catalogue, settings, ledger, night, run_path, stop, notifier, notify, logger)
+    setup = NightSetup(prepared, stop, notifier, notify, logger)
     try:
         # a deployment's tags are on the flow run only: jobs and chains carry them too
         with tags(*(flow_run.tags or [])):
             # the owner names the flow run too: `nightshift status` shows it
             owner = default_owner() + (f":{flow_run.id}" if flow_run.id else "")
-            with Lease(
-                ledger.engine, catalogue.key, owner=owner, ttl_s=settings.lease_ttl
-            ) as lease:
+            key, ttl = prepared.catalogue.key, prepared.settings.lease_ttl
+            with Lease(prepared.ledger.engine, key, owner=owner, ttl_s=ttl) as lease:
                 live_sinks = [live] if live is not None else []
-                summary, progress = run_night(setup, only, lease, results, live_sinks, _run_jobs)
+                summary, progress = run_night(setup, lease, results, live_sinks, _run_jobs)
     except Exception as exc:
-        end_early(setup, exc, only, results, started_at)
+        end_early(setup, exc, results, started_at)
         raise  # the CLI reads a LockHeldError from the flow run's result (exit 3)
     return end_night(setup, summary, progress)
 
 
-async def _run_jobs(night: Night, plan: Plan) -> None:
+async def _run_jobs(night: Night, plan: Plan) -> dict[str, JobOutcome]:
     """Every job of the night as an async task run and every chain as an async subflow run,
-    awaited together; the night handed to each, quoted (Prefect does not walk into it)."""
-    runner = with_retries(night.ctx)
+    awaited together for their outcomes; the night handed to each, quoted (Prefect does not
+    walk into it)."""
+    ctx, pools, runner = night.ctx, night.pools, with_retries(night.ctx)
 
-    async def job(label: str) -> None:
+    async def job(label: str) -> list[JobOutcome]:
         ran = await job_task(night, label, runner)
-        await outcome_of(night.ctx, label, ran, night.pools)
+        return [await outcome_of(ctx, label, ran, pools)]
+
+    async def steps(labels: list[str]) -> list[JobOutcome]:
+        ran = await chain(" → ".join(labels), labels, quote(night), return_state=True)
+        return await chain_outcomes(ctx, labels, ran, pools)
 
     # one API client on this loop for every task run (else each task run makes its own)
     async with AsyncClientContext.get_or_create():
-        chains = [chain(" → ".join(c), c, quote(night), return_state=True) for c in plan.chains]
-        await asyncio.gather(*(job(label) for label in plan.independent), *chains)
+        done = await asyncio.gather(*map(job, plan.independent), *map(steps, plan.chains))
+    return {outcome.label: outcome for outcomes in done for outcome in outcomes}

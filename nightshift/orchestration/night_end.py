@@ -16,7 +16,6 @@ from prefect.runtime import flow_run
 from prefect.states import Failed, State
 
 from nightshift.engine.outcomes import JobOutcome, NightSummary, Outcome, join
-from nightshift.engine.plan import plan_night
 from nightshift.engine.stopping import INTERRUPTED
 from nightshift.errors import LockHeldError
 from nightshift.metrics.export import export_ledger_metrics
@@ -62,15 +61,13 @@ def end_night(
 def end_early(
     setup: NightSetup,
     exc: BaseException,
-    only: list[str] | None,
     results: Mapping[str, JobOutcome],
     started_at: str,
 ) -> None:
     """A night that ended early still says why, where a finished night says how it went."""
     reason = why(exc)
-    labels = plan_night(setup.catalogue, only).labels
     summary = join(
-        [results.get(x) or not_run(setup.catalogue, x, reason) for x in labels],
+        [results.get(x) or not_run(setup.catalogue, x, reason) for x in setup.plan.labels],
         started_at,
         stamp(),
     )

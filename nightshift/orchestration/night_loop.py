@@ -8,7 +8,7 @@ import contextvars
 import logging
 import threading
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, TypeVar
 
 from nightshift.engine.stopping import INTERRUPTED, NightStop
 from nightshift.heap import TRIM_EVERY_S, trimmer
@@ -19,27 +19,31 @@ log = logging.getLogger("nightshift.night")
 
 STOP_GRACE_S = 3.0  # a signalled night's jobs let go of, before the signal goes on
 
+T = TypeVar("T")
+
 
 def on_a_loop(
-    work: Coroutine[Any, Any, None],
+    work: Coroutine[Any, Any, T],
     stop: NightStop,
     trim: Callable[[], object] | None = None,
     trim_every: float = TRIM_EVERY_S,
-) -> None:
+) -> T:
     """Run ``work`` on an event loop of its own, on a thread of its own (the flow run's context
-    goes with it). A signal raised on this thread while it waits (a worker's SIGTERM when the
-    run is cancelled, a Ctrl-C) stops the night first: its jobs are let go, nothing more is
-    submitted or written, then the signal goes on (the cancel hook cancels the jobs).
+    goes with it), for what it returns. A signal raised on this thread while it waits (a
+    worker's SIGTERM when the run is cancelled, a Ctrl-C) stops the night first: its jobs are
+    let go, nothing more is submitted or written, then the signal goes on (the cancel hook
+    cancels the jobs).
 
     While it runs, ``trim`` (default: the C heap's, ``heap.py``) is called every
     ``trim_every`` seconds, so a night of thousands of jobs gives freed memory back.
     """
     errors: list[BaseException] = []
+    results: list[T] = []
     trim = trim or trimmer()
 
     def run() -> None:
         try:
-            asyncio.run(_trimming(work, trim, trim_every))
+            results.append(asyncio.run(_trimming(work, trim, trim_every)))
         except BaseException as exc:  # handed to the flow's thread
             errors.append(exc)
 
@@ -54,11 +58,12 @@ def on_a_loop(
         raise
     if errors:
         raise errors[0]
+    return results[0]
 
 
 async def _trimming(
-    work: Coroutine[Any, Any, None], trim: Callable[[], object] | None, every: float
-) -> None:
+    work: Coroutine[Any, Any, T], trim: Callable[[], object] | None, every: float
+) -> T:
     """``work``, with ``trim`` called every ``every`` seconds beside it until it ends."""
     if trim is None:
         return await work
@@ -74,7 +79,7 @@ async def _trimming(
 
     beside = asyncio.create_task(keep_trimming())
     try:
-        await work
+        return await work
     finally:
         beside.cancel()
         with contextlib.suppress(asyncio.CancelledError):

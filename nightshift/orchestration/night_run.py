@@ -1,5 +1,5 @@
-"""A night under Prefect, from its setup to its summary: its parts (Prefect's concurrency slots,
-Slack, the sinks), the lease's guards, its jobs on an event loop of their own.
+"""A night under Prefect, from its prepared plan to its summary: its parts (Prefect's concurrency
+slots, Slack, the sinks), the lease's guards, its jobs on an event loop of their own.
 
 The fan-out of the jobs into task runs and chain subflow runs is the flow's (``flows/nightly.py``,
 a layer up), handed in as ``run_jobs``.
@@ -8,7 +8,7 @@ a layer up), handed in as ``run_jobs``.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 from prefect import get_run_logger
@@ -17,16 +17,9 @@ from prefect.runtime import flow_run
 from nightshift.engine.admission import Admission
 from nightshift.engine.alerts import NoAlertSink
 from nightshift.engine.events import LogSink, Sink
-from nightshift.engine.night import (
-    NightId,
-    NightParts,
-    build_parts,
-    expected_durations,
-    finish_night,
-    open_night,
-)
+from nightshift.engine.night import NightId, NightParts, build_parts, finish_night, open_night
 from nightshift.engine.outcomes import JobOutcome, NightSummary
-from nightshift.engine.plan import Plan, plan_night
+from nightshift.engine.plan import Plan
 from nightshift.engine.steps import JobPools
 from nightshift.notify.notifier import SlackAlertSink
 from nightshift.notify.sinks import NoticeSink
@@ -42,24 +35,24 @@ from nightshift.store.slot_holders import SlotHolders
 
 __all__ = ["RunJobs", "run_night"]
 
-# the night's jobs as Prefect runs, awaited together (the flow's: it knows its tasks and chains)
-RunJobs = Callable[[Night, Plan], Coroutine[Any, Any, None]]
+# the night's jobs as Prefect runs, awaited together, for their outcomes by label (the flow's:
+# it knows its tasks and chains)
+RunJobs = Callable[[Night, Plan], Coroutine[Any, Any, Mapping[str, JobOutcome]]]
 
 
 def run_night(
     setup: NightSetup,
-    only: list[str] | None,
     lease: Lease,
     results: dict[str, JobOutcome],
     live: list[Sink],
     run_jobs: RunJobs,
 ) -> tuple[NightSummary, ProgressSink]:
-    """Plan, fan out, watch, join: the night's summary and its progress sink. ``results``
-    fills with each job's outcome as it comes (a night that ends early still says them)."""
-    catalogue, ledger, night = setup.catalogue, setup.ledger, setup.night
+    """Fan out the prepared plan, watch, join the outcomes ``run_jobs`` gathers: the night's
+    summary and its progress sink. ``results`` fills with each job's outcome as it comes (a
+    night that ends early still says them)."""
+    catalogue, ledger, night, plan = setup.catalogue, setup.ledger, setup.night, setup.plan
     logger = get_run_logger()
     started_at = stamp()
-    plan = plan_night(catalogue, only, expected_durations(catalogue, ledger))
     progress = ProgressSink(plan.labels)
     parts = _parts(setup, lease, [*live, progress, LogSink(logger)], logger)
     run_id = str(flow_run.id or f"{night}:{uuid.uuid4().hex[:8]}")
@@ -82,10 +75,10 @@ def run_night(
                 len(plan.chains),
             )
             with quiet_job_finish():
-                on_a_loop(run_jobs(Night(ctx, pools, kept), plan), setup.stop)
+                outcomes = on_a_loop(run_jobs(Night(ctx, pools, kept), plan), setup.stop)
         finally:
             pools.shutdown()
-    return finish_night(ctx, plan, started_at), progress
+    return finish_night(ctx, plan, started_at, outcomes), progress
 
 
 def _parts(setup: NightSetup, lease: Lease, sinks: list[Sink], logger: Any) -> NightParts:

@@ -1,9 +1,8 @@
-"""What a night is set up from: its catalogue, its run folder, its Slack notifier, and whether
-it may still submit."""
+"""What a night is set up from: its prepared night, its Slack notifier, and whether it may
+still submit."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -11,50 +10,74 @@ from pathlib import Path
 from typing import Any
 
 from nightshift.config.catalogue import Catalogue
-from nightshift.config.loader import load_catalogue
 from nightshift.config.settings import Settings
 from nightshift.engine.night import watcher_stopped
+from nightshift.engine.plan import Plan
 from nightshift.engine.stopping import NightStop
 from nightshift.engine.watcher import Watcher
 from nightshift.errors import CatalogueError
 from nightshift.notify.notifier import Notifier
+from nightshift.orchestration.prepared_night import PreparedNight, prepare_night
 from nightshift.store.lease import Lease
 from nightshift.store.ledger import Ledger
 from nightshift.store.outbox import Outbox
 
-__all__ = ["NightSetup", "catalogue_or_none", "notifier_for", "run_dir_for", "stamp", "stop_reason"]
+__all__ = ["NightSetup", "notifier_for", "prepared_or_none", "stamp", "stop_reason"]
 
 
 @dataclass(frozen=True)
 class NightSetup:
     """A night as its flow set it up: what it runs, writes to, tells, and closes at its end."""
 
-    catalogue: Catalogue
-    settings: Settings
-    ledger: Ledger
-    night: str
-    run_path: Path
+    prepared: PreparedNight
     stop: NightStop
     notifier: Notifier | None
     # the Slack task (``tasks/notify.py``), handed in: this layer does not import tasks
     notify: Callable[..., Any]
     logger: Any
 
+    @property
+    def catalogue(self) -> Catalogue:
+        return self.prepared.catalogue
 
-def catalogue_or_none(catalog: str, logger: Any) -> Catalogue | None:
-    """The catalogue, or None after one ERROR line naming its absolute path (no traceback)."""
+    @property
+    def settings(self) -> Settings:
+        return self.prepared.settings
+
+    @property
+    def ledger(self) -> Ledger:
+        return self.prepared.ledger
+
+    @property
+    def night(self) -> str:
+        return self.prepared.night
+
+    @property
+    def plan(self) -> Plan:
+        return self.prepared.plan
+
+    @property
+    def run_path(self) -> Path:
+        return self.prepared.run_path
+
+
+def prepared_or_none(
+    catalog: str,
+    only: list[str] | None,
+    night: str | None,
+    run_dir: str | None,
+    scheduled: datetime | None,
+    logger: Any,
+) -> PreparedNight | None:
+    """A deployed run's night (``prepare_night``), or None after one ERROR line naming the
+    catalogue's absolute path (no traceback) when the catalogue is invalid."""
     try:
         # a deployed run reads it from the folder it was deployed from: say which file that is
-        return load_catalogue(Path(catalog).absolute())
+        where = Path(catalog).absolute()
+        return prepare_night(where, only=only, night=night, run_dir=run_dir, scheduled=scheduled)
     except CatalogueError as exc:
         logger.error("%s", exc.one_line())
         return None
-
-
-def run_dir_for(settings: Settings, night: str) -> Path:
-    """Where a night's summary and log tails go by default."""
-    stamp = datetime.now(UTC).strftime("%H%M%S")
-    return settings.state_dir / "runs" / night / f"{stamp}-{uuid.uuid4().hex[:6]}"
 
 
 def notifier_for(catalogue: Catalogue, ledger: Ledger, logger: Any) -> Notifier | None:

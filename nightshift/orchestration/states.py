@@ -30,11 +30,13 @@ JOB_TASK = "run-job"  # the job task's name: its failures are explained by the t
 CHAIN_FLOW = "chain"  # the chain subflow's name: its steps explained themselves
 
 
-def job_state(job: JobOutcome) -> State:
-    """The job's task run state: Completed (named Kept when kept) or Failed by its outcome."""
+def job_state(job: JobOutcome, *, as_result: bool = False) -> State:
+    """The job's task run state: Completed (named Kept when kept) or Failed by its outcome;
+    ``as_result``: the outcome is the state's data (what a job task returns)."""
+    data = job if as_result else None
     if job.ok:
-        return Completed(name=state_name(job), message=job.line())
-    return Failed(name=state_name(job), message=job.line())
+        return Completed(name=state_name(job), message=job.line(), data=data)
+    return Failed(name=state_name(job), message=job.line(), data=data)
 
 
 def night_state(summary: NightSummary) -> State:

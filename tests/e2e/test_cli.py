@@ -56,6 +56,33 @@ def test_only_runs_the_named_jobs(catalogue: Path, capsys) -> None:
 
 
 @pytest.mark.usefixtures("prefect_server")
+def test_run_reads_and_plans_the_catalogue_once(
+    catalogue: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    import nightshift.config.loader as loader
+    import nightshift.orchestration.prepared_night as prepared_night
+
+    parsed: list[object] = []
+    planned: list[object] = []
+    real_parse, real_plan = loader.parse_catalogue, prepared_night.plan_night
+
+    def parse_catalogue(*args: object) -> object:
+        parsed.append(args)
+        return real_parse(*args)  # type: ignore[arg-type]
+
+    def plan_night(*args: object) -> object:
+        planned.append(args)
+        return real_plan(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(loader, "parse_catalogue", parse_catalogue)
+    monkeypatch.setattr(prepared_night, "plan_night", plan_night)
+    assert main(["run", "--catalog", str(catalogue), "--only", "hello", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["exit_code"] == 0
+    # the CLI's checks and the flow share one prepared night
+    assert len(parsed) == 1 and len(planned) == 1
+
+
+@pytest.mark.usefixtures("prefect_server")
 def test_a_second_night_is_refused_while_the_first_holds_the_lease(catalogue: Path, capsys):
     ledger = Ledger(load_settings().ledger_url())
     with Lease(ledger.engine, "cli-test", owner="other-host:123:abcd"):

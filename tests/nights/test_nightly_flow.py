@@ -196,6 +196,7 @@ def test_a_cap_bounds_jobs_in_flight_and_starts_the_longest_first(
     from prefect.client.orchestration import get_client
 
     import nightshift.orchestration.night_run as night_run
+    import nightshift.orchestration.prepared_night as prepared_night
     from nightshift.engine.admission import Admission
 
     granted: list[float] = []
@@ -208,7 +209,7 @@ def test_a_cap_bounds_jobs_in_flight_and_starts_the_longest_first(
             granted.append(priority)
 
     plans: list[list[str]] = []
-    real_plan_night = night_run.plan_night
+    real_plan_night = prepared_night.plan_night
 
     def plan_night(*args: Any, **kwargs: Any) -> Any:
         plan = real_plan_night(*args, **kwargs)
@@ -216,7 +217,7 @@ def test_a_cap_bounds_jobs_in_flight_and_starts_the_longest_first(
         return plan
 
     monkeypatch.setattr(night_run, "Admission", RecordingAdmission)
-    monkeypatch.setattr(night_run, "plan_night", plan_night)
+    monkeypatch.setattr(prepared_night, "plan_night", plan_night)
 
     ledger = Ledger(load_settings().ledger_url(), str((sandbox / "nightshift.yaml").resolve()))
     long_ago = datetime.now(UTC) - timedelta(days=2)
@@ -279,3 +280,30 @@ def test_the_night_tells_a_live_sink_and_hands_its_chains_the_night_not_a_copy(
     assert chain_run.parameters["labels"] == ["a", "b"]
     # neither the sink nor the stop is a deployment's parameter worth keeping
     assert not isinstance(night_run.parameters.get("stop"), dict | list)
+
+
+def test_a_prepared_night_is_run_as_it_was_prepared_not_read_again(sandbox: Path) -> None:
+    from prefect.client.orchestration import get_client
+
+    from nightshift.orchestration.prepared_night import prepare_night
+
+    path = write(sandbox, ok_command("a") + ok_command("b", ", depends_on: [a]"))
+    run_dir = sandbox / "run"
+    prepared = prepare_night(path, night="2026-11-29", run_dir=str(run_dir))
+    path.unlink()  # the flow must not read the catalogue again
+
+    state = nightly(catalog=str(path), prepared=prepared, return_state=True)
+
+    assert state.is_completed()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert states(summary) == {"a": "succeeded", "b": "succeeded"}
+    # the prepared night's date and ledger: its rows were written there
+    ledger = Ledger(load_settings().ledger_url(), prepared.catalogue.key)
+    try:
+        assert {r.label for r in ledger.jobs_of("2026-11-29")} == {"a", "b"}
+    finally:
+        ledger.close()
+    with get_client(sync_client=True) as client:
+        night_run = client.read_flow_run(state.state_details.flow_run_id)
+    # kept out of the API: a placeholder, not the catalogue and ledger encoded
+    assert isinstance(night_run.parameters["prepared"], str)
