@@ -19,7 +19,7 @@ Q, R, S, F = (
     ExternalState.SUCCEEDED,
     ExternalState.FAILED,
 )
-FAST = Backoff(initial=0.01, factor=2, max=0.04)
+FAST = Backoff(initial=0.001, factor=2, max=0.004)  # real time: a look every few ms
 
 
 @pytest.fixture
