@@ -162,7 +162,7 @@ def test_a_night_on_the_job_cli_records_its_real_start_and_end(tmp_path: Path) -
     catalogue = """\
 defaults: {poll: {initial: 0.5s, factor: 1, max: 0.5s}, stagger: 0s}
 jobs:
-  - {label: a, backend: cli, task: "slow polls [queue=0.1 run=1.2]"}
+  - {label: a, backend: cli, task: "slow polls [queue=1 run=1.2]"}
 """
     backend = CliBackend(AGY, timeout_s=20, env={"AGY_STATE_DIR": str(tmp_path / "agy")})
     with watched_night(tmp_path, catalogue, {"cli": backend}) as ctx:

@@ -59,7 +59,7 @@ def test_hundreds_of_jobs_in_flight_hold_few_threads(
         "jobs:",
     ]
     lines += [
-        f"  - {{label: j{i:03d}, backend: cli, task: 'w [queue=0 run=25]'}}" for i in range(JOBS)
+        f"  - {{label: j{i:03d}, backend: cli, task: 'w [queue=0 run=45]'}}" for i in range(JOBS)
     ]
     path = sandbox / "nightshift.yaml"
     path.write_text("\n".join(lines) + "\n")
