@@ -186,7 +186,7 @@ WORKERS = 3
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """How many workers ``-n auto`` starts: none for the unit layer or a file or two (starting
-    workers costs more than it saves there), else NIGHTSHIFT_TEST_WORKERS or 4."""
+    workers costs more than it saves there), else NIGHTSHIFT_TEST_WORKERS or 3."""
     if _only_unit(config.getoption("markexpr", "")):
         return 0
     unit = Path(__file__).resolve().parent / "unit"
