@@ -49,8 +49,11 @@ def migrated_home(home: Path) -> Path:
 
 
 def migrated_database() -> Path:
-    """The template, made on first use: migrated in a folder of its own, then renamed into place
-    (two xdist workers making it at once both make a whole one; the last rename wins)."""
+    """The template, made on first use by one process while the others wait for it (every xdist
+    worker wants it at its start: each making its own cost 15 s of CPU, three times over), in a
+    folder of its own, then renamed into place: a maker killed halfway leaves no half database."""
+    import fcntl
+
     import prefect
 
     folder = Path(tempfile.gettempdir()) / f"nightshift-tests-prefect-db-{prefect.__version__}"
@@ -58,6 +61,14 @@ def migrated_database() -> Path:
     if done.exists():
         return done
     folder.mkdir(parents=True, exist_ok=True)
+    with (folder / "making.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or its process dies
+        if not done.exists():
+            _migrate_into(folder, done)
+    return done
+
+
+def _migrate_into(folder: Path, done: Path) -> None:
     making = Path(tempfile.mkdtemp(dir=folder))
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     env |= {"PREFECT_HOME": str(making), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
@@ -66,7 +77,6 @@ def migrated_database() -> Path:
     assert ran.returncode == 0, ran.stdout + ran.stderr
     os.replace(making / "prefect.db", done)
     shutil.rmtree(making, ignore_errors=True)
-    return done
 
 
 def free_port() -> int:
