@@ -112,11 +112,12 @@ def _job_night(
         ends.append((state, elapsed))
     final = JobState.SUCCEEDED.value
     if rng.random() < habits.failure_rate:
-        # it dies part way through its last state
+        final = "failed"
+    if final == "failed" and ends:
+        # it dies part way through its last state (a job with none fails at its first look)
         state, end = ends[-1]
         before = ends[-2][1] if len(ends) > 1 else 0.0
         ends[-1] = (state, before + (end - before) * rng.uniform(0.1, 0.9))
-        final = "failed"
     seen: list[tuple[str, float]] = [(SUBMITTING, 0.0), (SUBMITTED, submitted)]
     # the polls: a long state at the poll cap is hundreds of them, each one latency draw. The
     # polls only move forward, and so do the states' ends: the state a poll sees is found by

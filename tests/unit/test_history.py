@@ -104,3 +104,13 @@ def test_a_few_nights_fail_and_their_job_rows_say_so() -> None:
 def test_no_failures_when_the_habits_say_none() -> None:
     history = generate(TEN, TONIGHT, habits=Habits(failure_rate=0.0))
     assert {job["state"] for job in history.jobs} == {"succeeded"}
+
+
+def test_a_job_that_ends_before_its_first_look_has_no_states_between_and_may_fail() -> None:
+    instant = [Usual(f"cmd:{i}", "command", ()) for i in range(5)]
+    history = generate(instant, TONIGHT, habits=Habits(failure_rate=0.5))
+    chains = {tuple(r["to_state"] for r in rows) for rows in _by_job_night(history).values()}
+    assert chains == {
+        ("submitting", "submitted", "succeeded"),
+        ("submitting", "submitted", "failed"),
+    }
