@@ -67,7 +67,10 @@ def end_early(
     """A night that ended early still says why, where a finished night says how it went."""
     reason = why(exc)
     summary = join(
-        [results.get(x) or not_run(setup.catalogue, x, reason) for x in setup.plan.labels],
+        [
+            results.get(x) or not_run(setup.prepared.catalogue, x, reason)
+            for x in setup.prepared.plan.labels
+        ],
         started_at,
         stamp(),
     )
@@ -94,7 +97,7 @@ def _close(
 ) -> None:
     """The end, in the order the module's docstring gives."""
     # summary.json first: what follows may wait on the Prefect API, which may be gone
-    report(setup.run_path, summary, reason=reason, exit_code=exit_code, publish=False)
+    report(setup.prepared.run_path, summary, reason=reason, exit_code=exit_code, publish=False)
     if said is not None:
         setup.logger.warning("%s", said)
     page = None
@@ -104,25 +107,29 @@ def _close(
         # after Slack: the report says what Slack was told
         page = _page(setup, summary)
     finally:
-        setup.ledger.close()
+        setup.prepared.ledger.close()
         setup.stop.over.set()
     if progress is not None:
         progress.flush(timeout=PROGRESS_FLUSH_S)
-    report(setup.run_path, summary, reason=reason, exit_code=exit_code, page=page)
+    report(setup.prepared.run_path, summary, reason=reason, exit_code=exit_code, page=page)
 
 
 def _tell(setup: NightSetup, summary: NightSummary) -> None:
     """Slack (the ``notify`` task) and metrics; neither can change the night's verdict."""
     if setup.notifier is not None:
         run_id = str(flow_run.id) if flow_run.id else None
-        setup.notify(setup.notifier, summary, setup.night, run_id, return_state=True)
-    export_ledger_metrics(setup.ledger.engine, setup.settings, logger=setup.logger)
+        setup.notify(setup.notifier, summary, setup.prepared.night, run_id, return_state=True)
+    export_ledger_metrics(
+        setup.prepared.ledger.engine, setup.prepared.settings, logger=setup.logger
+    )
 
 
 def _page(setup: NightSetup, summary: NightSummary) -> dict[str, Any] | None:
     """The night report's fields; None (and a warning) when they cannot be read."""
     try:
-        return gather_report(summary, setup.catalogue, setup.ledger, setup.night)
+        return gather_report(
+            summary, setup.prepared.catalogue, setup.prepared.ledger, setup.prepared.night
+        )
     except Exception as exc:  # the report never changes the night's verdict
         setup.logger.warning(
             "the night report could not be gathered: %s: %s", type(exc).__name__, exc

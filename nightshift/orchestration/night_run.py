@@ -50,7 +50,13 @@ def run_night(
     """Fan out the prepared plan, watch, join the outcomes ``run_jobs`` gathers: the night's
     summary and its progress sink. ``results`` fills with each job's outcome as it comes (a
     night that ends early still says them)."""
-    catalogue, ledger, night, plan = setup.catalogue, setup.ledger, setup.night, setup.plan
+    prepared = setup.prepared
+    catalogue, ledger, night, plan = (
+        prepared.catalogue,
+        prepared.ledger,
+        prepared.night,
+        prepared.plan,
+    )
     logger = get_run_logger()
     started_at = stamp()
     progress = ProgressSink(plan.labels)
@@ -60,7 +66,7 @@ def run_night(
         catalogue,
         parts,
         plan,
-        NightId(night, run_id, setup.run_path),
+        NightId(night, run_id, prepared.run_path),
         outcomes=results,
         stop=setup.stop,
     ) as ctx:
@@ -84,12 +90,8 @@ def run_night(
 def _parts(setup: NightSetup, lease: Lease, sinks: list[Sink], logger: Any) -> NightParts:
     """The engine's parts of a night under Prefect: its caps as Prefect's concurrency limits,
     its notices and alert levels to Slack, the lease's rule for submits and ledger rows."""
-    catalogue, settings, ledger, notifier = (
-        setup.catalogue,
-        setup.settings,
-        setup.ledger,
-        setup.notifier,
-    )
+    prepared, notifier = setup.prepared, setup.notifier
+    catalogue, settings, ledger = prepared.catalogue, prepared.settings, prepared.ledger
     if notifier is not None:
         sinks.append(NoticeSink(notifier))  # fallbacks, stuck queues, timeouts, as they happen
     parts = build_parts(

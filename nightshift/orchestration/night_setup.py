@@ -10,9 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from nightshift.config.catalogue import Catalogue
-from nightshift.config.settings import Settings
 from nightshift.engine.night import watcher_stopped
-from nightshift.engine.plan import Plan
 from nightshift.engine.stopping import NightStop
 from nightshift.engine.watcher import Watcher
 from nightshift.errors import CatalogueError
@@ -35,30 +33,6 @@ class NightSetup:
     # the Slack task (``tasks/notify.py``), handed in: this layer does not import tasks
     notify: Callable[..., Any]
     logger: Any
-
-    @property
-    def catalogue(self) -> Catalogue:
-        return self.prepared.catalogue
-
-    @property
-    def settings(self) -> Settings:
-        return self.prepared.settings
-
-    @property
-    def ledger(self) -> Ledger:
-        return self.prepared.ledger
-
-    @property
-    def night(self) -> str:
-        return self.prepared.night
-
-    @property
-    def plan(self) -> Plan:
-        return self.prepared.plan
-
-    @property
-    def run_path(self) -> Path:
-        return self.prepared.run_path
 
 
 def prepared_or_none(
