@@ -234,8 +234,13 @@ class Catalogue(_Strict):
     # (key, index, ...) path -> line in the file, for problems found after validation
     _lines: dict[tuple[Any, ...], int] = PrivateAttr(default_factory=dict)
 
+    # the file, resolved once when loaded: a later change of working directory (a deployment's
+    # pull step, a library) moves neither the catalogue's key nor where its relative paths start
+    _file: Path | None = PrivateAttr(default=None)
+
     def model_post_init(self, _context: Any) -> None:
         self._by_label = {job.label: job for job in self.jobs}
+        self._file = self.path.resolve() if self.path is not None else None
 
     @property
     def caps(self) -> dict[str, int]:
@@ -265,7 +270,7 @@ class Catalogue(_Strict):
     @property
     def home(self) -> Path:
         """Where the catalogue's relative paths start: its folder (not the working directory)."""
-        return self.path.resolve().parent if self.path is not None else Path.cwd()
+        return self._file.parent if self._file is not None else Path.cwd()
 
     @property
     def shown(self) -> str:
@@ -279,4 +284,4 @@ class Catalogue(_Strict):
         """What identifies "the same catalogue" for the one-night-at-a-time lease."""
         if self.name:
             return self.name
-        return str(self.path.resolve()) if self.path else "nightshift"
+        return str(self._file) if self._file is not None else "nightshift"

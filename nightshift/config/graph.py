@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nightshift.errors import CatalogueProblem
@@ -53,7 +52,7 @@ def graph_problems(
                     )
                 )
     outputs: dict[str, str] = {}
-    home = (catalogue.path or Path("<catalogue>")).absolute().parent
+    home = catalogue.home
     for i, job in enumerate(catalogue.jobs):
         if job.backend == "gemini_batch":
             # `out/a.jsonl`, `./out/a.jsonl` and `out/../out/a.jsonl` are one file

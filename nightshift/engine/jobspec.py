@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from nightshift.backends.base import JobSpec
 from nightshift.config.catalogue import Catalogue, CommandJob, GeminiBatchJob
 
@@ -15,7 +13,7 @@ def job_spec(catalogue: Catalogue, label: str, submission_key: str | None = None
     job = catalogue.job(label)
     options = job.model_dump(exclude={"label", "backend", "depends_on", "timeout"})
     # relative paths in a catalogue mean "next to the catalogue", not "wherever we run from"
-    home = catalogue.path.resolve().parent if catalogue.path is not None else Path.cwd()
+    home = catalogue.home
     if isinstance(job, GeminiBatchJob):
         options["sla"] = job.sla if job.sla is not None else catalogue.defaults.sla
         options["input"] = str(home / job.input)

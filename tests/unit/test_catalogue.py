@@ -227,3 +227,29 @@ def test_bad_submit_patience_names_file_line_and_field() -> None:
     assert found[0].startswith("night.yaml:10: field 'gemini.submit_patience':"), found
     found = problems(GOOD.replace("  sla: 24h\n", "  sla: 24h\n  submit_patience: forever\n"))
     assert found[0].startswith("night.yaml:8: field 'defaults.submit_patience': not a duration")
+
+
+def test_a_catalogue_loaded_by_a_relative_path_keeps_its_key_and_folder_when_the_cwd_moves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "team").mkdir()
+    (tmp_path / "team" / "nightly.yaml").write_text(
+        "jobs:\n  - {label: batch, backend: gemini_batch, model: m, input: in.jsonl, output: out.jsonl}\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    catalogue = load_catalogue("team/nightly.yaml")
+    key, home = catalogue.key, catalogue.home
+    from nightshift.engine.jobspec import job_spec
+
+    spec = job_spec(catalogue, "batch")
+    monkeypatch.chdir(tmp_path / "team")  # e.g. a deployment's pull step, or a library
+    assert (
+        (catalogue.key, catalogue.home)
+        == (key, home)
+        == (
+            str(tmp_path / "team" / "nightly.yaml"),
+            tmp_path / "team",
+        )
+    )
+    assert job_spec(catalogue, "batch").options["input"] == spec.options["input"]
+    assert spec.options["input"] == str(tmp_path / "team" / "in.jsonl")

@@ -171,7 +171,7 @@ def catalogue_input_problems(catalogue: Catalogue) -> tuple[list[str], list[str]
 
     A missing input of a job that depends on others is only a note: an earlier step may write it.
     """
-    home = catalogue.path.resolve().parent if catalogue.path is not None else Path.cwd()
+    home = catalogue.home
     errors: list[str] = []
     notes: list[str] = []
     for job in catalogue.jobs:
