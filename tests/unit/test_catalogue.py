@@ -234,7 +234,8 @@ def test_a_catalogue_loaded_by_a_relative_path_keeps_its_key_and_folder_when_the
 ) -> None:
     (tmp_path / "team").mkdir()
     (tmp_path / "team" / "nightly.yaml").write_text(
-        "jobs:\n  - {label: batch, backend: gemini_batch, model: m, input: in.jsonl, output: out.jsonl}\n"
+        "jobs:\n  - {label: batch, backend: gemini_batch, model: m,"
+        " input: in.jsonl, output: out.jsonl}\n"
     )
     monkeypatch.chdir(tmp_path)
     catalogue = load_catalogue("team/nightly.yaml")
