@@ -178,7 +178,14 @@ class Watcher:
             self._entries.append(request)
             self._cond.notify_all()
         self._listen(request)
+        request.future.add_done_callback(lambda future: self._given_up(request, future))
         return request.future
+
+    def _given_up(self, entry: WatchRequest, future: Future[WatchResult]) -> None:
+        """Whoever waited for this job gave up (its task was cancelled): stop watching it, or
+        it would be asked again at once forever (its answers are ignored) and its timers fire."""
+        if future.cancelled():
+            self._close(entry)
 
     def in_flight(self) -> list[str]:
         """Labels still being watched."""

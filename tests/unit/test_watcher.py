@@ -11,7 +11,7 @@ from nightshift.backends.base import ExternalState, JobStatus
 from nightshift.backoff import Backoff
 from nightshift.engine.watcher import Watcher, WatchRequest
 from nightshift.errors import PermanentBackendError, TransientBackendError
-from tests.support import BatchScriptedBackend, FakeClock, ScriptedBackend
+from tests.support import BatchScriptedBackend, FakeClock, ScriptedBackend, eventually
 
 Q, R, S, F = (
     ExternalState.QUEUED,
@@ -51,6 +51,20 @@ def test_final_state_ends_watching_and_is_never_asked_again(watcher, changes) ->
     # each change recorded once, in order, when first seen
     assert [c for c in changes if c[0] == "a"] == [("a", Q), ("a", R), ("a", S)]
     assert watcher.in_flight() == []
+
+
+def test_a_watch_given_up_by_its_waiter_is_forgotten_not_asked_again_and_again(watcher) -> None:
+    """A cancelled future (its job task was cancelled) ends the watch: on the old code its job
+    stayed in flight and was asked again at once forever (4,036 status calls in a second)."""
+    backend = ScriptedBackend(scripts={"a": [R], "b": [R]})
+    gone = watcher.watch(request(backend, "a", timeout_at=watcher.now() + 0.2))
+    watcher.watch(request(backend, "b"))
+    eventually(lambda: backend.calls["a"] >= 1)
+    gone.cancel()
+    eventually(lambda: watcher.in_flight() == ["b"], timeout=5)
+    asked = backend.calls["a"]
+    eventually(lambda: backend.calls["b"] >= 20)  # many looks at b later, and past a's timer
+    assert backend.calls["a"] == asked and backend.cancelled == []
 
 
 def test_a_backend_that_lists_many_jobs_is_asked_once_per_tick() -> None:
