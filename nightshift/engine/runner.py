@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Generator
 from concurrent.futures import Future
 from contextlib import ExitStack
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -36,36 +35,69 @@ from nightshift.files import label_filename
 from nightshift.states import LIVE, JobState
 from nightshift.store.ledger import JobRecord
 
-__all__ = ["FALLBACK", "LOST", "SUBMITTING", "JobSteps", "end_job", "job_steps", "stopped_outcome"]
+__all__ = [
+    "FALLBACK",
+    "LOST",
+    "SUBMITTING",
+    "Watching",
+    "begin_job",
+    "end_job",
+    "end_job_watch",
+    "stopped_outcome",
+]
 
 LOG_TAIL_LINES = 40
 LOST = JobState.LOST.value
 FALLBACK = JobState.FALLBACK.value
 # a submit began but its answer was not recorded: the next try looks for the job before creating
 SUBMITTING = JobState.SUBMITTING.value
-# a job's run as steps: it yields the watcher's future while the job is in flight (holding no
-# thread), is sent the future's result (or thrown its error), and returns the job's outcome
-JobSteps = Generator["Future[WatchResult]", Any, JobOutcome]
 
 
-def job_steps(ctx: NightContext, label: str, attempt: int = 1) -> JobSteps:
-    """Take one job from wherever tonight left it to a final outcome, as steps.
+@dataclass
+class Watching:
+    """A job in flight: its watch (the watcher's future, or the result it already has) and
+    what it holds meanwhile (its turn to run, a capped backend's Prefect slot). A job in
+    flight holds no thread: whoever runs it waits for ``future`` however it likes."""
 
-    The caller waits for each yielded watcher future however it likes (``engine/steps.py``
-    awaits it). A job that already succeeded tonight is not run again; one still queued or
-    running is re-attached by its external id; anything else is submitted. Transient backend
-    errors propagate (the caller retries); permanent ones end the job as failed.
+    run: JobRun
+    held: ExitStack
+    future: Future[WatchResult] | None = None
+    result: WatchResult | None = None  # a re-attached fallback: nothing to watch
+
+    def release(self) -> None:
+        """Stop watching and give back what it holds (its end does it once concluded)."""
+        if self.future is not None:
+            self.future.cancel()
+        self.held.close()
+
+
+def begin_job(ctx: NightContext, label: str, attempt: int = 1) -> JobOutcome | Watching:
+    """Take one job from wherever tonight left it to its watch, or to an outcome.
+
+    A job that already succeeded tonight is not run again; one still queued or running is
+    re-attached by its external id; anything else is submitted. Transient backend errors
+    propagate (the caller retries); permanent ones end the job as failed. A job in flight is
+    ended by ``end_job_watch`` with its watch's result (blocking: both run on a pool thread).
     """
     run = ctx.job_run(label)
     run.begin(ctx.backends[run.job.backend])
     try:
-        return (yield from _run(ctx, run))
+        return _begin(ctx, run)
     finally:
         # no-op once the job was admitted; frees later jobs if this one never asks for a slot
         ctx.admission.withdraw(run.job.backend, ctx.priorities.get(label, 0))
 
 
-def _run(ctx: NightContext, run: JobRun) -> JobSteps:
+def end_job_watch(
+    ctx: NightContext, watching: Watching, result: WatchResult | Exception
+) -> JobOutcome:
+    """The job's outcome from its watch's result (a permanent backend error, or why watching
+    ended): collected, recorded, and what it held given back."""
+    with watching.held:
+        return _conclude(ctx, watching.run, result)
+
+
+def _begin(ctx: NightContext, run: JobRun) -> JobOutcome | Watching:
     label, job, backend = run.label, run.job, run.backend
     assert backend is not None  # the try began on it
     try:
@@ -89,7 +121,8 @@ def _run(ctx: NightContext, run: JobRun) -> JobSteps:
     if resume and record is not None and record.submitted_at is not None:
         spec.options["resume_since"] = record.submitted_at.isoformat()
     priority = ctx.priorities.get(label, 0)
-    with ExitStack() as held:
+    held = ExitStack()
+    with held:  # given back here, unless the job goes on to its watch holding it
         try:
             slot = ctx.admission.slot(job.backend, priority, ctx.deadline_at, stagger=not reattach)
             held.enter_context(slot)
@@ -136,12 +169,12 @@ def _run(ctx: NightContext, run: JobRun) -> JobSteps:
         run.watched = True
         if reattach and record is not None and record.state == FALLBACK:
             # a night that crashed during the fallback: finish it, don't watch a cancelled batch
-            result: WatchResult | Exception = WatchResult("fallback", None, 0)
             run.timers = JobTimers()
+            watching = Watching(run, held.pop_all(), result=WatchResult("fallback", None, 0))
         else:
             run.timers = _timers(ctx, run)
-            result = yield from _watch(ctx, run, look_first=reattach)
-        return _conclude(ctx, run, result)
+            watching = Watching(run, held.pop_all(), _watch(ctx, run, look_first=reattach))
+        return watching
     raise AssertionError("unreachable")  # for type checkers: the with block always returns
 
 
@@ -173,9 +206,7 @@ def _timers(ctx: NightContext, run: JobRun) -> JobTimers:
     )
 
 
-def _watch(
-    ctx: NightContext, run: JobRun, *, look_first: bool
-) -> Generator[Future[WatchResult], Any, WatchResult | Exception]:
+def _watch(ctx: NightContext, run: JobRun, *, look_first: bool) -> Future[WatchResult]:
     assert run.backend is not None and run.external_id is not None and run.timers is not None
     defaults = ctx.catalogue.defaults
     request = WatchRequest(
@@ -189,11 +220,7 @@ def _watch(
         max_errors=defaults.retries,
         look_first=look_first,
     )
-    try:
-        result: WatchResult = yield ctx.watcher.watch(request)
-        return result
-    except PermanentBackendError as exc:
-        return exc
+    return ctx.watcher.watch(request)
 
 
 def _conclude(ctx: NightContext, run: JobRun, result: WatchResult | Exception) -> JobOutcome:

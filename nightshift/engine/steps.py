@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import suppress
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
 
 from nightshift.engine.context import NightContext
 from nightshift.engine.outcomes import JobOutcome, Outcome
-from nightshift.engine.runner import JobSteps, end_job, job_steps, stopped_outcome
+from nightshift.engine.runner import Watching, begin_job, end_job, end_job_watch, stopped_outcome
+from nightshift.engine.watcher import WatchResult
+from nightshift.errors import PermanentBackendError
 
 __all__ = [
     "JobPools",
@@ -85,46 +85,46 @@ async def run_job_step_async(
             )
         finally:
             withdraw(ctx, label)
-    steps: JobSteps | None = None
+    start = pools.start(backend).submit(begin_job, ctx, label, attempt)
+    watching: Watching | None = None
     try:
-        steps = job_steps(ctx, label, attempt)
-        step = await loop.run_in_executor(pools.start(backend), _advance, steps, None, None)
-        while not step.done:
-            try:
-                answer: Any = await asyncio.wrap_future(step.waiting)
-                error: BaseException | None = None
-            except Exception as exc:
-                answer, error = None, exc
-            step = await loop.run_in_executor(pools.finish, _advance, steps, answer, error)
-        return step.outcome
+        try:
+            begun = await asyncio.wrap_future(start)
+        except asyncio.CancelledError:
+            # cancelled while it began on a pool thread, which runs on: what it holds is given
+            # back once it is done (a future not yet started is cancelled and never runs)
+            start.add_done_callback(_release_when_begun)
+            raise
+        if isinstance(begun, JobOutcome):
+            return begun
+        watching = begun
+        result = await _watched(watching)
+        # from here its end gives back what it holds, on its thread, even if this is cancelled
+        ending, watching = watching, None
+        return await loop.run_in_executor(pools.finish, end_job_watch, ctx, ending, result)
     finally:
-        # a cancelled wait: release the job's slot (no-op once it returned); ValueError: it
-        # still runs on a pool thread, and ends there
-        with suppress(ValueError):
-            if steps is not None:
-                steps.close()
+        if watching is not None:  # its wait was cancelled: stop watching, give back its slot
+            watching.release()
         withdraw(ctx, label)
 
 
-@dataclass
-class _Step:
-    done: bool
-    outcome: Any = None  # the job's outcome once done
-    waiting: Any = None  # else the watcher's future it waits for
-
-
-def _advance(steps: JobSteps, answer: Any, error: BaseException | None) -> _Step:
-    """Run a job's steps up to its next wait, or to its end."""
+async def _watched(watching: Watching) -> WatchResult | Exception:
+    """The job's watch's result: why watching ended, or the permanent error that ended it."""
+    if watching.future is None:
+        assert watching.result is not None
+        return watching.result
     try:
-        if error is not None:
-            waiting = steps.throw(error)
-        elif answer is None:
-            waiting = next(steps)
-        else:
-            waiting = steps.send(answer)
-    except StopIteration as stop:
-        return _Step(True, outcome=stop.value)
-    return _Step(False, waiting=waiting)
+        return await asyncio.wrap_future(watching.future)
+    except PermanentBackendError as exc:
+        return exc
+
+
+def _release_when_begun(start: Future[JobOutcome | Watching]) -> None:
+    """A job whose try was cancelled while it began: stop its watch, give back its slot."""
+    if not start.cancelled() and start.exception() is None:
+        begun = start.result()
+        if isinstance(begun, Watching):
+            begun.release()
 
 
 async def settle_job_async(

@@ -139,7 +139,7 @@ def test_a_failed_prefect_limit_call_leaves_a_summary_and_no_threads(
 def test_a_job_task_that_fails_before_the_runner_does_not_hold_back_its_backend(
     sandbox: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = steps_module.job_steps  # the runner's steps, as the job task runs them
+    real = steps_module.begin_job  # the runner's first step, as the job task runs it
     broke: list[str] = []
 
     def breaks_first(ctx: Any, label: str, attempt: int = 1) -> Any:
@@ -148,7 +148,7 @@ def test_a_job_task_that_fails_before_the_runner_does_not_hold_back_its_backend(
             raise RuntimeError("the task broke before the runner (injected)")
         return real(ctx, label, attempt)
 
-    monkeypatch.setattr(steps_module, "job_steps", breaks_first)
+    monkeypatch.setattr(steps_module, "begin_job", breaks_first)
     body = command("first") + command("second") + command("third")
     path = write(sandbox, body, deadline="20s", head="limits: {command: 1}\n")
     run_dir = sandbox / "run"

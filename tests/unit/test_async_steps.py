@@ -100,3 +100,70 @@ def test_jobs_waiting_for_a_capped_backend_hold_up_no_other_backend(tmp_path: Pa
         others, held = asyncio.run(night())
     assert others == [Outcome.SUCCEEDED] * 3
     assert held == [Outcome.SUCCEEDED] * 12
+
+
+def _wait_for(condition: object, what: str) -> None:
+    deadline = time.monotonic() + 30
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, what
+        time.sleep(0.001)
+
+
+def test_a_job_cancelled_while_watched_gives_back_its_slot_and_is_no_longer_watched(
+    tmp_path: Path,
+) -> None:
+    capped = ScriptedBackend(name="command")
+    capped.scripts = {"c0": [R], "c1": [S]}
+
+    async def night() -> Outcome:
+        pools = JobPools()
+        try:
+            first = asyncio.ensure_future(run_job_step_async(ctx, "c0", pools))
+            while ctx.watcher.in_flight() != ["c0"]:
+                await asyncio.sleep(0.001)
+            first.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await first
+            return (await run_job_step_async(ctx, "c1", pools)).state
+        finally:
+            pools.shutdown()
+
+    with night_context(tmp_path, catalogue(2, 0), {"command": capped}) as ctx:
+        ctx.admission = Admission(0, {"command": 1})
+        assert asyncio.run(night()) is Outcome.SUCCEEDED
+        assert capped.submitted == ["c0", "c1"]
+        _wait_for(lambda: ctx.watcher.in_flight() == [], "c0 still watched")
+
+
+def test_a_job_cancelled_while_it_waits_for_its_turn_gives_it_back_once_it_has_it(
+    tmp_path: Path,
+) -> None:
+    """Its try runs on a pool thread, which a cancel cannot stop: once it got its turn (and
+    submitted, as before), what it holds is given back and its watch stopped: c2 still runs."""
+    capped = ScriptedBackend(name="command")
+    capped.scripts = {"c0": [R], "c1": [R], "c2": [S]}
+
+    async def night() -> Outcome:
+        pools = JobPools()
+        try:
+            first = asyncio.ensure_future(run_job_step_async(ctx, "c0", pools))
+            while ctx.watcher.in_flight() != ["c0"]:
+                await asyncio.sleep(0.001)
+            second = asyncio.ensure_future(run_job_step_async(ctx, "c1", pools))
+            while "c1" not in ctx.runs:  # its try began on a pool thread: it waits for c0's slot
+                await asyncio.sleep(0.001)
+            second.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await second
+            capped.scripts["c0"] = [S]
+            assert (await first).state is Outcome.SUCCEEDED
+            return (await run_job_step_async(ctx, "c2", pools)).state
+        finally:
+            pools.shutdown()
+
+    with night_context(tmp_path, catalogue(3, 0), {"command": capped}) as ctx:
+        ctx.admission = Admission(0, {"command": 1})
+        ctx.deadline_at = ctx.watcher.now() + 20
+        assert asyncio.run(night()) is Outcome.SUCCEEDED
+        assert capped.submitted == ["c0", "c1", "c2"]
+        _wait_for(lambda: ctx.watcher.in_flight() == [], "c1 still watched")
