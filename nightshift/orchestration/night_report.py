@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from nightshift.config.durations import format_duration
@@ -126,11 +127,27 @@ def _tonight(job: JobOutcome) -> str:
     return "ran"
 
 
+def _when(night: str, started_at: str, finished_at: str | None) -> str:
+    """``Ran 02:00:00-02:20:00 UTC (20m)``: times alone on the night's date, else with dates."""
+    try:
+        start = datetime.fromisoformat(started_at).astimezone(UTC)
+        end = datetime.fromisoformat(finished_at).astimezone(UTC) if finished_at else None
+    except ValueError:
+        return f"Started {started_at}, finished {finished_at or '?'}"
+    dated = any(t.date().isoformat() != night for t in (start, end) if t is not None)
+    shown = "%Y-%m-%d %H:%M:%S" if dated else "%H:%M:%S"
+    if end is None:
+        return f"Started {start:{shown}} UTC, no end recorded"
+    took = format_duration((end - start).total_seconds())
+    dash = " - " if dated else "-"
+    return f"Ran {start:{shown}}{dash}{end:{shown}} UTC ({took})"
+
+
 def render_report(report: Mapping[str, Any], plot: str | None = None) -> str:
     """The report as markdown; ``plot`` is the image's URL (a ``data:`` URI inline)."""
     out = [f"# Night {report['night']} · {report['catalogue']}", "", f"**{report['headline']}**"]
     if report.get("started_at"):
-        out += ["", f"Started {report['started_at']}, finished {report.get('finished_at') or '?'}"]
+        out += ["", _when(report["night"], report["started_at"], report.get("finished_at"))]
     out += ["", "## Jobs, worst first", ""]
     out += [
         "| job | state | took | usual (p50 / p95) | x p95 | attempts | tonight | external id |",

@@ -85,6 +85,19 @@ def test_the_markdown_page_has_every_part() -> None:
     assert text.index("## Jobs, worst first") < text.index("## Why")
 
 
+def test_the_page_says_when_the_night_ran_in_words_a_reader_scans() -> None:
+    text = render_report(report())
+    assert "Ran 02:00:00-02:20:00 UTC (20m)" in text
+    assert "T02:00:00+00:00" not in text
+    # a night that crosses midnight names both days; one that never finished says so
+    late = join(NIGHT.jobs, "2026-12-01T23:50:00+00:00", "2026-12-02T00:10:05+00:00")
+    page = build_report(late, night="2026-12-01", catalogue="nightly")
+    assert "Ran 2026-12-01 23:50:00 - 2026-12-02 00:10:05 UTC (20m)" in render_report(page)
+    cut = join(NIGHT.jobs, "2026-12-01T02:00:00+00:00", None)
+    page = build_report(cut, night="2026-12-01", catalogue="nightly")
+    assert "Started 02:00:00 UTC, no end recorded" in render_report(page)
+
+
 def test_a_night_without_slack_or_watches_says_so() -> None:
     page = build_report(NIGHT, night="2026-12-01", catalogue="nightly")
     text = render_report(page)
