@@ -173,7 +173,8 @@ def _begin(ctx: NightContext, run: JobRun) -> JobOutcome | Watching:
             watching = Watching(run, held.pop_all(), result=WatchResult("fallback", None, 0))
         else:
             run.timers = _timers(ctx, run)
-            watching = Watching(run, held.pop_all(), _watch(ctx, run, look_first=reattach))
+            future = _watch(ctx, run, look_first=reattach)  # if it raises, the with gives back
+            watching = Watching(run, held.pop_all(), future)
         return watching
     raise AssertionError("unreachable")  # for type checkers: the with block always returns
 

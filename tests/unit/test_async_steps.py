@@ -167,3 +167,23 @@ def test_a_job_cancelled_while_it_waits_for_its_turn_gives_it_back_once_it_has_i
         assert asyncio.run(night()) is Outcome.SUCCEEDED
         assert capped.submitted == ["c0", "c1", "c2"]
         _wait_for(lambda: ctx.watcher.in_flight() == [], "c1 still watched")
+
+
+def test_a_watch_that_cannot_start_gives_back_the_jobs_slot(tmp_path: Path) -> None:
+    capped = ScriptedBackend(name="command")
+    capped.scripts = {"c0": [R]}
+
+    async def night() -> None:
+        pools = JobPools()
+        try:
+            with pytest.raises(RuntimeError, match="watcher is stopped"):
+                await run_job_step_async(ctx, "c0", pools)
+        finally:
+            pools.shutdown()
+
+    with night_context(tmp_path, catalogue(1, 0), {"command": capped}) as ctx:
+        ctx.admission = Admission(0, {"command": 1})
+        ctx.watcher.stop()  # e.g. the night is ending: the submitted job cannot be watched
+        asyncio.run(night())
+        assert capped.submitted == ["c0"]
+        assert not ctx.admission.holds("command", ctx.priorities.get("c0", 0))
