@@ -55,19 +55,17 @@ SUBMITTING = JobState.SUBMITTING.value
 
 @dataclass
 class Watching:
-    """A job in flight: its watch (the watcher's future, or the result it already has) and
-    what it holds meanwhile (its turn to run, a capped backend's Prefect slot). A job in
-    flight holds no thread: whoever runs it waits for ``future`` however it likes."""
+    """A job in flight: its watch (the watcher's future) and what it holds meanwhile (its turn
+    to run, a capped backend's Prefect slot). A job in flight holds no thread: whoever runs it
+    waits for ``future`` however it likes."""
 
     run: JobRun
     held: ExitStack
-    future: Future[WatchResult] | None = None
-    result: WatchResult | None = None  # a re-attached fallback: nothing to watch
+    future: Future[WatchResult]
 
     def release(self) -> None:
         """Stop watching and give back what it holds (its end does it once concluded)."""
-        if self.future is not None:
-            self.future.cancel()
+        self.future.cancel()
         self.held.close()
 
 
@@ -170,12 +168,12 @@ def _begin(ctx: NightContext, run: JobRun) -> JobOutcome | Watching:
         if reattach and record is not None and record.state == FALLBACK:
             # a night that crashed during the fallback: finish it, don't watch a cancelled batch
             run.timers = JobTimers()
-            watching = Watching(run, held.pop_all(), result=WatchResult("fallback", None, 0))
+            future: Future[WatchResult] = Future()
+            future.set_result(WatchResult("fallback", None, 0))
         else:
             run.timers = _timers(ctx, run)
             future = _watch(ctx, run, look_first=reattach)  # if it raises, the with gives back
-            watching = Watching(run, held.pop_all(), future)
-        return watching
+        return Watching(run, held.pop_all(), future)
     raise AssertionError("unreachable")  # for type checkers: the with block always returns
 
 

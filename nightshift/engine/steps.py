@@ -110,9 +110,6 @@ async def run_job_step_async(
 
 async def _watched(watching: Watching) -> WatchResult | Exception:
     """The job's watch's result: why watching ended, or the permanent error that ended it."""
-    if watching.future is None:
-        assert watching.result is not None
-        return watching.result
     try:
         return await asyncio.wrap_future(watching.future)
     except PermanentBackendError as exc:

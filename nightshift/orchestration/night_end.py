@@ -116,20 +116,18 @@ def _close(
 
 def _tell(setup: NightSetup, summary: NightSummary) -> None:
     """Slack (the ``notify`` task) and metrics; neither can change the night's verdict."""
+    prepared = setup.prepared
     if setup.notifier is not None:
         run_id = str(flow_run.id) if flow_run.id else None
-        setup.notify(setup.notifier, summary, setup.prepared.night, run_id, return_state=True)
-    export_ledger_metrics(
-        setup.prepared.ledger.engine, setup.prepared.settings, logger=setup.logger
-    )
+        setup.notify(setup.notifier, summary, prepared.night, run_id, return_state=True)
+    export_ledger_metrics(prepared.ledger.engine, prepared.settings, logger=setup.logger)
 
 
 def _page(setup: NightSetup, summary: NightSummary) -> dict[str, Any] | None:
     """The night report's fields; None (and a warning) when they cannot be read."""
     try:
-        return gather_report(
-            summary, setup.prepared.catalogue, setup.prepared.ledger, setup.prepared.night
-        )
+        prepared = setup.prepared
+        return gather_report(summary, prepared.catalogue, prepared.ledger, prepared.night)
     except Exception as exc:  # the report never changes the night's verdict
         setup.logger.warning(
             "the night report could not be gathered: %s: %s", type(exc).__name__, exc

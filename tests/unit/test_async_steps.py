@@ -12,9 +12,10 @@ import pytest
 
 from nightshift.backends.base import ExternalState
 from nightshift.engine.admission import Admission
-from nightshift.engine.outcomes import Outcome
+from nightshift.engine.context import NightContext
+from nightshift.engine.outcomes import JobOutcome, Outcome
 from nightshift.engine.steps import JobPools, run_job_step_async
-from tests.support import BatchScriptedBackend, ScriptedBackend, night_context
+from tests.support import BatchScriptedBackend, ScriptedBackend, eventually, night_context
 
 R, S = ExternalState.RUNNING, ExternalState.SUCCEEDED
 
@@ -102,11 +103,12 @@ def test_jobs_waiting_for_a_capped_backend_hold_up_no_other_backend(tmp_path: Pa
     assert held == [Outcome.SUCCEEDED] * 12
 
 
-def _wait_for(condition: object, what: str) -> None:
-    deadline = time.monotonic() + 30
-    while not condition():  # type: ignore[operator]
-        assert time.monotonic() < deadline, what
-        time.sleep(0.001)
+async def _in_flight(ctx: NightContext, label: str, pools: JobPools) -> asyncio.Future[JobOutcome]:
+    """``label``'s try as a task, once its job is watched (in flight, holding its slot)."""
+    task = asyncio.ensure_future(run_job_step_async(ctx, label, pools))
+    while ctx.watcher.in_flight() != [label]:
+        await asyncio.sleep(0.001)
+    return task
 
 
 def test_a_job_cancelled_while_watched_gives_back_its_slot_and_is_no_longer_watched(
@@ -118,9 +120,7 @@ def test_a_job_cancelled_while_watched_gives_back_its_slot_and_is_no_longer_watc
     async def night() -> Outcome:
         pools = JobPools()
         try:
-            first = asyncio.ensure_future(run_job_step_async(ctx, "c0", pools))
-            while ctx.watcher.in_flight() != ["c0"]:
-                await asyncio.sleep(0.001)
+            first = await _in_flight(ctx, "c0", pools)
             first.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await first
@@ -132,7 +132,7 @@ def test_a_job_cancelled_while_watched_gives_back_its_slot_and_is_no_longer_watc
         ctx.admission = Admission(0, {"command": 1})
         assert asyncio.run(night()) is Outcome.SUCCEEDED
         assert capped.submitted == ["c0", "c1"]
-        _wait_for(lambda: ctx.watcher.in_flight() == [], "c0 still watched")
+        assert eventually(lambda: ctx.watcher.in_flight() == []), "c0 still watched"
 
 
 def test_a_job_cancelled_while_it_waits_for_its_turn_gives_it_back_once_it_has_it(
@@ -146,9 +146,7 @@ def test_a_job_cancelled_while_it_waits_for_its_turn_gives_it_back_once_it_has_i
     async def night() -> Outcome:
         pools = JobPools()
         try:
-            first = asyncio.ensure_future(run_job_step_async(ctx, "c0", pools))
-            while ctx.watcher.in_flight() != ["c0"]:
-                await asyncio.sleep(0.001)
+            first = await _in_flight(ctx, "c0", pools)
             second = asyncio.ensure_future(run_job_step_async(ctx, "c1", pools))
             while "c1" not in ctx.runs:  # its try began on a pool thread: it waits for c0's slot
                 await asyncio.sleep(0.001)
@@ -166,7 +164,7 @@ def test_a_job_cancelled_while_it_waits_for_its_turn_gives_it_back_once_it_has_i
         ctx.deadline_at = ctx.watcher.now() + 20
         assert asyncio.run(night()) is Outcome.SUCCEEDED
         assert capped.submitted == ["c0", "c1", "c2"]
-        _wait_for(lambda: ctx.watcher.in_flight() == [], "c1 still watched")
+        assert eventually(lambda: ctx.watcher.in_flight() == []), "c1 still watched"
 
 
 def test_a_watch_that_cannot_start_gives_back_the_jobs_slot(tmp_path: Path) -> None:

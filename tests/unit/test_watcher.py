@@ -57,13 +57,15 @@ def test_a_watch_given_up_by_its_waiter_is_forgotten_not_asked_again_and_again(w
     """A cancelled future (its job task was cancelled) ends the watch: on the old code its job
     stayed in flight and was asked again at once forever (4,036 status calls in a second)."""
     backend = ScriptedBackend(scripts={"a": [R], "b": [R]})
-    gone = watcher.watch(request(backend, "a", timeout_at=watcher.now() + 0.2))
+    timer = watcher.now() + 0.2
+    gone = watcher.watch(request(backend, "a", timeout_at=timer))
     watcher.watch(request(backend, "b"))
-    eventually(lambda: backend.calls["a"] >= 1)
+    assert eventually(lambda: backend.calls["a"] >= 1)
     gone.cancel()
-    eventually(lambda: watcher.in_flight() == ["b"], timeout=5)
-    asked = backend.calls["a"]
-    eventually(lambda: backend.calls["b"] >= 20)  # many looks at b later, and past a's timer
+    assert eventually(lambda: watcher.in_flight() == ["b"], timeout=5)
+    asked, looked = backend.calls["a"], backend.calls["b"]
+    # many looks at b later, and past a's timer
+    assert eventually(lambda: watcher.now() > timer and backend.calls["b"] >= looked + 20)
     assert backend.calls["a"] == asked and backend.cancelled == []
 
 
