@@ -74,10 +74,13 @@ class JobOutcome:
     def ok(self) -> bool:
         return self.state is Outcome.SUCCEEDED
 
+    def named(self) -> str:
+        """``audit:internal-links (12m, failed)``: the job, how long it took and how it ended."""
+        return f"{self.label} ({format_duration(self.duration_s)}, {self.state.value})"
+
     def line(self) -> str:
         """``audit:internal-links (12m, failed)`` plus the detail when there is one."""
-        text = f"{self.label} ({format_duration(self.duration_s)}, {self.state.value})"
-        return f"{text}: {self.detail}" if self.detail else text
+        return f"{self.named()}: {self.detail}" if self.detail else self.named()
 
     def to_json(self) -> dict[str, Any]:
         """The job as it appears in ``nightshift run --json``."""
@@ -124,7 +127,7 @@ class NightSummary:
     def message(self, worst: int = 3) -> str:
         """The headline, the retry's counts and the worst jobs: the flow run's message.
 
-        ``partial: 5/8 succeeded (1 failed, 1 stuck_queued); worst: gen:broken (failed), ...``
+        ``partial: 5/8 succeeded (1 failed, 1 stuck_queued); worst: gen:broken (12m, failed), ...``
         """
         parts = [self.headline()]
         if (retry := retry_line(self)) is not None:
@@ -132,7 +135,7 @@ class NightSummary:
         bad = worst_first(self.not_ok)[:worst]
         if bad:
             more = len(self.not_ok) - len(bad)
-            named = ", ".join(f"{j.label} ({j.state.value})" for j in bad)
+            named = ", ".join(j.named() for j in bad)
             parts.append(f"worst: {named}" + (f" and {more} more" if more else ""))
         return "; ".join(parts)
 

@@ -4,6 +4,7 @@ the night's message, chains as subflows, one ERROR record per job that did not s
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -105,7 +106,9 @@ def test_a_night_names_its_states_and_its_chains_and_says_each_failure_once(
     )
     assert final.type.value == "FAILED"
     assert final.message.startswith("partial: 4/9 succeeded")
-    assert "worst: broken (failed), pull (failed), slow (timeout)" in final.message
+    # as the digest names them: how long each took, then how it ended
+    worst = r"worst: broken \(\S+, failed\), pull \(\S+, failed\), slow \(\S+, timeout\)"
+    assert re.search(worst, final.message), final.message
     assert "states failed" not in final.message
 
     # each chain is one subflow run named by its steps; its steps are its task runs
@@ -196,7 +199,8 @@ def test_the_night_report_is_an_artifact_the_cli_prints_and_summary_json_keeps(
     assert page.type == "markdown"
     text = page.data
     assert text.startswith("# Night 2026-11-30 · nightshift\n")
-    assert page.description == "partial: 1/2 succeeded (1 failed); worst: broken (failed)"
+    headline = r"partial: 1/2 succeeded \(1 failed\); worst: broken \(\d+m?s, failed\)"
+    assert re.fullmatch(headline, page.description or ""), page.description
     rows = [line for line in text.splitlines() if line.startswith("| `")]
     assert rows[0].startswith("| `broken` | Failed | ") and rows[1].startswith("| `hello` |")
     assert "**broken** (Failed): exit code 3" in text

@@ -34,7 +34,7 @@ def test_a_partial_night_returns_its_named_state_first() -> None:
     first, *jobs = night_result(night)  # type: ignore[misc]
     assert (first.name, first.message) == (
         "Partial",
-        "partial: 1/2 succeeded (1 timeout); worst: b (timeout)",
+        "partial: 1/2 succeeded (1 timeout); worst: b (0ms, timeout)",
     )
     assert [j.name for j in jobs] == ["Completed", "TimedOut"]
     ok = night_result(join([JobOutcome("a", Outcome.SUCCEEDED, 1.0, 1)]))

@@ -63,7 +63,7 @@ def test_jobs_come_worst_first_with_their_usual_and_ratio() -> None:
     assert page["headline"] == (
         "partial: 3/5 succeeded (1 failed, 1 stuck_queued); "
         "retry: 4 re-ran, 2 now ok, 2 still failing (1 kept); "
-        "worst: broken (failed), stuck (stuck_queued)"
+        "worst: broken (3s, failed), stuck (15m, stuck_queued)"
     )
     assert page["retry"] == "retry: 4 re-ran, 2 now ok, 2 still failing (1 kept)"
 

@@ -44,6 +44,20 @@ def test_join_partial_is_exit_2_and_lines_read_like_the_brief() -> None:
     assert summary.headline() == "partial: 1/3 succeeded (1 failed, 1 partial)"
 
 
+def test_the_flow_runs_message_names_its_worst_jobs_with_their_duration_as_the_digest() -> None:
+    summary = join(
+        [
+            outcome("generate:article-a", Outcome.SUCCEEDED),
+            outcome("report:x", Outcome.PARTIAL, 95),
+            outcome("audit:internal-links", Outcome.FAILED, 12 * 60),
+        ]
+    )
+    assert summary.message() == (
+        "partial: 1/3 succeeded (1 failed, 1 partial); "
+        "worst: audit:internal-links (12m, failed), report:x (2m, partial)"
+    )
+
+
 def test_join_all_partial_is_a_partial_night_not_a_failed_one() -> None:
     summary = join([outcome("a", Outcome.PARTIAL), outcome("b", Outcome.PARTIAL)])
     assert (summary.severity, summary.exit_code) == (Severity.PARTIAL, 2)
