@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from tests.prefect_processes import QUIET_SERVICES
 from tests.support import FakeClock
 
 REPO = Path(__file__).resolve().parents[1]
@@ -28,6 +29,9 @@ GEMINI_KEY = "test-key-9f8e7d6c5b4a"  # distinctive, so a leak in any message is
 # loopback traffic must never go through a proxy (slack-sdk copies HTTPS_PROXY into its client)
 os.environ["NO_PROXY"] = os.environ["no_proxy"] = "127.0.0.1,localhost"
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+# the session's test server, and the temporary ones of the nights it starts, run no service
+# that no test waits for (``tests/prefect_processes.QUIET_SERVICES``)
+os.environ.update(QUIET_SERVICES)
 # a Prefect home per session (per xdist worker): profiles, local result storage and logs are
 # never shared with the user's, or with another worker's; removed when the session ends
 os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="nightshift-tests-prefect-")

@@ -22,7 +22,7 @@ import pytest
 from nightshift.states import LIVE as LIVE_STATES
 from nightshift.store.lease import Lease
 from nightshift.store.ledger import Ledger
-from tests.prefect_processes import migrated_home
+from tests.prefect_processes import QUIET_SERVICES, migrated_home
 
 __all__ = ["NIGHT", "START_S", "STOP_S", "Night", "kill_jobs", "signalled", "stop"]
 
@@ -55,6 +55,7 @@ class Night:
             NIGHTSHIFT_STATE_DIR=str(tmp / "state"),
             PREFECT_HOME=str(migrated_home(tmp / "prefect")),
             PREFECT_SERVER_ANALYTICS_ENABLED="false",
+            **QUIET_SERVICES,
             PYTHONPATH=str(REPO),
             NIGHTSHIFT_AGY=f"{sys.executable} -m nightshift.sandbox.agy",
             AGY_STATE_DIR=str(tmp / "agy"),

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.prefect_processes import children, migrated_home
+from tests.prefect_processes import QUIET_SERVICES, children, migrated_home
 from tests.support import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -36,6 +36,7 @@ def test_kill_9_of_nightshift_run_leaves_no_temporary_server(tmp_path: Path) -> 
         NIGHTSHIFT_STATE_DIR=str(tmp_path / "state"),
         PREFECT_HOME=str(migrated_home(tmp_path / "prefect")),
         PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        **QUIET_SERVICES,
         PYTHONPATH=str(REPO),
     )
     env.pop("NIGHTSHIFT_DATABASE_URL", None)
