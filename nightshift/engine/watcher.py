@@ -17,7 +17,9 @@ gate hands its slot to the next job within this tick.
 
 A job whose backend streams its changes (``Streams``) is listened to instead (``streams.py``: one
 loop, one thread for every stream): its statuses are taken like a poll's answers, it gets no
-status call while the stream holds, and a dropped stream puts it back on its backoff.
+status call while the stream holds, and a dropped stream puts it back on its backoff until a
+poll finds it still going: then it is listened to again (a stream that dropped more than
+``STREAM_RECONNECTS`` times leaves its job polled to its end).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from nightshift.engine.streams import StreamListener
 from nightshift.errors import BackendError, PermanentBackendError, TransientBackendError
 from nightshift.usual import Usual
 
-__all__ = ["WatchRequest", "WatchResult", "Watcher"]
+__all__ = ["STREAM_RECONNECTS", "WatchRequest", "WatchResult", "Watcher"]
 
 # "detached": the night stopped watching (interrupted); the job still runs out there
 Reason = Literal["final", "timeout", "stuck_queued", "fallback", "unreadable", "detached"]
@@ -48,6 +50,10 @@ Expected = Callable[[str], Usual | float | None]
 _TIMER_REASONS: tuple[Reason, ...] = ("fallback", "timeout", "stuck_queued")
 _CALLS_PER_BACKEND = 8  # status calls in flight at once, per backend
 _THREADS = 32  # the status calls' threads, for every backend
+# a job's stream is listened to again after each of its first drops (a proxy's restart, an
+# idle cut): a long job is not polled for hours after one blip; a stream that keeps dropping
+# is given up and its job polled on its backoff
+STREAM_RECONNECTS = 3
 
 
 @dataclass(frozen=True)
@@ -92,6 +98,7 @@ class WatchRequest:
     checking: bool = False  # a status call for this job is in flight
     single: bool = False  # the last listing did not show it: ask it on a call of its own
     streaming: bool = False  # its backend's stream is listened to: no status calls meanwhile
+    stream_drops: int = 0  # how often its stream dropped
     streamed: list[JobStatus] = field(default_factory=list)  # what it said, not yet taken
     closing: bool = False  # watching is ending: no more checks, results ignored
     future: Future[WatchResult] = field(default_factory=Future)
@@ -371,6 +378,7 @@ class Watcher:
             with self._cond:
                 if entry.streaming and not entry.closing:
                     entry.streaming = False
+                    entry.stream_drops += 1
                     entry.next_at = self._next_poll(entry, self._clock())
                     self._cond.notify_all()
 
@@ -387,7 +395,7 @@ class Watcher:
                     if not entry.streamed:
                         return
                     seen = entry.streamed.pop(0)
-                self._advance(entry, seen)
+                self._advance(entry, seen, polled=False)
                 with self._cond:
                     if entry.streaming:
                         entry.next_at = float("inf")  # _take set a poll: the stream still holds
@@ -430,17 +438,23 @@ class Watcher:
             return {}
         return found
 
-    def _advance(self, entry: WatchRequest, seen: JobStatus | BaseException | None) -> None:
-        """Take one status call's answer; ignored once a timer (or stop) ended the job."""
+    def _advance(
+        self, entry: WatchRequest, seen: JobStatus | BaseException | None, polled: bool = True
+    ) -> None:
+        """Take one status call's answer (``polled``), or what its stream said; ignored once a
+        timer (or stop) ended the job."""
         if entry.closing or entry.future.done():
             return
         try:
-            self._take(entry, seen)
+            self._take(entry, seen, polled)
         except Exception as exc:  # e.g. the ledger write behind on_change failed
             self._close(entry, exc=exc)
 
-    def _take(self, entry: WatchRequest, seen: JobStatus | BaseException | None) -> None:
+    def _take(
+        self, entry: WatchRequest, seen: JobStatus | BaseException | None, polled: bool
+    ) -> None:
         entry.checks += 1
+        going = False  # a poll's answer that says the job goes on
         if isinstance(seen, BaseException) or seen is None:
             self._on_error(entry.label, seen)
         if isinstance(seen, TransientBackendError) or seen is None:
@@ -458,6 +472,7 @@ class Watcher:
         else:
             entry.errors = 0
             entry.last_status = seen
+            going = polled
             if seen.state != entry.last_state:
                 entry.last_state = seen.state
                 self._on_change(entry.label, seen.state, seen)
@@ -467,6 +482,10 @@ class Watcher:
                 return
         with self._cond:
             entry.next_at = self._next_poll(entry, self._clock())
+            # polled since its stream dropped, and still going: listen to it again
+            again = going and not entry.streaming and 0 < entry.stream_drops <= STREAM_RECONNECTS
+        if again:
+            self._listen(entry)
 
     @staticmethod
     def _next_poll(entry: WatchRequest, now: float) -> float:

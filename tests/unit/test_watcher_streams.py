@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from nightshift.backends.base import ExternalState, JobStatus, capabilities
 from nightshift.backoff import Backoff
-from nightshift.engine.watcher import Watcher, WatchRequest
+from nightshift.engine.watcher import STREAM_RECONNECTS, Watcher, WatchRequest
 from tests.support import FakeClock, ScriptedBackend, wait_until
 
 R, S = ExternalState.RUNNING, ExternalState.SUCCEEDED
@@ -76,7 +76,7 @@ def test_a_streamed_end_ends_the_watch_with_no_status_call() -> None:
 def test_a_dropped_stream_is_polled_on_its_backoff() -> None:
     clock = FakeClock()
     watcher = Watcher(on_change=lambda *_: None, clock=clock)
-    backend = StreamingBackend(name="http", scripts={"a": [R, S]})
+    backend = StreamingBackend(name="http", scripts={"a": [S]})
     try:
         request = _watch(watcher, backend)
         backend.push(R)
@@ -90,12 +90,69 @@ def test_a_dropped_stream_is_polled_on_its_backoff() -> None:
 
         wait_until(polling, what="R taken and polling again")
         assert backend.single_calls == 0
-        clock.advance(10)
+        clock.advance(9)
         watcher.poke()
-        wait_until(lambda: backend.single_calls >= 1, what="a poll")
-        clock.advance(20)
+        watcher.wait_idle(5)
+        assert backend.single_calls == 0  # not before its backoff's 10 s
+        clock.advance(1)
         watcher.poke()
+        # the poll says it is done: nothing to listen to again
         assert request.future.result(timeout=10).reason == "final"
+        assert (backend.single_calls, backend.opened) == (1, 1)
+    finally:
+        watcher.stop()
+
+
+def _dropped_then_polled(
+    watcher: Watcher, clock: FakeClock, backend: StreamingBackend, request: WatchRequest
+) -> None:
+    """The job's stream drops; its next poll (on its backoff) says it still runs."""
+    opened, polls = backend.opened, backend.single_calls
+    backend.push(None)
+    wait_until(lambda: not request.streaming, what="the drop heard")
+    clock.advance(40)  # past any backoff of the job's
+    watcher.poke()
+    wait_until(lambda: backend.single_calls == polls + 1, what="a poll after the drop")
+    assert backend.opened in (opened, opened + 1)
+
+
+def test_a_dropped_stream_is_listened_to_again_once_a_poll_finds_the_job_going() -> None:
+    clock = FakeClock()
+    watcher = Watcher(on_change=lambda *_: None, clock=clock)
+    backend = StreamingBackend(name="http", scripts={"a": [R]})
+    try:
+        request = _watch(watcher, backend)
+        backend.push(R)
+        wait_until(lambda: request.checks == 1, what="running heard")
+        _dropped_then_polled(watcher, clock, backend, request)
+        wait_until(lambda: backend.opened == 2 and request.streaming, what="listened to again")
+        clock.advance(1000)  # a hundred polls' worth: none while the new stream holds
+        watcher.poke()
+        watcher.wait_idle(5)
+        backend.push(S)
+        assert request.future.result(timeout=10).reason == "final"
+        assert (backend.single_calls, backend.opened) == (1, 2)
+    finally:
+        watcher.stop()
+
+
+def test_a_stream_that_keeps_dropping_is_given_up_and_its_job_polled() -> None:
+    clock = FakeClock()
+    watcher = Watcher(on_change=lambda *_: None, clock=clock)
+    backend = StreamingBackend(name="http", scripts={"a": [R] * (STREAM_RECONNECTS + 1) + [S]})
+    try:
+        request = _watch(watcher, backend)
+        backend.push(R)
+        wait_until(lambda: request.checks == 1, what="running heard")
+        for again in range(1, STREAM_RECONNECTS + 1):
+            _dropped_then_polled(watcher, clock, backend, request)
+            wait_until(lambda: backend.opened == again + 1, what=f"reconnect {again}")  # noqa: B023
+        _dropped_then_polled(watcher, clock, backend, request)  # one drop too many
+        clock.advance(40)
+        watcher.poke()
+        assert request.future.result(timeout=10).reason == "final"  # polled to its end
+        assert backend.opened == STREAM_RECONNECTS + 1
+        assert backend.single_calls == STREAM_RECONNECTS + 2
     finally:
         watcher.stop()
 
