@@ -367,6 +367,8 @@ class Watcher:
         if streams is None or not streams.streams(entry.external_id):
             return
         with self._cond:
+            if entry.closing:  # its watch ended meanwhile (a timer, the night's stop)
+                return
             entry.streaming, entry.next_at = True, float("inf")
 
         def heard(status: JobStatus) -> None:
@@ -387,6 +389,9 @@ class Watcher:
         except RuntimeError:  # the watcher is stopping: poll, as without a stream
             with self._cond:
                 entry.streaming, entry.next_at = False, self._clock()
+            return
+        if entry.closing:  # closed while the stream was being opened: it had none to forget
+            self._streams.forget(id(entry))
 
     def _run_streamed(self, entry: WatchRequest) -> None:
         try:

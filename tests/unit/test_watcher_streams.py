@@ -171,3 +171,43 @@ def test_a_timeout_fires_and_cancels_while_the_stream_holds() -> None:
         assert backend.cancelled == ["a"] and backend.single_calls == 0
     finally:
         watcher.stop()
+
+
+@dataclass
+class SlowToAskBackend(StreamingBackend):
+    """Once ``held`` is set, asking whether a job streams waits for ``go``."""
+
+    held: bool = False
+    asking: threading.Event = field(default_factory=threading.Event)
+    go: threading.Event = field(default_factory=threading.Event)
+
+    def streams(self, external_id: str) -> bool:
+        if self.held:
+            self.asking.set()
+            self.go.wait(10)
+        return True
+
+
+def test_a_watch_that_ends_while_its_stream_is_opened_again_opens_none() -> None:
+    clock = FakeClock()
+    watcher = Watcher(on_change=lambda *_: None, clock=clock)
+    backend = SlowToAskBackend(name="http", scripts={"a": [R]})
+    try:
+        request = _watch(watcher, backend, timeout_at=clock() + 60)
+        backend.push(R)
+        wait_until(lambda: request.checks == 1, what="running heard")
+        backend.held = True
+        backend.push(None)
+        wait_until(lambda: not request.streaming, what="the drop heard")
+        clock.advance(40)
+        watcher.poke()  # the poll says it runs: its stream is about to be opened again...
+        wait_until(backend.asking.is_set, what="the stream about to be opened again")
+        clock.advance(30)  # ...when its timeout fires and ends the watch
+        watcher.poke()
+        assert request.future.result(timeout=10).reason == "timeout"
+        backend.go.set()
+        assert watcher.wait_idle(10)
+        assert backend.opened == 1 and watcher._streams.listening == 0
+    finally:
+        backend.go.set()
+        watcher.stop()
