@@ -167,6 +167,19 @@ def test_a_night_names_its_states_and_its_chains_and_says_each_failure_once(
     )
     assert not [r.message for r in records if r.level >= 40 and "Finished in state" in r.message]
     assert len([r for r in records if r.level >= 40 and r.message.startswith("pull ")]) == 1
+    # the night's last line names it as its state does, not Prefect's count of failed states
+    # ("Finished in state Failed('7/10 states failed.')" under a run named Partial)
+    finished = read_until(
+        lambda: [
+            r.message
+            for r in logs([run_id])
+            if r.task_run_id is None and r.message.startswith("Finished in state")
+        ],
+        bool,
+        30,
+        "the night's 'Finished in state' line",
+    )
+    assert finished == [f"Finished in state Partial({final.message!r}, type=FAILED)"], finished
 
     # the progress artifact says how many are not ok, not a full bar on a failed night
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
