@@ -16,7 +16,7 @@ from prefect.states import Failed, State
 from prefect.utilities.annotations import quote
 
 from nightshift.engine.outcomes import JobOutcome
-from nightshift.engine.plan import Plan
+from nightshift.engine.plan import Plan, tonight
 from nightshift.engine.stopping import NightStop
 from nightshift.flows.chain import chain
 from nightshift.orchestration.cancel_hook import cancel_in_flight
@@ -29,10 +29,23 @@ from nightshift.store.lease import Lease, default_owner
 from nightshift.tasks.jobs import chain_outcomes, job_task, outcome_of, with_retries
 from nightshift.tasks.notify import notify
 
-__all__ = ["nightly"]
+__all__ = ["night_run_name", "nightly"]
 
 
-@flow(name="nightly", on_failure=[name_the_night], on_cancellation=[cancel_in_flight])
+def night_run_name() -> str:
+    """The run's name in the UI's lists: the night it runs (``night 2026-12-02``), not a random
+    pair of words; the night as ``prepared_or_none`` works it out."""
+    params = flow_run.parameters
+    night = getattr(params.get("prepared"), "night", None) or params.get("night")
+    return f"night {night or tonight(flow_run.scheduled_start_time)}"
+
+
+@flow(
+    name="nightly",
+    flow_run_name=night_run_name,
+    on_failure=[name_the_night],
+    on_cancellation=[cancel_in_flight],
+)
 def nightly(
     catalog: str = "nightshift.yaml",
     only: list[str] | None = None,

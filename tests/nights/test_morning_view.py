@@ -208,6 +208,8 @@ def test_the_night_report_is_an_artifact_the_cli_prints_and_summary_json_keeps(
     only = ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run_id]))
     with client() as c:
         artifacts = {a.key: a for a in c.read_artifacts(artifact_filter=only)}
+    # listed by the night it ran, not a random name
+    assert flow_run(run_id).name == "night 2026-11-30"
     page = artifacts["nightly-report"]
     assert page.type == "markdown"
     text = page.data
