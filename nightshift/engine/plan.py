@@ -21,6 +21,12 @@ class Plan:
     def labels(self) -> list[str]:
         return [*self.independent, *(label for chain in self.chains for label in chain)]
 
+    def describe(self) -> str:
+        """``4 jobs: 2 independent, 1 chain``: the night's first line."""
+        jobs, chains = len(self.labels), len(self.chains)
+        text = f"{jobs} job{'' if jobs == 1 else 's'}: {len(self.independent)} independent"
+        return f"{text}, {chains} chain{'' if chains == 1 else 's'}"
+
 
 def plan_night(
     catalogue: Catalogue,

@@ -73,13 +73,7 @@ def run_night(
         pools = JobPools()
         kept = {r.label for r in ledger.jobs_of(night) if r.state == "succeeded" and r.external_id}
         try:
-            logger.info(
-                "night %s: %d jobs, %d independent, %d chains",
-                night,
-                len(plan.labels),
-                len(plan.independent),
-                len(plan.chains),
-            )
+            logger.info("night %s: %s", night, plan.describe())
             with quiet_job_finish():
                 outcomes = on_a_loop(run_jobs(Night(ctx, pools, kept), plan), setup.stop)
         finally:

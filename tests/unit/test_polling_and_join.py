@@ -7,7 +7,7 @@ import pytest
 from nightshift.backoff import Backoff
 from nightshift.config.loader import parse_catalogue
 from nightshift.engine.outcomes import JobOutcome, Outcome, Severity, join
-from nightshift.engine.plan import plan_night
+from nightshift.engine.plan import Plan, plan_night
 
 
 def test_poll_backoff_doubles_from_2s_to_a_30s_cap() -> None:
@@ -90,3 +90,9 @@ jobs:
     assert narrowed.chains == []
     with pytest.raises(ValueError, match="unknown job label"):
         plan_night(catalogue, only=["nope"])
+
+
+def test_a_plan_says_what_it_holds_in_words() -> None:
+    assert Plan(["a", "b"], [["c", "d"]]).describe() == "4 jobs: 2 independent, 1 chain"
+    assert Plan(["a"], []).describe() == "1 job: 1 independent, 0 chains"
+    assert Plan([], [["a", "b"], ["c", "d"]]).describe() == "4 jobs: 0 independent, 2 chains"
