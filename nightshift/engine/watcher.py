@@ -490,7 +490,12 @@ class Watcher:
             # polled since its stream dropped, and still going: listen to it again
             again = going and not entry.streaming and 0 < entry.stream_drops <= STREAM_RECONNECTS
         if again:
-            self._listen(entry)
+            try:
+                self._listen(entry)
+            except Exception:  # its stream cannot be opened again: it stays on its polls
+                with self._cond:
+                    entry.streaming = False
+                    entry.next_at = self._next_poll(entry, self._clock())
 
     @staticmethod
     def _next_poll(entry: WatchRequest, now: float) -> float:

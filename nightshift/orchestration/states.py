@@ -90,24 +90,32 @@ def name_the_night(flow: Any, flow_run: Any, state: State) -> None:
 
 
 class _FinishedAs(logging.Filter):
-    """Rewrites the engine's next "Finished in state ..." line of one flow run, then goes."""
+    """Rewrites the engine's next "Finished in state ..." line of one flow run, once.
+
+    It stays on the logger, spent, until the next night's hook replaces it (a filter that took
+    itself off while logging walked the filters would make it skip the next one); a process
+    runs its nights one after another, each hook after the last night's line was logged.
+    """
 
     def __init__(self, flow_run_id: str, shown: str) -> None:
         super().__init__()
-        self.flow_run_id, self.shown = flow_run_id, shown
+        self.flow_run_id, self.shown, self.spent = flow_run_id, shown, False
 
     @classmethod
     def install(cls, flow_run_id: str, shown: str) -> None:
-        logging.getLogger("prefect.flow_runs").addFilter(cls(flow_run_id, shown))
+        logger = logging.getLogger("prefect.flow_runs")
+        for earlier in [f for f in logger.filters if isinstance(f, cls)]:
+            logger.removeFilter(earlier)
+        logger.addFilter(cls(flow_run_id, shown))
 
     def filter(self, record: logging.LogRecord) -> bool:
         if (
-            str(getattr(record, "flow_run_id", "")) == self.flow_run_id
+            not self.spent
+            and str(getattr(record, "flow_run_id", "")) == self.flow_run_id
             and getattr(record, "task_run_id", None) is None
             and str(record.msg).startswith("Finished in state")
         ):
-            record.msg, record.args = f"Finished in state {self.shown}", ()
-            logging.getLogger("prefect.flow_runs").removeFilter(self)
+            record.msg, record.args, self.spent = f"Finished in state {self.shown}", (), True
         return True
 
 

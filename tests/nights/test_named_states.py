@@ -71,3 +71,34 @@ def test_prefects_finished_line_of_a_failed_job_is_dropped_while_a_night_runs() 
         logger.removeHandler(handler)
     assert seen == ["the job's own record", "Finished in state Failed('c')",
                     "Finished in state Failed('d')"]  # fmt: skip
+
+
+def test_the_nights_last_line_is_rewritten_once_and_the_filters_after_it_still_see_it() -> None:
+    from nightshift.orchestration.states import _FinishedAs
+
+    logger = logging.getLogger("prefect.flow_runs")
+    seen: list[str] = []
+
+    class After(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            seen.append(record.getMessage())
+            return True
+
+    def line(text: str, run: str = "r1") -> logging.LogRecord:
+        return logging.makeLogRecord({"msg": f"Finished in state {text}", "flow_run_id": run})
+
+    _FinishedAs.install("r1", "Partial('2/4 ok')")
+    after = After()
+    logger.addFilter(after)
+    try:
+        for record in (line("Failed('x')", run="r0"), line("Failed('3/5')"), line("Failed('y')")):
+            logger.filter(record)
+        _FinishedAs.install("r2", "Failed('0/1 ok')")  # the next night's: the spent one goes
+        mine = [f for f in logger.filters if isinstance(f, _FinishedAs)]
+    finally:
+        logger.removeFilter(after)
+        for f in [f for f in logger.filters if isinstance(f, _FinishedAs)]:
+            logger.removeFilter(f)
+    assert seen == ["Finished in state Failed('x')", "Finished in state Partial('2/4 ok')",
+                    "Finished in state Failed('y')"]  # fmt: skip
+    assert [f.flow_run_id for f in mine] == ["r2"]

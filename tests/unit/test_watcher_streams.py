@@ -211,3 +211,33 @@ def test_a_watch_that_ends_while_its_stream_is_opened_again_opens_none() -> None
     finally:
         backend.go.set()
         watcher.stop()
+
+
+@dataclass
+class BrokenAfterDropBackend(StreamingBackend):
+    """Asked whether a job streams a second time, it fails."""
+
+    asked: int = 0
+
+    def streams(self, external_id: str) -> bool:
+        self.asked += 1
+        if self.asked > 1:
+            raise ValueError("config changed under us")
+        return True
+
+
+def test_a_stream_that_cannot_be_opened_again_leaves_its_job_on_its_polls() -> None:
+    clock = FakeClock()
+    watcher = Watcher(on_change=lambda *_: None, clock=clock)
+    backend = BrokenAfterDropBackend(name="http", scripts={"a": [R, S]})
+    try:
+        request = _watch(watcher, backend)
+        backend.push(R)
+        wait_until(lambda: request.checks == 1, what="running heard")
+        _dropped_then_polled(watcher, clock, backend, request)
+        clock.advance(40)
+        watcher.poke()
+        assert request.future.result(timeout=10).reason == "final"  # polled, not failed
+        assert (backend.opened, backend.single_calls) == (1, 2)
+    finally:
+        watcher.stop()
