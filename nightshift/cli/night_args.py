@@ -24,12 +24,12 @@ def run_for_night(args: argparse.Namespace, command: NightCommand) -> int:
     from nightshift.cli.status import NoSuchNight
     from nightshift.config.loader import load_catalogue
     from nightshift.config.settings import load_settings
-    from nightshift.engine.plan import parse_night, plan_night, tonight
+    from nightshift.engine.plan import plan_night, which_night
     from nightshift.errors import CatalogueError
 
     try:
         catalogue = load_catalogue(args.catalogue)
-        night = parse_night(args.night) if args.night else tonight()
+        night = which_night(args.night)
         only = getattr(args, "only", None)
         if only:
             plan_night(catalogue, only)  # an unknown label is bad input

@@ -50,14 +50,14 @@ def run_report(catalogue_path: str, night: str | None) -> int:
 
     from nightshift.config.loader import load_catalogue
     from nightshift.config.settings import load_settings
-    from nightshift.engine.plan import parse_night, tonight
+    from nightshift.engine.plan import which_night
     from nightshift.errors import CatalogueError
     from nightshift.orchestration.report_inputs import catalogue_name
     from nightshift.store.ledger import Ledger
 
     try:
         catalogue = load_catalogue(catalogue_path)
-        day = parse_night(night) if night else tonight()
+        day = which_night(night)
     except (CatalogueError, ValueError) as exc:
         _say(str(exc))
         return EXIT_BAD_INPUT

@@ -7,7 +7,7 @@ from datetime import UTC, date, datetime
 
 from nightshift.config.catalogue import Catalogue
 
-__all__ = ["Plan", "check_only", "parse_night", "plan_night", "tonight"]
+__all__ = ["Plan", "check_only", "parse_night", "plan_night", "tonight", "which_night"]
 
 
 @dataclass(frozen=True)
@@ -93,6 +93,12 @@ def tonight(scheduled: datetime | None = None) -> str:
     if moment.tzinfo is not None:
         moment = moment.astimezone(UTC)
     return moment.date().isoformat()
+
+
+def which_night(given: str | None, scheduled: datetime | None = None) -> str:
+    """The night a run is of: the one given by hand (``parse_night``: ``ValueError`` for no
+    date), else the night of its scheduled start (``tonight``)."""
+    return parse_night(given) if given else tonight(scheduled)
 
 
 def parse_night(value: str) -> str:

@@ -16,7 +16,7 @@ from prefect.states import Failed, State
 from prefect.utilities.annotations import quote
 
 from nightshift.engine.outcomes import JobOutcome
-from nightshift.engine.plan import Plan, parse_night, tonight
+from nightshift.engine.plan import Plan, which_night
 from nightshift.engine.stopping import NightStop
 from nightshift.flows.chain import chain
 from nightshift.orchestration.cancel_hook import cancel_in_flight
@@ -37,10 +37,8 @@ def night_run_name() -> str:
     pair of words; the night as ``prepared_or_none`` works it out."""
     params = flow_run.parameters
     night = getattr(params.get("prepared"), "night", None) or params.get("night")
-    if not night:
-        return f"night {tonight(flow_run.scheduled_start_time)}"
     try:
-        return f"night {parse_night(night)}"
+        return f"night {which_night(night, flow_run.scheduled_start_time)}"
     except ValueError:  # not a date: the run ends saying so; its name shows what was given
         return f"night {night}"
 

@@ -10,7 +10,7 @@ from prefect.states import State
 from nightshift.config.loader import load_catalogue
 from nightshift.config.settings import load_settings
 from nightshift.engine.cancelling import cancel_night
-from nightshift.engine.plan import parse_night, tonight
+from nightshift.engine.plan import which_night
 from nightshift.store.ledger import Ledger
 
 __all__ = ["cancel_in_flight"]
@@ -23,8 +23,7 @@ def cancel_in_flight(flow: Any, flow_run: Any, state: State) -> None:
     params = flow_run.parameters or {}
     settings = load_settings()
     catalogue = load_catalogue(params.get("catalog") or "nightshift.yaml")
-    night = params.get("night")
-    night = parse_night(night) if night else tonight(flow_run.expected_start_time)
+    night = which_night(params.get("night"), flow_run.expected_start_time)
     reason = f"cancelled in Prefect: flow run {flow_run.name} was cancelled"
     ledger = Ledger(settings.ledger_url(), catalogue.key)
     try:

@@ -14,7 +14,7 @@ from nightshift.config.catalogue import Catalogue
 from nightshift.config.loader import load_catalogue
 from nightshift.config.settings import Settings, load_settings
 from nightshift.engine.night import expected_durations
-from nightshift.engine.plan import Plan, check_only, parse_night, plan_night, tonight
+from nightshift.engine.plan import Plan, check_only, plan_night, which_night
 from nightshift.errors import NightArgumentError
 from nightshift.store.lease import Lease
 from nightshift.store.ledger import Ledger
@@ -88,7 +88,7 @@ def prepare_night(
     cannot be opened or read.
     """
     try:
-        night = parse_night(night) if night else tonight(scheduled)
+        night = which_night(night, scheduled)
     except ValueError as exc:
         raise NightArgumentError(str(exc)) from None
     catalogue = load_catalogue(catalog)

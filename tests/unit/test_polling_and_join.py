@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta, timezone
+
 import pytest
 
 from nightshift.backoff import Backoff
 from nightshift.config.loader import parse_catalogue
 from nightshift.engine.outcomes import JobOutcome, Outcome, Severity, join
-from nightshift.engine.plan import Plan, plan_night
+from nightshift.engine.plan import Plan, plan_night, which_night
 
 
 def test_poll_backoff_doubles_from_2s_to_a_30s_cap() -> None:
@@ -96,3 +98,11 @@ def test_a_plan_says_what_it_holds_in_words() -> None:
     assert Plan(["a", "b"], [["c", "d"]]).describe() == "4 jobs: 2 independent, 1 chain"
     assert Plan(["a"], []).describe() == "1 job: 1 independent, 0 chains"
     assert Plan([], [["a", "b"], ["c", "d"]]).describe() == "4 jobs: 0 independent, 2 chains"
+
+
+def test_the_night_of_a_run_is_the_one_given_else_the_date_of_its_scheduled_start() -> None:
+    scheduled = datetime(2026, 12, 2, 1, 30, tzinfo=timezone(timedelta(hours=-5)))
+    assert which_night(None, scheduled) == "2026-12-02"  # 06:30 UTC
+    assert which_night("20261130", scheduled) == "2026-11-30"
+    with pytest.raises(ValueError, match="--night must be a date"):
+        which_night("tomorrow", scheduled)
