@@ -362,14 +362,19 @@ class Watcher:
 
     # -- streams (engine/streams.py): a streamed status is taken like a poll's answer --------
     def _listen(self, entry: WatchRequest) -> None:
-        """Listen to the job's stream when its backend has one; it is not polled meanwhile."""
+        """Listen to the job's stream when its backend has one; it is not polled meanwhile.
+        A stream that cannot be opened (the watcher stopping, a backend that fails to say)
+        leaves the job on its polls, as without one."""
         streams = capabilities(entry.backend).streams
-        if streams is None or not streams.streams(entry.external_id):
+        try:
+            if streams is None or not streams.streams(entry.external_id):
+                return
+        except Exception:
             return
         with self._cond:
             if entry.closing:  # its watch ended meanwhile (a timer, the night's stop)
                 return
-            entry.streaming, entry.next_at = True, float("inf")
+            polls_at, entry.streaming, entry.next_at = entry.next_at, True, float("inf")
 
         def heard(status: JobStatus) -> None:
             with self._cond:
@@ -386,9 +391,9 @@ class Watcher:
 
         try:
             self._streams.listen(id(entry), streams, entry.external_id, heard, dropped)
-        except RuntimeError:  # the watcher is stopping: poll, as without a stream
+        except Exception:
             with self._cond:
-                entry.streaming, entry.next_at = False, self._clock()
+                entry.streaming, entry.next_at = False, polls_at
             return
         if entry.closing:  # closed while the stream was being opened: it had none to forget
             self._streams.forget(id(entry))
@@ -490,12 +495,7 @@ class Watcher:
             # polled since its stream dropped, and still going: listen to it again
             again = going and not entry.streaming and 0 < entry.stream_drops <= STREAM_RECONNECTS
         if again:
-            try:
-                self._listen(entry)
-            except Exception:  # its stream cannot be opened again: it stays on its polls
-                with self._cond:
-                    entry.streaming = False
-                    entry.next_at = self._next_poll(entry, self._clock())
+            self._listen(entry)
 
     @staticmethod
     def _next_poll(entry: WatchRequest, now: float) -> float:
