@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 from nightshift.backends.base import ExternalState, JobStatus, capabilities
 from nightshift.backoff import Backoff
@@ -65,7 +67,7 @@ def test_a_streamed_end_ends_the_watch_with_no_status_call() -> None:
         wait_until(lambda: seen == [R], what="running heard")
         clock.advance(100)  # ten polls' worth: none is made while the stream holds
         watcher.poke()
-        watcher.wait_idle(5)
+        assert watcher.wait_idle(5)
         backend.push(S)
         result = request.future.result(timeout=10)
         assert (result.reason, seen, backend.single_calls) == ("final", [R, S], 0)
@@ -92,7 +94,7 @@ def test_a_dropped_stream_is_polled_on_its_backoff() -> None:
         assert backend.single_calls == 0
         clock.advance(9)
         watcher.poke()
-        watcher.wait_idle(5)
+        assert watcher.wait_idle(5)
         assert backend.single_calls == 0  # not before its backoff's 10 s
         clock.advance(1)
         watcher.poke()
@@ -103,74 +105,77 @@ def test_a_dropped_stream_is_polled_on_its_backoff() -> None:
         watcher.stop()
 
 
-def _dropped_then_polled(
-    watcher: Watcher, clock: FakeClock, backend: StreamingBackend, request: WatchRequest
-) -> None:
-    """The job's stream drops; its next poll (on its backoff) says it still runs."""
-    opened, polls = backend.opened, backend.single_calls
-    backend.push(None)
-    wait_until(lambda: not request.streaming, what="the drop heard")
-    clock.advance(40)  # past any backoff of the job's
-    watcher.poke()
-    wait_until(lambda: backend.single_calls == polls + 1, what="a poll after the drop")
-    assert backend.opened in (opened, opened + 1)
+@dataclass
+class Running:
+    """A job watched on a fake clock whose stream said it runs."""
+
+    watcher: Watcher
+    clock: FakeClock
+    backend: StreamingBackend
+    request: WatchRequest
+
+    def later(self, seconds: float) -> None:
+        self.clock.advance(seconds)
+        self.watcher.poke()
+
+    def dropped_then_polled(self) -> None:
+        """Its stream drops; its next poll (on its backoff) says it still runs."""
+        opened, polls = self.backend.opened, self.backend.single_calls
+        self.backend.push(None)
+        wait_until(lambda: not self.request.streaming, what="the drop heard")
+        self.later(40)  # past any backoff of the job's
+        wait_until(lambda: self.backend.single_calls == polls + 1, what="a poll after the drop")
+        assert self.backend.opened in (opened, opened + 1)
+
+    def result(self) -> Any:
+        return self.request.future.result(timeout=10)
+
+
+@contextmanager
+def running(backend: StreamingBackend, timeout_s: float | None = None) -> Iterator[Running]:
+    clock = FakeClock()
+    watcher = Watcher(on_change=lambda *_: None, clock=clock)
+    try:
+        timers = {} if timeout_s is None else {"timeout_at": clock() + timeout_s}
+        request = _watch(watcher, backend, **timers)
+        backend.push(R)
+        wait_until(lambda: request.checks == 1, what="running heard")
+        yield Running(watcher, clock, backend, request)
+    finally:
+        watcher.stop()
 
 
 def test_a_dropped_stream_is_listened_to_again_once_a_poll_finds_the_job_going() -> None:
-    clock = FakeClock()
-    watcher = Watcher(on_change=lambda *_: None, clock=clock)
     backend = StreamingBackend(name="http", scripts={"a": [R]})
-    try:
-        request = _watch(watcher, backend)
-        backend.push(R)
-        wait_until(lambda: request.checks == 1, what="running heard")
-        _dropped_then_polled(watcher, clock, backend, request)
-        wait_until(lambda: backend.opened == 2 and request.streaming, what="listened to again")
-        clock.advance(1000)  # a hundred polls' worth: none while the new stream holds
-        watcher.poke()
-        watcher.wait_idle(5)
+    with running(backend) as job:
+        job.dropped_then_polled()
+        wait_until(lambda: backend.opened == 2 and job.request.streaming, what="listened again")
+        job.later(1000)  # a hundred polls' worth: none while the new stream holds
+        assert job.watcher.wait_idle(5)
         backend.push(S)
-        assert request.future.result(timeout=10).reason == "final"
+        assert job.result().reason == "final"
         assert (backend.single_calls, backend.opened) == (1, 2)
-    finally:
-        watcher.stop()
 
 
 def test_a_stream_that_keeps_dropping_is_given_up_and_its_job_polled() -> None:
-    clock = FakeClock()
-    watcher = Watcher(on_change=lambda *_: None, clock=clock)
     backend = StreamingBackend(name="http", scripts={"a": [R] * (STREAM_RECONNECTS + 1) + [S]})
-    try:
-        request = _watch(watcher, backend)
-        backend.push(R)
-        wait_until(lambda: request.checks == 1, what="running heard")
+    with running(backend) as job:
         for again in range(1, STREAM_RECONNECTS + 1):
-            _dropped_then_polled(watcher, clock, backend, request)
+            job.dropped_then_polled()
             wait_until(lambda: backend.opened == again + 1, what=f"reconnect {again}")  # noqa: B023
-        _dropped_then_polled(watcher, clock, backend, request)  # one drop too many
-        clock.advance(40)
-        watcher.poke()
-        assert request.future.result(timeout=10).reason == "final"  # polled to its end
+        job.dropped_then_polled()  # one drop too many
+        job.later(40)
+        assert job.result().reason == "final"  # polled to its end
         assert backend.opened == STREAM_RECONNECTS + 1
         assert backend.single_calls == STREAM_RECONNECTS + 2
-    finally:
-        watcher.stop()
 
 
 def test_a_timeout_fires_and_cancels_while_the_stream_holds() -> None:
-    clock = FakeClock()
-    watcher = Watcher(on_change=lambda *_: None, clock=clock)
     backend = StreamingBackend(name="http", scripts={"a": [R]})
-    try:
-        request = _watch(watcher, backend, timeout_at=clock() + 30)
-        backend.push(R)
-        wait_until(lambda: request.checks == 1, what="running heard")
-        clock.advance(31)
-        watcher.poke()
-        assert request.future.result(timeout=10).reason == "timeout"
+    with running(backend, timeout_s=30) as job:
+        job.later(31)
+        assert job.result().reason == "timeout"
         assert backend.cancelled == ["a"] and backend.single_calls == 0
-    finally:
-        watcher.stop()
 
 
 @dataclass
@@ -189,28 +194,21 @@ class SlowToAskBackend(StreamingBackend):
 
 
 def test_a_watch_that_ends_while_its_stream_is_opened_again_opens_none() -> None:
-    clock = FakeClock()
-    watcher = Watcher(on_change=lambda *_: None, clock=clock)
     backend = SlowToAskBackend(name="http", scripts={"a": [R]})
     try:
-        request = _watch(watcher, backend, timeout_at=clock() + 60)
-        backend.push(R)
-        wait_until(lambda: request.checks == 1, what="running heard")
-        backend.held = True
-        backend.push(None)
-        wait_until(lambda: not request.streaming, what="the drop heard")
-        clock.advance(40)
-        watcher.poke()  # the poll says it runs: its stream is about to be opened again...
-        wait_until(backend.asking.is_set, what="the stream about to be opened again")
-        clock.advance(30)  # ...when its timeout fires and ends the watch
-        watcher.poke()
-        assert request.future.result(timeout=10).reason == "timeout"
-        backend.go.set()
-        assert watcher.wait_idle(10)
-        assert backend.opened == 1 and watcher._streams.listening == 0
+        with running(backend, timeout_s=60) as job:
+            backend.held = True
+            backend.push(None)
+            wait_until(lambda: not job.request.streaming, what="the drop heard")
+            job.later(40)  # the poll says it runs: its stream is about to be opened again...
+            wait_until(backend.asking.is_set, what="the stream about to be opened again")
+            job.later(30)  # ...when its timeout fires and ends the watch
+            assert job.result().reason == "timeout"
+            backend.go.set()
+            assert job.watcher.wait_idle(10)
+            assert backend.opened == 1 and job.watcher._streams.listening == 0
     finally:
         backend.go.set()
-        watcher.stop()
 
 
 @dataclass
@@ -227,17 +225,9 @@ class BrokenAfterDropBackend(StreamingBackend):
 
 
 def test_a_stream_that_cannot_be_opened_again_leaves_its_job_on_its_polls() -> None:
-    clock = FakeClock()
-    watcher = Watcher(on_change=lambda *_: None, clock=clock)
     backend = BrokenAfterDropBackend(name="http", scripts={"a": [R, S]})
-    try:
-        request = _watch(watcher, backend)
-        backend.push(R)
-        wait_until(lambda: request.checks == 1, what="running heard")
-        _dropped_then_polled(watcher, clock, backend, request)
-        clock.advance(40)
-        watcher.poke()
-        assert request.future.result(timeout=10).reason == "final"  # polled, not failed
+    with running(backend) as job:
+        job.dropped_then_polled()
+        job.later(40)
+        assert job.result().reason == "final"  # polled, not failed
         assert (backend.opened, backend.single_calls) == (1, 2)
-    finally:
-        watcher.stop()
