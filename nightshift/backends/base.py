@@ -162,7 +162,8 @@ class Closeable(Protocol):
 
 @runtime_checkable
 class Streams(Protocol):
-    """A backend whose jobs push their changes (Server-Sent Events): listened to, not polled."""
+    """A backend whose jobs push their changes (Server-Sent Events, a command job's files):
+    listened to, not polled."""
 
     def streams(self, external_id: str) -> bool:
         """Whether this job has a stream to listen to."""

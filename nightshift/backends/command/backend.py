@@ -1,8 +1,10 @@
 """Local commands as detached jobs, supervised so the exit code survives the flow process.
 
 One job = one directory ``state_dir/jobs/<id>``; the id is the directory name, so any process
-can re-attach. ``command_runner.py`` (the supervisor) writes the files; this module only reads
-them and sends signals.
+can re-attach. ``supervisor.py`` writes the files; this module only reads them and sends signals.
+A job's end is seen when its process exits, not at its next poll: the backend ``Streams``
+(``stream.py``: every streamed job's files looked at every 0.1 s by one task on the night's
+stream loop, a stat and a signal 0 each), so the watcher listens to its jobs instead of polling.
 """
 
 from __future__ import annotations
@@ -18,12 +20,14 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from nightshift.backends.base import ExternalState, JobSpec, JobStatus
 from nightshift.backends.command import supervisor as runner
+from nightshift.backends.command.stream import Tickers, job_statuses
 from nightshift.backoff import Backoff, poll_until
 from nightshift.config.settings import child_environment
 from nightshift.errors import PermanentBackendError, TransientBackendError
@@ -102,6 +106,7 @@ class CommandBackend:
         self.kill_grace_s = kill_grace_s
         self.cancel_wait_s = cancel_wait_s
         self.python = python
+        self._tickers = Tickers()  # looks at every streamed job of a loop, on that loop
 
     def submit(self, spec: JobSpec) -> str:
         """Start the supervisor for ``spec``; return the job id (its directory name)."""
@@ -151,7 +156,25 @@ class CommandBackend:
 
     def status(self, external_id: str) -> JobStatus:
         """Read the job directory: exit code, else supervisor liveness."""
-        jobdir = self._jobdir(external_id)
+        return self._read_status(self._jobdir(external_id))
+
+    def streams(self, external_id: str) -> bool:
+        """Every job of ours streams: its directory is looked at on the stream loop."""
+        return bool(_ID.match(external_id)) and (self.jobs_dir / external_id).is_dir()
+
+    def stream(self, external_id: str) -> AsyncIterator[JobStatus]:
+        """The job's status now, then each change up to its final one (``stream.py``)."""
+
+        def look() -> JobStatus:  # as ``status`` reads it: an unknown id fails the stream
+            return self._read_status(self._jobdir(external_id))
+
+        return job_statuses(look, self.jobs_dir / external_id, self._tickers)
+
+    async def aclose(self) -> None:
+        """Stop the task that looks at this loop's streamed jobs (a stream holds no client)."""
+        await self._tickers.aclose()
+
+    def _read_status(self, jobdir: Path) -> JobStatus:
         started = _dt(_read_float(jobdir / runner.STARTED_AT))
         code = self._exit_code(jobdir)
         if code is None:

@@ -13,6 +13,7 @@ with -9 leaves the job without a reader for its stderr (the job is lost then any
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -66,7 +67,9 @@ def write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+@functools.cache
 def _boot_id() -> str | None:
+    """This boot's id: read once, a process never outlives its boot (streams check often)."""
     try:
         return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     except OSError:
@@ -76,7 +79,8 @@ def _boot_id() -> str | None:
 def _proc_stat(pid: int) -> tuple[str, str] | None:
     """(state letter, start time in ticks) from /proc, or None where /proc is unavailable."""
     try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read().decode("utf-8", "replace")
     except OSError:
         return None
     fields = raw[raw.rindex(")") + 2 :].split()
