@@ -9,6 +9,8 @@
     └── BackendError            talking to an external job system
         ├── TransientBackendError   worth retrying (timeouts, 429/5xx, a CLI that failed to start)
         └── PermanentBackendError   retrying will not help (bad request, auth, unknown job)
+            ├── UnknownJobError     the service does not know an id (404, "no such job")
+            └── CannotCancelError   the backend has no way to cancel a job
 
 Backends translate SDK and subprocess errors into these (``raise ... from exc``); nothing
 else in the project catches third-party exceptions. Gotcha: the Gemini backend raises its
@@ -23,6 +25,7 @@ from pathlib import Path
 
 __all__ = [
     "BackendError",
+    "CannotCancelError",
     "CatalogueError",
     "CatalogueProblem",
     "InputFileError",
@@ -33,6 +36,7 @@ __all__ = [
     "NightshiftError",
     "PermanentBackendError",
     "TransientBackendError",
+    "UnknownJobError",
 ]
 
 
@@ -126,3 +130,16 @@ class TransientBackendError(BackendError):
 
 class PermanentBackendError(BackendError):
     """A backend call failed in a way retrying will not fix."""
+
+
+class UnknownJobError(PermanentBackendError):
+    """The service does not know a job id (a 404, "no such job").
+
+    Gotcha: for an id the service gave out and no status answer has shown yet, this means
+    *not visible yet* (workers scaling from zero, a lagging replica), not lost: the watcher
+    waits up to the job's ``visible_within``. Once a job has been seen, its record expired.
+    """
+
+
+class CannotCancelError(PermanentBackendError):
+    """The backend has no way to cancel this job: it may still be running at the service."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -81,40 +81,52 @@ def sandbox_api(
     workers: int = 2,
     ttl_s: float = 3600,
     look_s: float = 0.05,
+    unseen_until_taken: bool = False,
 ) -> Iterator[JobApi]:
-    """The sandbox API, on Redis with ``workers`` RQ workers (or in memory), stopped after."""
+    """The sandbox API, on Redis with ``workers`` RQ workers (or in memory), stopped after.
+    ``unseen_until_taken``: a job's reads answer 404 until a worker took it."""
     url = redis_or_skip() if redis else None
     api = JobApi(
         redis_url=url, quota=quota, tokens={TOKEN: "night"}, ttl_s=ttl_s, workers=workers,
-        look_s=look_s,
+        look_s=look_s, unseen_until_taken=unseen_until_taken,
     )  # fmt: skip
-    procs: list[subprocess.Popen[bytes]] = []
     with api:
-        try:
-            if url is not None:
-                for _ in range(workers):
-                    procs.append(
-                        subprocess.Popen(
-                            [sys.executable, "-m", "rq.cli", "worker", "-q", "-w",
-                             "rq.worker.SimpleWorker", "--url", url, "--path", str(ROOT),
-                             api.queue_name],
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                        )
-                    )  # fmt: skip
+        if url is None:
             yield api
-        finally:
-            for proc in procs:
-                proc.terminate()  # RQ's warm shutdown: it would wait for the job in hand
-            for proc in procs:
+        else:
+            with rq_workers(api, workers):
+                yield api
+
+
+@contextmanager
+def rq_workers(api: JobApi, count: int) -> Iterator[None]:
+    """``count`` RQ workers on the API's queue (in processes of their own), stopped after."""
+    assert api.redis_url is not None, "RQ workers need the API on Redis"
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for _ in range(count):
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "rq.cli", "worker", "-q", "-w",
+                     "rq.worker.SimpleWorker", "--url", api.redis_url, "--path", str(ROOT),
+                     api.queue_name],
+                    cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                )
+            )  # fmt: skip
+        yield
+    finally:
+        for proc in procs:
+            proc.terminate()  # RQ's warm shutdown: it would wait for the job in hand
+        for proc in procs:
+            try:
+                proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                proc.terminate()  # a second signal: RQ's cold shutdown, now
                 try:
-                    proc.wait(timeout=2)
+                    proc.wait(timeout=10)
                 except subprocess.TimeoutExpired:
-                    proc.terminate()  # a second signal: RQ's cold shutdown, now
-                    try:
-                        proc.wait(timeout=10)
-                    except subprocess.TimeoutExpired:
-                        proc.kill()
-                        proc.wait()
+                    proc.kill()
+                    proc.wait()
 
 
 @dataclass
@@ -136,11 +148,18 @@ class Ran:
         )
 
 
-def run_night(tmp_path: Path, text: str, ledger: Ledger | None = None) -> Ran:
-    """One night of ``text`` against the API its jobs name."""
+def run_night(
+    tmp_path: Path,
+    text: str,
+    ledger: Ledger | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Ran:
+    """One night of ``text`` against the API its jobs name; ``environ``: where its ``auth``
+    variables are (the sandbox API's token by default)."""
     cat = parse_catalogue(text, tmp_path / "nightshift.yaml")
     jobs = {j.label: j for j in cat.jobs if j.backend == "http"}
-    backend = HttpBackend(jobs, environ={"SANDBOX_JOBS_TOKEN": TOKEN})
+    environ = {"SANDBOX_JOBS_TOKEN": TOKEN} if environ is None else environ
+    backend = HttpBackend(jobs, environ=environ)
     own = ledger is None
     ledger = ledger or Ledger(f"sqlite:///{tmp_path / 'ledger.db'}", cat.key)
     events: list[tuple[datetime, NightEvent]] = []

@@ -23,6 +23,7 @@ from nightshift.errors import BackendError
 
 if TYPE_CHECKING:
     from nightshift.engine.context import NightContext
+    from nightshift.engine.watcher import Watcher
 
 __all__ = [
     "EPOCH",
@@ -32,6 +33,7 @@ __all__ = [
     "eventually",
     "new_ledger_url",
     "read_until",
+    "run_for",
     "start_run",
     "wait_final",
     "wait_status",
@@ -74,6 +76,14 @@ class FakeClock:
         if isinstance(now, datetime):
             return now
         return self.epoch + timedelta(seconds=now - self._start)
+
+
+def run_for(watcher: Watcher, clock: FakeClock, seconds: float, step: float = 1.0) -> None:
+    """Move the fake clock forward in steps, letting the watcher finish each step's work."""
+    for _ in range(int(seconds / step)):
+        clock.advance(step)
+        watcher.poke()
+        assert watcher.wait_idle(timeout=10), "the watcher did not settle"
 
 
 def eventually(

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -29,11 +30,18 @@ from nightshift.backends.base import ExternalState, JobSpec, JobStatus
 from nightshift.backends.patience import Patience, retry_after_in, submit_patiently
 from nightshift.backends.submission import resume_since, submission_key
 from nightshift.config.settings import child_environment
-from nightshift.errors import BackendError, PermanentBackendError, TransientBackendError
+from nightshift.errors import (
+    BackendError,
+    PermanentBackendError,
+    TransientBackendError,
+    UnknownJobError,
+)
 
 __all__ = ["CliBackend"]
 
 EX_TEMPFAIL = 75
+# how a job CLI says it does not know an id (agy: "job 'x' not found")
+_UNKNOWN = re.compile(r"not found|no such job|unknown job", re.IGNORECASE)
 _T = TypeVar("_T", dict, list)
 _STATES = ", ".join(s.value for s in ExternalState)
 
@@ -268,7 +276,10 @@ class CliBackend:
                 f"{what} is temporarily unavailable (exit 75): {_tail(proc.stderr)}"
             )
         if proc.returncode != 0:
-            raise PermanentBackendError(f"{what} exited {proc.returncode}: {_tail(proc.stderr)}")
+            text = f"{what} exited {proc.returncode}: {_tail(proc.stderr)}"
+            # a job id the CLI does not know (yet): the watcher tells fresh from expired
+            unknown = args[:1] == ["jobs"] and _UNKNOWN.search(_tail(proc.stderr, 3))
+            raise (UnknownJobError if unknown else PermanentBackendError)(text)
         return proc.stdout
 
     def _json(self, args: list[str], kind: type[_T], job: Mapping[str, Any] | None = None) -> _T:

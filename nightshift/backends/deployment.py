@@ -27,7 +27,12 @@ from nightshift.backends.base import JobSpec, JobStatus
 from nightshift.backends.deployment_client import open_client, translate
 from nightshift.backends.deployment_states import flow_run_status
 from nightshift.backends.submission import submission_key
-from nightshift.errors import BackendError, PermanentBackendError, TransientBackendError
+from nightshift.errors import (
+    BackendError,
+    PermanentBackendError,
+    TransientBackendError,
+    UnknownJobError,
+)
 
 __all__ = ["DeploymentBackend"]
 
@@ -167,10 +172,8 @@ class DeploymentBackend:
             out.setdefault(external_id, self._missing(external_id))
         return out
 
-    def _missing(self, external_id: str) -> PermanentBackendError:
-        return PermanentBackendError(
-            f"no flow run {external_id} on the Prefect API at {self.where}"
-        )
+    def _missing(self, external_id: str) -> UnknownJobError:
+        return UnknownJobError(f"no flow run {external_id} on the Prefect API at {self.where}")
 
     def _status_or_error(self, run: Any) -> JobStatus | BackendError:
         try:

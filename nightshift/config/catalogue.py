@@ -97,6 +97,8 @@ class Defaults(_Strict):
     stagger: Duration = 0.5
     deadline: Timer = 3600.0
     queued_timeout: Timer = 900.0
+    # how long a job the service does not know yet (a 404 for a fresh id) may take to show up
+    visible_within: Timer = 600.0
     sla: Timer = 86400.0
     sla_fallback_at: float = Field(0.8, gt=0, le=1)
     submit_patience: Patience = 300.0  # every backend's, unless its own section says
@@ -108,6 +110,7 @@ class _JobBase(_Strict):
     depends_on: list[str] = []
     timeout: Timer | None = None
     queued_timeout: Timer | None = None
+    visible_within: Timer | None = None
     # cancel past the p95 of its whole duration plus this (`timeout: learned` says "the default")
     over_expected: Timer | None = None
     learned: bool = Field(False, exclude=True)  # set by `timeout: learned` or `over_expected`

@@ -212,6 +212,8 @@ def open_night(
             on_error=poll_failed,
             expected=hints.get,
             on_final=ended,
+            # a listing that hangs holds its jobs half a poll cap at most: then they go singly
+            listing_deadline=catalogue.defaults.poll.max / 2,
         )
         cleanup.callback(watcher.stop)
         ctx = NightContext(

@@ -16,6 +16,7 @@ __all__ = [
     "NightSummary",
     "Outcome",
     "Severity",
+    "cancel_note",
     "is_final",
     "join",
     "join_details",
@@ -41,6 +42,20 @@ def outcome_from_external(state: ExternalState) -> Outcome:
     if not state.final:
         raise ValueError(f"{state.value} is not final: no outcome yet")
     return _OF_EXTERNAL[state]
+
+
+def cancel_note(cancel: str | None, error: str | None) -> tuple[str | None, bool]:
+    """What a job's detail says of the cancel asked when the night gave up on it (None: none
+    was asked), and whether the job may still be running at the service."""
+    if cancel is None:
+        return None, False
+    if cancel == "accepted":
+        return "cancel accepted by the service", False
+    if cancel == "unsupported":
+        return f"not cancelled ({error}): may still be running at the service", True
+    if cancel == "unanswered":
+        return f"cancel asked, {error}: may still be running at the service", True
+    return f"cancel failed: {error}; may still be running at the service", True
 
 
 class Severity(StrEnum):

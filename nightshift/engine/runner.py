@@ -22,6 +22,7 @@ from nightshift.engine.ledger_sink import LedgerUnavailable
 from nightshift.engine.outcomes import (
     JobOutcome,
     Outcome,
+    cancel_note,
     join_details,
     outcome_from_external,
     outcome_from_record,
@@ -51,6 +52,10 @@ LOST = JobState.LOST.value
 FALLBACK = JobState.FALLBACK.value
 # a submit began but its answer was not recorded: the next try looks for the job before creating
 SUBMITTING = JobState.SUBMITTING.value
+# a job recorded in one of these was shown by the service: a 404 for it means it expired
+_SEEN = frozenset({JobState.QUEUED, JobState.RUNNING, JobState.FALLBACK})
+# the data of a job given up as lost because the service never showed it
+NEVER_SEEN = "never_seen"
 
 
 @dataclass
@@ -172,9 +177,17 @@ def _begin(ctx: NightContext, run: JobRun) -> JobOutcome | Watching:
             future.set_result(WatchResult("fallback", None, 0))
         else:
             run.timers = _timers(ctx, run)
-            future = _watch(ctx, run, look_first=reattach)  # if it raises, the with gives back
+            seen = reattach and record is not None and _was_seen(record)
+            future = _watch(ctx, run, look_first=reattach, seen=seen)  # raises: the with gives back
         return Watching(run, held.pop_all(), future)
     raise AssertionError("unreachable")  # for type checkers: the with block always returns
+
+
+def _was_seen(record: JobRecord) -> bool:
+    """Whether a status answer showed the re-attached job in an earlier run of the night."""
+    if record.state == LOST:
+        return not (record.data or {}).get(NEVER_SEEN)
+    return record.state in _SEEN
 
 
 def _cannot_fall_back(job: Any, backend: Backend, reattached: JobRecord | None) -> str | None:
@@ -205,7 +218,9 @@ def _timers(ctx: NightContext, run: JobRun) -> JobTimers:
     )
 
 
-def _watch(ctx: NightContext, run: JobRun, *, look_first: bool) -> Future[WatchResult]:
+def _watch(
+    ctx: NightContext, run: JobRun, *, look_first: bool, seen: bool = False
+) -> Future[WatchResult]:
     assert run.backend is not None and run.external_id is not None and run.timers is not None
     defaults = ctx.catalogue.defaults
     request = WatchRequest(
@@ -216,6 +231,8 @@ def _watch(ctx: NightContext, run: JobRun, *, look_first: bool) -> Future[WatchR
         timeout_at=run.timers.timeout_at,
         queued_timeout_at=run.timers.queued_timeout_at,
         fallback_at=run.timers.fallback_at,
+        visible_at=run.timers.visible_at,
+        seen=seen,
         max_errors=defaults.retries,
         look_first=look_first,
     )
@@ -238,15 +255,20 @@ def _conclude(ctx: NightContext, run: JobRun, result: WatchResult | Exception) -
         return _finish(ctx, run, Outcome.FAILED, str(result))
     data: dict[str, Any] = {}
     detail = status_detail(result.status)
-    if result.reason == "unreadable":
-        detail = join_details(f"status unreadable: {result.error}", detail)
-        if result.cancel_error:
-            # it may still be running: keep it live in the ledger so a rerun re-attaches
-            why = f"cancel failed: {result.cancel_error}; kept as lost, a rerun re-attaches"
-            detail = join_details(detail, why)
-            return _finish(ctx, run, Outcome.FAILED, detail, ledger_state=LOST)
-        detail = join_details(detail, "cancelled it, so nothing runs on unseen")
-        return _finish(ctx, run, Outcome.FAILED, detail)
+    # a job given up on was asked to cancel: how that went, and whether it may still run
+    cancelled, may_run = cancel_note(result.cancel, result.cancel_error)
+    if result.reason in ("unreadable", "lost"):
+        if result.reason == "lost":  # never seen: a rerun looks for it again, never resubmits
+            why = f"{timers.unseen_text()}; last answer: {result.error}"
+        else:
+            why = f"status unreadable: {result.error}"
+        detail = join_details(why, detail, cancelled)
+        # it may still be running: keep it live in the ledger so a rerun re-attaches
+        live = may_run or result.reason == "lost"
+        # a rerun waits for a job never seen as for a fresh id (_was_seen)
+        data = {NEVER_SEEN: True} if result.reason == "lost" else {}
+        state = LOST if live else None
+        return _finish(ctx, run, Outcome.FAILED, detail, data, ledger_state=state)
     if result.reason == FALLBACK:
         ctx.mark(label, FALLBACK, external_id)
         ctx.records.record_state(ctx.night, label, FALLBACK)  # live: a rerun resumes it
@@ -260,9 +282,8 @@ def _conclude(ctx: NightContext, run: JobRun, result: WatchResult | Exception) -
         outcome = Outcome.STUCK_QUEUED if stuck else Outcome.TIMEOUT
         ran = (ctx.wall() - run.started).total_seconds()
         detail = join_details(timers.queued_why if stuck else timers.timeout_text(ran), detail)
-        if result.cancel_error:
-            # it may still be running: keep it live in the ledger so a rerun re-attaches
-            detail = join_details(detail, f"cancel failed: {result.cancel_error}")
+        detail = join_details(detail, cancelled)
+        if may_run:  # keep it live in the ledger so a rerun re-attaches
             return _finish(ctx, run, outcome, detail, ledger_state=LOST)
         data, note = _collect(backend, spec, external_id)
         # keep what the cancelled job did finish; the rest goes to its dead-letter file
@@ -379,13 +400,16 @@ def _finish(
     assert run.started is not None
     label, external_id = run.label, run.external_id
     finished = ctx.wall()
+    # the end as its final ledger row dates it: when the service says it ended (else when the
+    # watcher first saw it), not after its results were collected: one duration everywhere
+    ended = ctx.job_run(label).take_final_seen()
     tail_path = None
     if outcome is not Outcome.SUCCEEDED and run.watched:
         tail_path = _save_tail(ctx, run)
     result = JobOutcome(
         label=label,
         state=outcome,
-        duration_s=max(0.0, (finished - run.started).total_seconds()),
+        duration_s=max(0.0, ((ended or finished) - run.started).total_seconds()),
         attempts=run.attempt,
         external_id=external_id,
         log_tail_path=tail_path,
@@ -402,7 +426,7 @@ def _finish(
         data=data or None,
     )
     # the final row is dated when the watcher first saw the end, not after collecting results
-    ctx.mark(label, outcome.value, external_id, at=ctx.job_run(label).take_final_seen())
+    ctx.mark(label, outcome.value, external_id, at=ended)
     return _report(ctx, result)
 
 

@@ -21,8 +21,17 @@ class JobTimers:
     queued_timeout_at: float | None = None
     queued_why: str | None = None
     fallback_at: float | None = None
+    # a job the service does not know yet is given up as lost then (never past the timeout or
+    # the queue timer); the bound it was given, for the words
+    visible_at: float | None = None
+    visible_within: float | None = None
     # when the timeout is the learned one: the expected duration (p95) and the margin past it
     learned: tuple[float, float] | None = None
+
+    def unseen_text(self) -> str:
+        """Why a job the service never showed was given up: ``never seen at the service in
+        10m (visible_within)``."""
+        return f"lost: never seen at the service in {_dur(self.visible_within)} (visible_within)"
 
     def timeout_text(self, ran_s: float) -> str | None:
         """Why the timeout ended the job: ``ran 2h10m, expected 1h05m + 30m`` when learned."""
@@ -80,10 +89,15 @@ def job_timers(
     if isinstance(job, GeminiBatchJob) and job.fallback != "none":
         sla = job.sla if job.sla is not None else defaults.sla
         fallback_at = origin + sla * defaults.sla_fallback_at
+    queued_timeout_at = origin + queued if queued is not None else None
+    visible = job.visible_within if job.visible_within is not None else defaults.visible_within
+    bounds = [t for t in (origin + visible, timeout_at, queued_timeout_at) if t is not None]
     return JobTimers(
         timeout_at=timeout_at,
         timeout_why=timeout_why,
-        queued_timeout_at=origin + queued if queued is not None else None,
+        queued_timeout_at=queued_timeout_at,
+        visible_at=min(bounds),
+        visible_within=min(bounds) - origin,
         queued_why=f"still queued after queued_timeout {_dur(queued)}" if queued else None,
         fallback_at=fallback_at,
         learned=learned,

@@ -9,8 +9,20 @@ earliest of them is next due. A backend that answers one job at a time gets one 
 due job, side by side (bounded per backend), so a hung call costs only its own job. Timers are
 checked by the loop itself: they fire on time whatever a status call is doing. A job is never
 asked again once it is final.
-A job the listing does not show (or every job, when the listing fails for good) is asked at once
-on a call of its own: the answers the listing had in hand go on without waiting for it.
+A job the listing does not show (or every job, when the listing fails) is asked at once on a
+call of its own: the answers the listing had in hand go on without waiting for it. A listing has
+a deadline of its own (``listing_deadline``, half the poll cap in a night): past it, its jobs are
+asked one by one, each on its own call, and the backend lists again only once the hung listing
+came back, so one hung job holds only itself.
+
+A job the service says it does not know (``UnknownJobError``: a 404, "no such job") before any
+status answer has shown it is *not visible yet* (workers scaling from zero, a lagging replica):
+it is asked again on its backoff until ``visible_at``, then given up as ``lost``. Once seen, the
+same answer means its record expired.
+
+Whenever watching gives up on a job that may still run out there (a timer, a status it cannot
+read, a job never seen), the job is cancelled, on a call with its own deadline
+(``cancel_deadline``): the result says whether the service accepted it.
 
 The moment a job is seen final ``on_final`` is told, before its record is written: the night's
 gate hands its slot to the next job within this tick.
@@ -36,13 +48,22 @@ from nightshift.backends.base import Backend, ExternalState, JobStatus, capabili
 from nightshift.backoff import Backoff
 from nightshift.engine.poll_schedule import PollSchedule
 from nightshift.engine.streams import StreamListener
-from nightshift.errors import BackendError, PermanentBackendError, TransientBackendError
+from nightshift.errors import (
+    BackendError,
+    CannotCancelError,
+    PermanentBackendError,
+    TransientBackendError,
+    UnknownJobError,
+)
 from nightshift.usual import Usual
 
-__all__ = ["STREAM_RECONNECTS", "WatchRequest", "WatchResult", "Watcher"]
+__all__ = ["STREAM_RECONNECTS", "CancelAsked", "WatchRequest", "WatchResult", "Watcher"]
 
 # "detached": the night stopped watching (interrupted); the job still runs out there
-Reason = Literal["final", "timeout", "stuck_queued", "fallback", "unreadable", "detached"]
+# "lost": the service never showed the job within its ``visible_at``
+Reason = Literal["final", "timeout", "stuck_queued", "fallback", "unreadable", "lost", "detached"]
+# what became of the cancel asked when watching gave up on a job (None: none was asked)
+CancelAsked = Literal["accepted", "failed", "unsupported", "unanswered"]
 OnChange = Callable[[str, ExternalState, JobStatus], None]
 OnError = Callable[[str, BaseException | None], None]  # a status call failed (or said nothing)
 # label -> its usual duration from submit to end (seconds: known as one number), if known
@@ -54,6 +75,9 @@ _THREADS = 32  # the status calls' threads, for every backend
 # idle cut): a long job is not polled for hours after one blip; a stream that keeps dropping
 # is given up and its job polled on its backoff
 STREAM_RECONNECTS = 3
+LISTING_DEADLINE_S = 15.0  # a listing's own deadline (a night's: half its poll cap)
+CANCEL_DEADLINE_S = 30.0  # a cancel's own deadline: one that hangs never holds the night
+_CANCEL_THREADS = 8
 
 
 @dataclass(frozen=True)
@@ -63,8 +87,9 @@ class WatchResult:
     reason: Reason
     status: JobStatus | None
     checks: int
-    cancel_error: str | None = None
-    error: str | None = None  # why the status could not be read ("unreadable")
+    cancel_error: str | None = None  # why the cancel failed (or went unanswered)
+    error: str | None = None  # why the status could not be read ("unreadable", "lost")
+    cancel: CancelAsked | None = None  # the cancel asked when watching gave up, if any
 
 
 # compared by identity: finding a closing watch among thousands is a pointer compare per watch,
@@ -85,6 +110,11 @@ class WatchRequest:
     # a re-attached job: ask at once, and let no timer fire before that first answer (its
     # timers may have run out while nobody watched, but it may have finished meanwhile)
     look_first: bool = False
+    # a job the service does not know yet (UnknownJobError) waits until then to be seen; None:
+    # no wait (such an answer gives the job up at once)
+    visible_at: float | None = None
+    # a status answer has shown the job (for a re-attached job: an earlier night's did)
+    seen: bool = False
     # usual duration from now (its submit) to its end; None: the watcher's `expected` lookup
     usual: Usual | float | None = None
     # bookkeeping, owned by the watcher
@@ -96,11 +126,13 @@ class WatchRequest:
     next_at: float = 0.0
     last_status: JobStatus | None = None
     checking: bool = False  # a status call for this job is in flight
+    listed: int | None = None  # the backend whose listing it waits for (being asked in one)
     single: bool = False  # the last listing did not show it: ask it on a call of its own
     streaming: bool = False  # its backend's stream is listened to: no status calls meanwhile
     stream_drops: int = 0  # how often its stream dropped
     streamed: list[JobStatus] = field(default_factory=list)  # what it said, not yet taken
     closing: bool = False  # watching is ending: no more checks, results ignored
+    unseen: int = 0  # answers that the service does not know the job yet
     future: Future[WatchResult] = field(default_factory=Future)
 
     def timers(self) -> dict[Reason, float]:
@@ -142,6 +174,8 @@ class Watcher:
         on_error: OnError = lambda _label, _error: None,
         expected: Expected = lambda _label: None,
         on_final: Callable[[str], None] = lambda _label: None,
+        listing_deadline: float = LISTING_DEADLINE_S,
+        cancel_deadline: float = CANCEL_DEADLINE_S,
     ) -> None:
         self._on_change = on_change
         self._on_error = on_error
@@ -154,9 +188,18 @@ class Watcher:
         self._detached = False
         self._calls_per_backend = _CALLS_PER_BACKEND
         self._calls: dict[int, int] = {}  # backend (by id) -> status calls in flight
-        self._listing: set[int] = set()  # backends whose status_many call is in flight
+        # backends whose status_many call is in flight -> when it is given up (watcher clock)
+        self._listing: dict[int, float] = {}
+        # backends whose listing was given up and is not back yet: their jobs are asked singly
+        self._hung_listings: set[int] = set()
+        self._listing_deadline = listing_deadline
+        self._cancel_deadline = cancel_deadline
         self._pool = ThreadPoolExecutor(
             max_workers=_THREADS, thread_name_prefix="nightshift-status"
+        )
+        # cancels run apart from the status calls: one waited on holds no status call's thread
+        self._cancels = ThreadPoolExecutor(
+            max_workers=_CANCEL_THREADS, thread_name_prefix="nightshift-cancel"
         )
         self._streams = StreamListener()  # one thread for every stream, started at first use
         self._thread = threading.Thread(target=self._loop, name="nightshift-watcher", daemon=True)
@@ -234,6 +277,7 @@ class Watcher:
         self._thread.join(timeout=10)
         self._streams.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._cancels.shutdown(wait=False, cancel_futures=True)
         for entry in stranded:
             self._settle(entry, exc=RuntimeError("watcher stopped"))
 
@@ -293,6 +337,7 @@ class Watcher:
         """
         work: list[tuple[Callable[..., None], tuple[Any, ...]]] = []
         wake = now + 3600.0
+        self._give_up_listings(now)
         for entry in self._entries:
             if not entry.closing and (reason := entry.timer_due(now)) is not None:
                 entry.closing = True
@@ -313,15 +358,17 @@ class Watcher:
             lists = capabilities(backend).lists_status is not None
             singles = [e for e in entries if e.single]  # the last listing did not show them
             rest = [e for e in entries if not e.single]
-            if lists and rest:
+            # a listing given up and not back yet: its backend's jobs are asked one by one
+            if lists and rest and key not in self._hung_listings:
                 listed = [e for e in idle[key] if not e.single]
                 if key in self._listing:
                     rest = []  # one listing at a time; its end wakes the loop for these
                 elif len(listed) > 1:
                     # one listing answers for every job of the backend, due or not: their look
-                    self._listing.add(key)
+                    self._listing[key] = now + self._listing_deadline
                     for entry in listed:
                         entry.checking = True
+                        entry.listed = key
                     work.append((self._run_listing, (key, listed)))
                     rest = []
             for entry in [*singles, *rest]:
@@ -338,7 +385,20 @@ class Watcher:
             if not entry.checking and entry.next_at > now:
                 times.append(entry.next_at)
             wake = min([wake, *times])
-        return work, wake
+        return work, min([wake, *self._listing.values()])
+
+    def _give_up_listings(self, now: float) -> None:
+        """Under the lock: a listing past its deadline no longer holds its jobs: each is asked
+        at once on a call of its own (its answer, when it comes, is ignored)."""
+        for key, give_up_at in list(self._listing.items()):
+            if now < give_up_at:
+                continue
+            del self._listing[key]
+            self._hung_listings.add(key)
+            for entry in self._entries:
+                if entry.listed == key and entry.checking:
+                    entry.checking, entry.listed, entry.single = False, None, True
+                    entry.next_at = min(entry.next_at, now)
 
     def _strand(self, exc: BaseException) -> None:
         with self._cond:
@@ -415,9 +475,17 @@ class Watcher:
                 self._cond.notify_all()
 
     def _run_listing(self, key: int, entries: list[WatchRequest]) -> None:
+        # while this listing is out (or given up and not back), no other one of its backend
+        # starts: its key in ``_listing`` says it was not given up
+        statuses = self._list(entries)
+        with self._cond:
+            if key not in self._listing:  # given up at its deadline: its jobs went on singly
+                self._hung_listings.discard(key)
+                self._cond.notify_all()
+                return
+            del self._listing[key]  # from here on it cannot be given up
         unlisted: list[WatchRequest] = []
         try:
-            statuses = self._list(entries)
             for entry in entries:
                 if entry.external_id in statuses:
                     self._advance(entry, statuses[entry.external_id])
@@ -425,9 +493,8 @@ class Watcher:
                     unlisted.append(entry)
         finally:
             with self._cond:
-                self._listing.discard(key)
                 for entry in entries:
-                    entry.checking = False
+                    entry.checking, entry.listed = False, None
                 for entry in unlisted:  # asked at once, each on a call of its own
                     entry.single = True
                     entry.next_at = min(entry.next_at, self._clock())
@@ -442,8 +509,6 @@ class Watcher:
             found: Mapping[str, JobStatus | BaseException] = lister.status_many(
                 [e.external_id for e in entries]
             )
-        except TransientBackendError as exc:
-            return {e.external_id: exc for e in entries}
         except Exception:  # listing is a convenience, not the contract: ask one by one
             return {}
         return found
@@ -465,22 +530,35 @@ class Watcher:
     ) -> None:
         entry.checks += 1
         going = False  # a poll's answer that says the job goes on
+        if isinstance(seen, UnknownJobError) and not entry.seen:
+            # an id the service gave out and never showed yet: not visible yet, not lost
+            if entry.visible_at is None or self._clock() >= entry.visible_at:
+                self._close(entry, result=self._give_up(entry, "lost", seen))
+                return
+            entry.unseen += 1
+            with self._cond:
+                entry.next_at = min(self._next_poll(entry, self._clock()), entry.visible_at)
+            return
         if isinstance(seen, BaseException) or seen is None:
             self._on_error(entry.label, seen)
         if isinstance(seen, TransientBackendError) or seen is None:
             entry.errors += 1
             if entry.errors > entry.max_errors:
-                self._close(entry, exc=seen or TransientBackendError("no status"))
+                error = seen or TransientBackendError("no status")
+                self._close(entry, result=self._give_up(entry, "unreadable", error))
                 return
         elif isinstance(seen, PermanentBackendError):
             # the job may still run out there: cancel it rather than leave it unwatched
-            self._close(entry, result=self._unreadable(entry, seen))
+            if isinstance(seen, UnknownJobError):  # seen before: gone from the service
+                seen = UnknownJobError(f"lost: its record expired at the service ({seen})")
+            self._close(entry, result=self._give_up(entry, "unreadable", seen))
             return
         elif isinstance(seen, BaseException):
             self._close(entry, exc=seen)
             return
         else:
             entry.errors = 0
+            entry.seen = True
             entry.last_status = seen
             going = polled
             if seen.state != entry.last_state:
@@ -491,7 +569,9 @@ class Watcher:
                 self._close(entry, result=WatchResult("final", seen, entry.checks))
                 return
         with self._cond:
-            entry.next_at = self._next_poll(entry, self._clock())
+            # a look asked for while its stream holds (look_now): the stream goes on alone
+            polls_next = self._next_poll(entry, self._clock())
+            entry.next_at = float("inf") if entry.streaming else polls_next
             # polled since its stream dropped, and still going: listen to it again
             again = going and not entry.streaming and 0 < entry.stream_drops <= STREAM_RECONNECTS
         if again:
@@ -513,26 +593,43 @@ class Watcher:
         with contextlib.suppress(Exception):
             self._on_final(label)
 
-    def _unreadable(self, entry: WatchRequest, error: BackendError) -> WatchResult:
-        cancel_error = self._cancel(entry)
+    def _give_up(
+        self, entry: WatchRequest, reason: Reason, error: BaseException | None = None
+    ) -> WatchResult:
+        """Stop watching a job that may still run out there: cancel it, and say how that went."""
+        cancel, cancel_error = self._cancel(entry)
         return WatchResult(
-            "unreadable", entry.last_status, entry.checks, cancel_error, error=str(error)
+            reason,
+            entry.last_status,
+            entry.checks,
+            cancel_error,
+            error=None if error is None else str(error),
+            cancel=cancel,
         )
 
     def _fire(self, entry: WatchRequest, reason: Reason) -> None:
         """A timer fired: hand a fallback back as it is, cancel the job for the others."""
-        cancel_error = None if reason == "fallback" else self._cancel(entry)
-        self._close(
-            entry, result=WatchResult(reason, entry.last_status, entry.checks, cancel_error)
-        )
+        if reason == "fallback":
+            result = WatchResult(reason, entry.last_status, entry.checks)
+        else:
+            result = self._give_up(entry, reason)
+        self._close(entry, result=result)
 
-    @staticmethod
-    def _cancel(entry: WatchRequest) -> str | None:
+    def _cancel(self, entry: WatchRequest) -> tuple[CancelAsked, str | None]:
+        """Ask the service to cancel the job, waiting ``cancel_deadline`` at most for it."""
         try:
-            entry.backend.cancel(entry.external_id)
-        except BackendError as exc:
-            return str(exc)
-        return None
+            call = self._cancels.submit(entry.backend.cancel, entry.external_id)
+        except RuntimeError:  # the watcher is stopping: no one waits for this job any more
+            return "unanswered", "the night stopped before the cancel was sent"
+        try:
+            call.result(timeout=self._cancel_deadline)
+        except CannotCancelError as exc:
+            return "unsupported", str(exc)
+        except TimeoutError:
+            return "unanswered", f"no answer within {self._cancel_deadline:g}s"
+        except Exception as exc:  # a backend's error (or its bug): said, never raised here
+            return "failed", str(exc) if isinstance(exc, BackendError) else repr(exc)
+        return "accepted", None
 
     def _close(
         self,

@@ -13,7 +13,8 @@ exit 75, or with ``AGY_LOSE_AS=hang`` hang for ``AGY_HANG_S`` seconds, default 6
 
 ``run --name KEY`` names a job; job objects carry ``name`` (null if unnamed) and ``created_at``.
 Per-job faults, as directives too: ``[unlisted]`` (``jobs list`` never shows the job) and
-``[hang_get]`` (``jobs get`` of it hangs until the file ``<state>/release-hang`` exists).
+``[hang_get]`` (``jobs get`` of it hangs until the file ``<state>/release-hang`` exists; so
+does a ``jobs list`` that lists it, as a listing that reads each job's status would).
 ``AGY_BUSY_RUNS=N``: the first N ``run`` invocations are refused before any job is made (exit
 75, "429 Too Many Requests", the way a rate-limited service answers).
 """
@@ -282,6 +283,8 @@ def _dispatch(args: argparse.Namespace, store: _Store) -> int:
         _emit(view, args.json)
     elif args.action == "list":
         listed = [rec for rec in store.all() if not rec.get("unlisted")]
+        if any(rec.get("hang_get") for rec in listed):
+            _hang_until(store.jobs.parent / "release-hang")
         _emit([_view(rec, time.time()) for rec in listed], args.json)
     else:
         rec = store.load(args.job_id)

@@ -7,7 +7,10 @@ result, error, created_at, started_at, ended_at, attempt}`` (statuses as RQ name
 started, finished, failed, canceled), 404 once its record expired. ``GET /jobs?ids=a,b`` and
 ``GET /jobs?key=K`` list; ``POST /jobs/{id}/cancel``; ``GET /jobs/{id}/logs`` (text);
 ``GET /jobs/{id}/stream``: Server-Sent Events, the job's record now and at each change, until
-it is final. Faults for tests: ``POST /admin/faults`` ``{"kind": "lost_answer" | "drop_stream",
+it is final. ``unseen_until_taken`` (``--unseen-until-taken``): a job's reads (its status, the
+listing, its stream) answer 404 until a worker took it, as a status endpoint that learns of a
+job from its workers does (Flower, workers scaling from zero).
+Faults for tests: ``POST /admin/faults`` ``{"kind": "lost_answer" | "drop_stream",
 "times": n}``; ``POST /admin/expire/{id}`` drops a record as its TTL would; ``GET /admin/stats``.
 
 Run it: ``python -m sandbox.jobs_api --redis redis://127.0.0.1:6379/0 --port 8766`` (and
@@ -46,6 +49,7 @@ class _State:
     queue: Any
     quota: int
     tokens: dict[str, str] | None  # token -> user; None: no auth, one user
+    unseen_until_taken: bool = False
     faults: list[dict[str, Any]] = field(default_factory=list)
     stats: dict[str, int] = field(default_factory=dict)
 
@@ -75,11 +79,19 @@ def make_app(
     quota: int = 5,
     tokens: dict[str, str] | None = None,
     look_s: float = STREAM_LOOK_S,
+    unseen_until_taken: bool = False,
 ) -> FastAPI:
     """The API over ``store`` and ``queue``."""
     app = FastAPI(title="sandbox job API")
-    state = _State(store, queue, quota, tokens)
+    state = _State(store, queue, quota, tokens, unseen_until_taken)
     app.state.jobs = state
+
+    def visible(job_id: str) -> dict[str, Any] | None:
+        """The job's record as its reads see it (None: 404)."""
+        record = store.get(job_id)
+        hidden = state.unseen_until_taken and record is not None and not record.get("attempt")
+        # no worker took it yet (a job cancelled while queued shows)
+        return None if hidden and record is not None and record["status"] == "queued" else record
 
     def user_of(request: Request) -> str | None:
         if state.tokens is None:
@@ -130,7 +142,7 @@ def make_app(
     @app.get("/jobs/{job_id}")
     async def read(job_id: str) -> JSONResponse:
         state.count("status")
-        record = store.get(job_id)
+        record = visible(job_id)
         if record is None:
             return _error(404, f"no job {job_id} (records expire {store.ttl_s:g}s after a change)")
         return JSONResponse(_public(record))
@@ -141,7 +153,7 @@ def make_app(
         wanted = [i for i in (ids or "").split(",") if i]
         if key is not None:
             wanted = [held] if (held := store.by_key(key)) else []
-        found = [r for i in wanted if (r := store.get(i)) is not None]
+        found = [r for i in wanted if (r := visible(i)) is not None]
         return JSONResponse({"jobs": [_public(r) for r in found]})
 
     @app.post("/jobs/{job_id}/cancel")
@@ -167,7 +179,7 @@ def make_app(
     @app.get("/jobs/{job_id}/stream")
     async def stream(job_id: str) -> Any:
         state.count("stream")
-        if store.get(job_id) is None:
+        if visible(job_id) is None:
             return _error(404, f"no job {job_id}")
         drop = state.fault("drop_stream")
         events = _events(store, job_id, drop, look_s)
@@ -229,6 +241,7 @@ class JobApi:
         tokens: dict[str, str] | None = None,
         workers: int = 4,
         look_s: float = STREAM_LOOK_S,
+        unseen_until_taken: bool = False,
     ) -> None:
         self.prefix = f"nsjobs-{uuid.uuid4().hex[:8]}"
         self.redis_url = redis_url
@@ -240,7 +253,14 @@ class JobApi:
         else:
             self.store = MemoryStore(ttl_s)
             self.queue = ThreadQueue(self.store, workers)
-        self.app = make_app(self.store, self.queue, quota=quota, tokens=tokens, look_s=look_s)
+        self.app = make_app(
+            self.store,
+            self.queue,
+            quota=quota,
+            tokens=tokens,
+            look_s=look_s,
+            unseen_until_taken=unseen_until_taken,
+        )
         self.base_url = ""
         self._server: Any = None
         self._thread: threading.Thread | None = None
@@ -313,8 +333,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory", action="store_true", help="no Redis: jobs run on threads")
     parser.add_argument("--quota", type=int, default=5)
     parser.add_argument("--ttl", type=float, default=86400.0)
+    parser.add_argument(
+        "--unseen-until-taken",
+        action="store_true",
+        help="a job's reads answer 404 until a worker took it (as Flower's do)",
+    )
     args = parser.parse_args(argv)
-    api = JobApi(redis_url=None if args.memory else args.redis, quota=args.quota, ttl_s=args.ttl)
+    api = JobApi(
+        redis_url=None if args.memory else args.redis,
+        quota=args.quota,
+        ttl_s=args.ttl,
+        unseen_until_taken=args.unseen_until_taken,
+    )
     if not args.memory:
         print(
             f"RQ queue: {api.queue_name} (rq worker -w rq.worker.SimpleWorker "

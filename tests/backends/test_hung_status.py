@@ -79,3 +79,50 @@ def test_a_hung_batches_get_does_not_hold_back_another_batchs_answer(emu, tmp_pa
     finally:
         emu.reset()  # lets the hung answer go
         watcher.stop()
+
+
+def test_a_listing_that_hangs_on_one_job_holds_no_other_job(tmp_path: Path) -> None:
+    """`jobs list` hangs while it lists the hung job: past the listing's own deadline (half the
+    poll cap) every job is asked on a call of its own, so the others end on time."""
+    from nightshift.config.loader import parse_catalogue
+    from nightshift.engine.admission import Admission
+    from nightshift.engine.night import NightParts
+    from nightshift.engine.outcomes import Outcome
+    from nightshift.engine.plan import plan_night
+    from nightshift.store.ledger import Ledger
+    from tests.night_kit import run_night
+
+    state = tmp_path / "agy"
+    jobs = "".join(
+        f"  - {{label: ok-{i}, backend: cli, task: 'fine [queue=0 run=1]'}}\n" for i in range(4)
+    )
+    hung = (
+        "  - {label: hung, backend: cli, task: 'hangs [queue=0 run=600 hang_get]', timeout: 6s}\n"
+    )
+    text = (
+        "name: hung-listing\ndefaults: {poll: {initial: 0.5s, max: 2s}, stagger: 0s, "
+        f"deadline: 40s, retry_delay: 0.1s}}\njobs:\n{hung}{jobs}"
+    )
+    cat = parse_catalogue(text, tmp_path / "nightshift.yaml")
+    backend = CliBackend(AGY, timeout_s=300, env={"AGY_STATE_DIR": str(state)})
+    ledger = Ledger(f"sqlite:///{tmp_path / 'ledger.db'}", cat.key)
+    parts = NightParts(
+        backends={"cli": backend},  # type: ignore[dict-item]
+        ledger=ledger,
+        admission=Admission(0),
+        sinks=[],
+        budgets=None,
+        poll_hints=None,
+    )
+    try:
+        summary = run_night(cat, parts, plan_night(cat), night="2030-01-01", run_dir=tmp_path)
+    finally:
+        (state / "release-hang").touch()
+        ledger.close()
+    by = {j.label: j for j in summary.jobs}
+    for i in range(4):
+        ok = by[f"ok-{i}"]
+        # a 1 s job seen ended within a few poll caps, not at the hung job's timeout
+        assert ok.state is Outcome.SUCCEEDED and ok.duration_s < 5.5, (ok.state, ok.duration_s)
+    assert by["hung"].state is Outcome.TIMEOUT
+    assert by["hung"].detail == "job timeout 6s; cancel accepted by the service", by["hung"].detail

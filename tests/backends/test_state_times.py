@@ -197,3 +197,23 @@ jobs:
     assert close(rows["running"].at, truth.created_at + timedelta(seconds=0.1))
     assert close(rows["succeeded"].at, truth.finished_at)
     assert rows["succeeded"].dwell_s == pytest.approx(1.2, abs=0.01)
+
+
+def test_a_jobs_duration_is_its_ledger_span_not_when_its_poll_saw_it_end(tmp_path: Path) -> None:
+    """The label's duration (``a (1.2s, succeeded)``) and the ledger's rows say one thing: the
+    job ran from its submission to the end the service reports, not to the poll that saw it."""
+    catalogue = """\
+defaults: {poll: {initial: 2s, factor: 1, max: 2s}, stagger: 0s}
+jobs:
+  - {label: a, backend: cli, task: "quick [queue=0 run=0.3]"}
+"""
+    backend = CliBackend(AGY, timeout_s=20, env={"AGY_STATE_DIR": str(tmp_path / "agy")})
+    with watched_night(tmp_path, catalogue, {"cli": backend}) as ctx:
+        outcome = run_job(ctx, "a")
+        rows = rows_by_state(ctx, "a")
+
+    assert outcome.state is Outcome.SUCCEEDED
+    span = (rows["succeeded"].at - rows["submitted"].at).total_seconds()
+    # seen at its first poll, 2 s after its submission: it ran 0.3 s and some of the CLI's start
+    assert span < 1.5
+    assert outcome.duration_s == pytest.approx(span, abs=0.002)

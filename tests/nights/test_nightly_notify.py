@@ -177,12 +177,11 @@ def test_timed_out_jobs_are_told_in_the_nights_alert_thread(
     assert root.thread_ts is None and reply.thread_ts == root.ts
     # each names its job once, then what happened to it
     said = sorted(m.blocks[0]["text"]["text"] for m in alerts if m.blocks)
-    assert said == [
-        f":warning: `slow-{x}` (command) timeout after 1s: job timeout 1s" for x in ("a", "b")
-    ]
+    why = "job timeout 1s; cancel accepted by the service"
+    assert said == [f":warning: `slow-{x}` (command) timeout after 1s: {why}" for x in ("a", "b")]
     assert sorted((m.text or "").split(" (")[0] for m in alerts) == [
-        "timeout: slow-a timeout after 1s: job timeout 1s",
-        "timeout: slow-b timeout after 1s: job timeout 1s",
+        f"timeout: slow-a timeout after 1s: {why}",
+        f"timeout: slow-b timeout after 1s: {why}",
     ]
     (digest,) = slack.in_channel(DIGEST)
     assert "• `slow-a` (" in (digest.text or "") and "timeout" in (digest.text or "")

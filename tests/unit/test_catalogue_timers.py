@@ -18,17 +18,24 @@ BATCH = (
 )
 
 
-@pytest.mark.parametrize("field", ["deadline", "queued_timeout", "sla"])
+@pytest.mark.parametrize("field", ["deadline", "queued_timeout", "visible_within", "sla"])
 def test_a_default_timer_of_zero_is_refused(field: str) -> None:
     assert problems(f"defaults:\n  {field}: 0s\n" + CMD) == [
         f"night.yaml:2: field 'defaults.{field}': must be more than 0"
     ]
 
 
-@pytest.mark.parametrize("field", ["timeout", "queued_timeout"])
+@pytest.mark.parametrize("field", ["timeout", "queued_timeout", "visible_within"])
 def test_a_job_timer_of_zero_is_refused(field: str) -> None:
     assert problems(CMD + f"    {field}: 0\n") == [
         f"night.yaml:5: job 'a': field '{field}': must be more than 0"
+    ]
+
+
+def test_visible_within_that_is_no_duration_names_the_job_and_field() -> None:
+    assert problems(CMD + "    visible_within: soon\n") == [
+        "night.yaml:5: job 'a': field 'visible_within': not a duration: 'soon' "
+        "(use e.g. 500ms, 2s, 30m, 24h or plain seconds)"
     ]
 
 

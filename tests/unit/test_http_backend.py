@@ -118,7 +118,7 @@ def test_a_404_on_a_known_id_is_a_lost_job_and_a_failed_job_carries_the_error_te
         return httpx.Response(200, json={"data": {"status": "bad", "error": "OOM in step 3"}})
 
     backend, _ = _backend(handler)
-    with pytest.raises(LostJobError, match=r"record expired.*no such job"):
+    with pytest.raises(LostJobError, match=r"does not know the job: HTTP 404: no such job"):
         backend.status("a/gone")
     with pytest.raises(LostJobError):
         backend.cancel("a/gone")

@@ -97,7 +97,7 @@ def test_a_429_waits_as_long_as_retry_after_says_and_a_4xx_carries_the_body_mess
     assert parse_retry_after("99999") == 300.0  # bounded
     bad = classify_answer(422, '{"error": {"message": "seconds must be a number"}}')
     assert bad.message == "HTTP 422: seconds must be a number"
-    assert "record expired" in classify_answer(404, "gone", known_id=True).message
+    assert "does not know the job" in classify_answer(404, "gone", known_id=True).message
     assert error_message("x" * 400).endswith("…") and len(error_message("x" * 400)) == 300
 
 

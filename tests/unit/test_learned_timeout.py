@@ -150,7 +150,9 @@ def test_with_7_nights_a_job_at_expected_plus_margin_plus_a_tick_is_cancelled_an
         assert limit < ran <= limit + TICK
         from nightshift.config.durations import format_duration as fmt
 
-        expected = f"ran {fmt(ran)}, expected {fmt(budget.p95)} + 30s"
+        expected = (
+            f"ran {fmt(ran)}, expected {fmt(budget.p95)} + 30s; cancel accepted by the service"
+        )
         assert done.outcome.detail == expected
         # the alert route heard it at once (the night has not ended)
         assert notices.sent == [("slow", "timeout", f"timeout after {fmt(ran)}: {expected}")]

@@ -50,3 +50,21 @@ def test_timers_set_on_a_batch_itself_apply() -> None:
     t = timers("capped")
     assert (t.timeout_at, t.queued_timeout_at) == (23 * 3600.0, 2 * 3600.0)
     assert timers("nofb").fallback_at is None
+
+
+def test_a_job_not_visible_yet_waits_visible_within_but_never_past_its_other_timers() -> None:
+    # 10 minutes by default, within the 15-minute queue timer
+    assert (timers("cmd").visible_at, timers("cmd").visible_within) == (600.0, 600.0)
+    assert timers("cmd").unseen_text() == (
+        "lost: never seen at the service in 10m (visible_within)"
+    )
+    # a batch has no deadline nor default queue timer: its own 10 minutes
+    assert timers("batch").visible_at == 600.0
+    quick = parse_catalogue(
+        "jobs:\n  - {label: q, backend: command, argv: [x], queued_timeout: 2m,"
+        " visible_within: 1h}\n"
+    )
+    bound = job_timers(
+        quick.job("q"), quick.defaults, origin=0.0, deadline_at=3600.0, deadline_wall=NIGHT_END
+    )
+    assert bound.visible_at == 120.0  # the queue timer comes first

@@ -12,7 +12,7 @@ from nightshift.backends.base import ExternalState, JobStatus
 from nightshift.backoff import Backoff
 from nightshift.engine.watcher import Watcher, WatchRequest
 from nightshift.errors import PermanentBackendError
-from tests.support import FakeClock, ScriptedBackend, wait_until
+from tests.support import FakeClock, ScriptedBackend, run_for, wait_until
 
 Q, R, S = ExternalState.QUEUED, ExternalState.RUNNING, ExternalState.SUCCEEDED
 BACKOFF = Backoff(initial=2, factor=2, max=30)
@@ -41,14 +41,6 @@ def watcher(clock: FakeClock) -> Iterator[Watcher]:
     w = Watcher(lambda *_: None, clock=clock)
     yield w
     w.stop()
-
-
-def run_for(watcher: Watcher, clock: FakeClock, seconds: float, step: float = 1.0) -> None:
-    """Move the fake clock forward in steps, letting the watcher finish each step's work."""
-    for _ in range(int(seconds / step)):
-        clock.advance(step)
-        watcher.poke()
-        assert watcher.wait_idle(timeout=10), "the watcher did not settle"
 
 
 def test_a_running_job_past_its_queue_timer_is_asked_on_its_backoff_only(watcher, clock) -> None:

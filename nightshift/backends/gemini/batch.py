@@ -221,7 +221,9 @@ class GeminiBatchBackend:
         return batch_results(job.dest, rows, notes, download)
 
     def _get(self, external_id: str) -> Any:
-        return self._sdk.call("get batch", lambda: self._client.batches.get(name=external_id))
+        return self._sdk.call(
+            "get batch", lambda: self._client.batches.get(name=external_id), names_job=True
+        )
 
     def _settle(self, external_id: str, job: Any, notes: list[str]) -> Any:
         """After a cancel: the batch once final, or as it is when the bounded wait runs out."""

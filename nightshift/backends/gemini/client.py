@@ -20,7 +20,12 @@ from google.genai import types
 
 from nightshift.backoff import Backoff
 from nightshift.config.settings import Settings
-from nightshift.errors import BackendError, PermanentBackendError, TransientBackendError
+from nightshift.errors import (
+    BackendError,
+    PermanentBackendError,
+    TransientBackendError,
+    UnknownJobError,
+)
 
 __all__ = [
     "AUTH_CODES",
@@ -170,17 +175,20 @@ class SdkCaller:
         key = getattr(getattr(self.client, "_api_client", None), "api_key", None)
         return text.replace(key, "***") if key else text
 
-    def translate(self, what: str, exc: Exception) -> BackendError:
-        """Transient for timeouts, throttling and 5xx, else permanent; never shows the key."""
+    def translate(self, what: str, exc: Exception, *, names_job: bool = False) -> BackendError:
+        """Transient for timeouts, throttling and 5xx, else permanent; never shows the key.
+        ``names_job``: the call read a job by its id, so a 404 means the API does not know it."""
         if isinstance(exc, genai_errors.APIError):
             msg = self._scrub(f"{what}: HTTP {exc.code} {exc.status or ''}: {exc.message}")
+            if names_job and exc.code == 404:
+                return UnknownJobError(msg)
             transient = exc.code in _TRANSIENT_CODES or (exc.code or 0) >= 500
             return (TransientBackendError if transient else PermanentBackendError)(msg)
         if isinstance(exc, _TRANSIENT_HTTP_ERRORS):
             return TransientBackendError(self._scrub(f"{what}: {type(exc).__name__}: {exc}"))
         return PermanentBackendError(self._scrub(f"{what}: {type(exc).__name__}: {exc}"))
 
-    def call(self, what: str, fn: Callable[[], T]) -> T:
+    def call(self, what: str, fn: Callable[[], T], *, names_job: bool = False) -> T:
         """Run an SDK call (the SDK retries it) and translate what escapes.
 
         The SDK exception is neither the ``__cause__`` nor the ``__context__`` of ours: its text
@@ -192,7 +200,7 @@ class SdkCaller:
         try:
             return fn()
         except _SDK_ERRORS as exc:
-            error = self.translate(what, exc)
+            error = self.translate(what, exc, names_job=names_job)
         except RuntimeError:  # httpx's "client has been closed": a close() came in meanwhile
             if not self.closed.is_set():
                 raise

@@ -6,7 +6,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from nightshift.backends.http.rules import Answer, Paths, StateMap, fill_url
-from nightshift.errors import BackendError, PermanentBackendError, TransientBackendError
+from nightshift.errors import (
+    BackendError,
+    PermanentBackendError,
+    TransientBackendError,
+    UnknownJobError,
+)
 
 __all__ = [
     "Api",
@@ -19,8 +24,9 @@ __all__ = [
 ]
 
 
-class LostJobError(PermanentBackendError):
-    """The API no longer knows a job the night submitted (its record expired)."""
+class LostJobError(UnknownJobError):
+    """The API answers 404 for a job the night submitted: not visible yet, or its record
+    expired (the watcher tells the two apart by whether the job was ever seen)."""
 
 
 class StreamDropped(TransientBackendError):
@@ -102,7 +108,7 @@ def split_id(external_id: str) -> tuple[str, str]:
 
 def error_of(answer: Answer) -> BackendError:
     if answer.kind == "expired":
-        return LostJobError(f"lost: {answer.message}; it is not submitted again")
+        return LostJobError(answer.message)
     if answer.kind in ("transient", "backpressure"):
         return TransientBackendError(answer.message)
     return PermanentBackendError(answer.message)

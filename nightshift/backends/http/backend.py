@@ -38,7 +38,12 @@ from nightshift.backends.http.api import (
 from nightshift.backends.http.rules import Answer, classify_answer, extract, fill, to_status
 from nightshift.backends.http.stream import stream_statuses
 from nightshift.backends.submission import resume_since, submission_key
-from nightshift.errors import BackendError, PermanentBackendError, TransientBackendError
+from nightshift.errors import (
+    BackendError,
+    CannotCancelError,
+    PermanentBackendError,
+    TransientBackendError,
+)
 
 __all__ = ["HttpBackend", "LostJobError", "StreamDropped"]
 
@@ -303,9 +308,7 @@ class HttpBackend:
         label, job_id = split_id(external_id)
         api = self._api(label)
         if api.job.cancel is None:
-            raise PermanentBackendError(
-                f"job {label!r}: its API declares no cancel: the job may still run there"
-            )
+            raise CannotCancelError(f"job {label!r}: its API declares no cancel")
         what = f"cancelling job {external_id}"
         response, answer = self._send(
             api,
@@ -317,7 +320,7 @@ class HttpBackend:
         if answer.kind == "ok" or (response is not None and response.status_code == 409):
             return
         if answer.kind == "expired":  # the status said why already: keep this one short
-            raise LostJobError("lost: the API no longer knows the job (record expired)")
+            raise LostJobError("the API does not know the job (HTTP 404)")
         raise error_of(answer)
 
     def logs(self, external_id: str, tail: int = 40) -> str:

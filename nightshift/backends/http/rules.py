@@ -7,7 +7,7 @@ No I/O here: the backend (``http.py``) sends requests and hands the answers to t
 | 2xx | ok | reads it |
 | 429 (``Retry-After``) | backpressure: the quota is full | waits: no failure, no retry used |
 | 5xx, a timeout, a dropped connection | transient | retries (the night's ``retries``) |
-| 404 on a known id | the record expired (TTL) | lost with that reason, never resubmitted |
+| 404 on a known id | unknown: not visible yet, or expired | the watcher tells which (seen yet?) |
 | other 4xx | permanent, with the body's message | fails the job |
 """
 
@@ -233,8 +233,8 @@ def classify_answer(
 ) -> Answer:
     """What an HTTP answer means: ok, backpressure, transient, permanent or expired.
 
-    ``known_id``: the request named a job the night submitted, so a 404 means its record
-    expired (the API's TTL), not a wrong URL.
+    ``known_id``: the request named a job the night submitted, so a 404 means the API does
+    not know it (not visible yet, or its record expired: the API's TTL), not a wrong URL.
     """
     headers = {k.lower(): v for k, v in (headers or {}).items()}
     if 200 <= status_code < 300:
@@ -244,7 +244,7 @@ def classify_answer(
         wait = parse_retry_after(headers.get("retry-after"), now)
         return Answer("backpressure", message, wait)
     if status_code == 404 and known_id:
-        return Answer("expired", f"record expired (the API's TTL?): {message}")
+        return Answer("expired", f"the API does not know the job: {message}")
     if status_code >= 500 or status_code in (408, 425):
         return Answer("transient", message)
     return Answer("permanent", message)
