@@ -108,6 +108,10 @@ def test_an_expired_record_is_reported_lost_and_never_submitted_again(tmp_path: 
             night.start()
             wait_until(lambda: any(r.get("status") == "started" for r in _records(api)),
                        what="the job running")  # fmt: skip
+            # once the night has seen it: a 404 for a job never seen means "not visible yet"
+            wait_until(lambda: any(t.to_state == "running"
+                                   for t in ledger.dwells("2030-01-01", "gone")),
+                       what="the night seeing it run")  # fmt: skip
             (job_id,) = api.store.jobs()
             api.store.expire(job_id)  # as its TTL would
             night.join(timeout=60)
