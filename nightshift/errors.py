@@ -52,6 +52,8 @@ class CatalogueProblem:
     line: int | None = None
     job: str | None = None
     field: str | None = None
+    # a value not written where it is used: where it came from ("from apis.reports, line 4")
+    source: str | None = None
 
     def render(self, path: Path | str) -> str:
         where = f"{path}:{self.line}" if self.line else str(path)
@@ -60,7 +62,10 @@ class CatalogueProblem:
             parts.append(f"job {self.job!r}")
         if self.field:
             parts.append(f"field {self.field!r}")
-        return ": ".join(parts) + f": {self.message}"
+        source = f" ({self.source})" if self.source else ""
+        text = ": ".join(parts) + f": {self.message}{source}"
+        # one problem, one line: a key or a value with a line break in it is shown escaped
+        return text.replace("\r", "\\r").replace("\n", "\\n")
 
 
 class CatalogueError(NightshiftError):

@@ -236,6 +236,8 @@ class Catalogue(_Strict):
 
     # (key, index, ...) path -> line in the file, for problems found after validation
     _lines: dict[tuple[Any, ...], int] = PrivateAttr(default_factory=dict)
+    # path -> where a value not written there came from ("from apis.reports, line 4")
+    _sources: dict[tuple[Any, ...], str] = PrivateAttr(default_factory=dict)
 
     # the file, resolved once when loaded: a later change of working directory (a deployment's
     # pull step, a library) moves neither the catalogue's key nor where its relative paths start
@@ -265,6 +267,11 @@ class Catalogue(_Strict):
     def line(self, *at: Any) -> int | None:
         """The line of ``at`` (e.g. ``"jobs", 0, "timeout"``) in the file, when known."""
         return self._lines.get(at)
+
+    def source(self, *at: Any) -> str | None:
+        """Where the value at ``at`` came from when it is not written there (``"from
+        apis.reports, line 4"``, ``"merged from line 3"``); None for a value written in place."""
+        return self._sources.get(at)
 
     def job(self, label: str) -> AnyJob:
         """The job called ``label`` (KeyError naming it when there is none)."""

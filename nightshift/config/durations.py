@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 __all__ = ["format_duration", "parse_duration"]
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_LONGEST = 366 * 86400.0  # a year: anything longer is a typo, and would overflow a clock
 _PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 
 
 def parse_duration(value: str | int | float) -> float:
     """Seconds in ``value``; raises ValueError naming the accepted forms."""
-    if isinstance(value, bool):
-        raise ValueError(f"not a duration: {value!r}")
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise ValueError(
+            f"not a duration: {value!r} (use e.g. 500ms, 2s, 30m, 24h or plain seconds)"
+        )
     if isinstance(value, int | float):
-        seconds = float(value)
+        try:
+            seconds = float(value)
+        except OverflowError:
+            seconds = math.inf
     else:
         match = _PATTERN.match(value)
         if not match:
@@ -25,6 +32,8 @@ def parse_duration(value: str | int | float) -> float:
         seconds = float(match.group(1)) * _UNITS[match.group(2) or "s"]
     if seconds < 0:
         raise ValueError(f"duration must not be negative: {value!r}")
+    if not seconds <= _LONGEST:  # inf and nan too
+        raise ValueError(f"duration too long: {value!r} (at most {_LONGEST / 86400:g} days)")
     return seconds
 
 

@@ -1,11 +1,15 @@
 """Reading a catalogue file: YAML with the line of every key, validated against the schema.
 
 Every problem names the file, line, job and field (``CatalogueError``); a duplicate key, which
-YAML would silently keep the last of, is one too.
+YAML would silently keep the last of, is one too. YAML as teams write it (anchors, merge keys),
+``apis:`` declarations and ``${NAME}`` values are read by ``yaml_tree`` and ``expand``.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +17,11 @@ import yaml
 from pydantic import ValidationError
 
 from nightshift.config.catalogue import BACKENDS, Catalogue
+from nightshift.config.expand import expand
 from nightshift.config.graph import graph_problems
 from nightshift.config.http_api import http_problems
 from nightshift.config.timers import timer_problems
+from nightshift.config.yaml_tree import Tree, YamlRefused, read_yaml
 from nightshift.errors import CatalogueError, CatalogueProblem
 
 __all__ = ["load_catalogue", "not_utf8", "parse_catalogue"]
@@ -48,80 +54,83 @@ def not_utf8(data: bytes, exc: UnicodeDecodeError) -> CatalogueProblem:
     )
 
 
-def parse_catalogue(text: str, path: str | Path = "<catalogue>") -> Catalogue:
-    """Validate catalogue YAML text; ``path`` is only used in error messages."""
+def parse_catalogue(
+    text: str, path: str | Path = "<catalogue>", environ: Mapping[str, str] | None = None
+) -> Catalogue:
+    """Validate catalogue YAML text; ``path`` is only used in error messages. ``${NAME}``
+    values are read from ``environ`` (the process's environment by default)."""
     path = Path(path)
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        tree = read_yaml(text)
+    except RecursionError:  # PyYAML composes recursively: ~500 levels of nesting
+        deep = CatalogueProblem("nested too deeply to be a catalogue", None)
+        raise CatalogueError(path, [deep]) from None
+    except YamlRefused as exc:
+        raise CatalogueError(path, [_refused(exc)]) from None
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark else None
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise CatalogueError(path, [CatalogueProblem(f"not valid YAML: {problem}", line)]) from exc
-    if node is None:
+        raise CatalogueError(path, [_not_yaml(exc, text)]) from None
+    if tree.data is None:
         raise CatalogueError(path, [CatalogueProblem("empty catalogue: no jobs", 1)])
-    lines: dict[tuple[Any, ...], int] = {}
-    try:
-        data = _to_python(node, (), lines)
-    except _DuplicateKey as dup:
-        raise CatalogueError(path, [dup.problem(lines)]) from None
-    if not isinstance(data, dict):
+    if not isinstance(tree.data, dict):
         raise CatalogueError(path, [CatalogueProblem("the top level must be a mapping", 1)])
+    if problems := expand(tree, os.environ if environ is None else environ):
+        raise CatalogueError(path, problems)
+    data, lines = tree.data, tree.lines
     try:
         catalogue = Catalogue.model_validate({**data, "path": path})
     except ValidationError as exc:
-        problems = [_locate(err, data, lines) for err in exc.errors()]
+        problems = [_locate(err, data, tree) for err in exc.errors()]
         raise CatalogueError(path, problems) from None
     catalogue._lines = lines
+    catalogue._sources = tree.sources
     problems = graph_problems(catalogue, lines) + timer_problems(catalogue, lines)
     problems += http_problems(catalogue, lines)
     if problems:
-        raise CatalogueError(path, problems)
+        raise CatalogueError(path, [_with_source(p, catalogue) for p in problems])
     return catalogue
 
 
-class _DuplicateKey(Exception):
-    """A mapping names the same key twice (YAML would silently keep the last)."""
-
-    def __init__(
-        self, key: Any, line: int, first: int, at: tuple[Any, ...], label: Any = None
-    ) -> None:
-        self.key, self.line, self.first, self.at, self.label = key, line, first, at, label
-
-    def problem(self, lines: dict[tuple[Any, ...], int]) -> CatalogueProblem:
-        job = None
-        if len(self.at) >= 2 and self.at[0] == "jobs":
-            job = str(self.label) if self.label else f"#{self.at[1] + 1}"
-        where = ".".join(str(p) for p in self.at[2:] if job) if job else ".".join(map(str, self.at))
-        name = f"{where}.{self.key}" if where else str(self.key)
-        message = f"duplicate key (first on line {self.first})"
-        return CatalogueProblem(message, self.line, job, name)
+def _with_source(problem: CatalogueProblem, catalogue: Catalogue) -> CatalogueProblem:
+    """A job's problem found after validation, naming where a merged or declared field came
+    from (the checks know the job's line only)."""
+    if problem.source or not problem.job or not problem.field:
+        return problem
+    index = next((i for i, j in enumerate(catalogue.jobs) if j.label == problem.job), None)
+    if index is None:
+        return problem
+    source = catalogue.source("jobs", index, *problem.field.split("."))
+    return replace(problem, source=source) if source else problem
 
 
-def _to_python(node: yaml.Node, at: tuple[Any, ...], lines: dict[tuple[Any, ...], int]) -> Any:
-    """Build plain data from a YAML node, remembering the line of every key and item."""
-    lines[at] = node.start_mark.line + 1
-    if isinstance(node, yaml.MappingNode):
-        out: dict[Any, Any] = {}
-        for key_node, value_node in node.value:
-            key = yaml.SafeLoader(key_node.value).construct_object(key_node)
-            if key in out:
-                first = lines[(*at, key)]
-                label = out.get("label") if len(at) == 2 and at[0] == "jobs" else None
-                raise _DuplicateKey(key, key_node.start_mark.line + 1, first, at, label)
-            lines[(*at, key)] = key_node.start_mark.line + 1
-            value = _to_python(value_node, (*at, key), lines)
-            lines[(*at, key)] = key_node.start_mark.line + 1
-            out[key] = value
-        return out
-    if isinstance(node, yaml.SequenceNode):
-        return [_to_python(item, (*at, i), lines) for i, item in enumerate(node.value)]
-    loader = yaml.SafeLoader("")
-    return loader.construct_object(node)
+def _not_yaml(exc: yaml.YAMLError, text: str) -> CatalogueProblem:
+    """YAML that does not parse, in one line: what is wrong and its line."""
+    mark = getattr(exc, "problem_mark", None)
+    line = mark.line + 1 if mark else None
+    if isinstance(exc, yaml.reader.ReaderError):  # a character YAML does not allow
+        line = text.count("\n", 0, exc.position) + 1
+        problem = f"character {exc.character!r} is not allowed in YAML (a binary file?)"
+    else:
+        problem = getattr(exc, "problem", None) or str(exc)
+    return CatalogueProblem("not valid YAML: " + " ".join(str(problem).split()), line)
 
 
-def _locate(err: Any, data: dict[str, Any], lines: dict[tuple[Any, ...], int]) -> CatalogueProblem:
-    """Turn one pydantic error into a problem with line, job label and field."""
+def _refused(exc: YamlRefused) -> CatalogueProblem:
+    """What the YAML may not hold, named as a catalogue problem: its job and field, if any."""
+    at = exc.at
+    if len(at) >= 2 and at[0] == "jobs" and isinstance(at[1], int):
+        job = str(exc.label) if exc.label else f"#{at[1] + 1}"
+        return CatalogueProblem(exc.message, exc.line, job, _dotted(at[2:]))
+    return CatalogueProblem(exc.message, exc.line, None, _dotted(at))
+
+
+def _dotted(parts: tuple[Any, ...]) -> str | None:
+    return ".".join(str(p) for p in parts) or None
+
+
+def _locate(err: Any, data: dict[str, Any], tree: Tree) -> CatalogueProblem:
+    """Turn one pydantic error into a problem with line, job label and field (and where a
+    value not written in the job came from)."""
+    lines = tree.lines
     loc = list(err["loc"])
     if len(loc) >= 3 and loc[0] == "jobs" and loc[2] in BACKENDS:
         del loc[2]  # the union's tag, not a key of the file (a job may have a `deployment:`)
@@ -137,10 +146,11 @@ def _locate(err: Any, data: dict[str, Any], lines: dict[tuple[Any, ...], int]) -
         field_parts = loc[2:]
     else:
         field_parts = loc
-    line = None
+    line, source = None, None
     for cut in range(len(loc), 0, -1):
         if tuple(loc[:cut]) in lines:
             line = lines[tuple(loc[:cut])]
+            source = tree.sources.get(tuple(loc[:cut]))
             break
     message = err["msg"]
     if err["type"] == "extra_forbidden":
@@ -164,4 +174,4 @@ def _locate(err: Any, data: dict[str, Any], lines: dict[tuple[Any, ...], int]) -
     elif message.startswith("Value error, "):
         message = message.removeprefix("Value error, ")
     field_name = ".".join(str(p) for p in field_parts) or None
-    return CatalogueProblem(message, line, job, field_name)
+    return CatalogueProblem(message, line, job, field_name, source)

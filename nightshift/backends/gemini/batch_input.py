@@ -139,8 +139,8 @@ def load_batch_input(path: Path | str) -> list[BatchRow]:
     path = Path(path)
     try:
         data = path.read_bytes()
-    except OSError as exc:
-        reason = f"cannot read file: {exc.strerror or exc}"
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        reason = f"cannot read file: {getattr(exc, 'strerror', None) or exc}"
         raise InputFileError(path, [InputProblem(0, reason)]) from exc
     try:
         text = data.decode("utf-8")
@@ -184,5 +184,7 @@ def catalogue_input_problems(catalogue: Catalogue) -> tuple[list[str], list[str]
         try:
             load_batch_input(path)
         except InputFileError as exc:
-            errors += [f"{p.where(path)}: job {job.label!r}: {p.reason}" for p in exc.problems]
+            # one problem, one line: a path with a line break in it is shown escaped
+            shown = [f"{p.where(path)}: job {job.label!r}: {p.reason}" for p in exc.problems]
+            errors += [line.replace("\n", "\\n").replace("\r", "\\r") for line in shown]
     return errors, notes
