@@ -1,4 +1,5 @@
-"""``nightshift init``: a commented starter catalogue, never over an existing file."""
+"""``nightshift init``: a commented starter catalogue, never over an existing file: command jobs
+sharing settings through a YAML anchor, http jobs through an ``apis:`` declaration."""
 
 from __future__ import annotations
 
@@ -18,19 +19,49 @@ exit codes:
 _EXISTS = 4
 
 STARTER = """\
-# A starter catalogue from `nightshift init`: one job that runs as is, the rest commented out.
-# `nightshift validate` checks it without running anything; `nightshift run` runs one night.
-# Every key is described in nightshift.example.yaml and the README ("The catalogue").
+# A starter catalogue from `nightshift init`. `nightshift validate` checks it without running
+# anything (`--show rollup:orders` prints a job as it finally is, each field with its line).
+# `nightshift run --only hello goodbye` runs the two command jobs as they are; the http jobs
+# need a job API: `python -m nightshift.sandbox.jobs_api --memory` serves a local one.
+# Every key is described in nightshift.example.yaml and docs/catalogue.md.
 name: %(name)s%(name_pad)s# how messages, the ledger and the lease name this catalogue
 defaults:                       # every key optional; these are the defaults
   poll: {initial: 2s, factor: 2, max: 30s}   # no watch or alert before 3 x max (90 s)
   deadline: 60m                 # the whole night; unfinished jobs are cancelled -> timeout
   queued_timeout: 15m           # seen queued this long, never running -> stuck_queued
 # limits: {cli: 4}              # at most 4 job-CLI jobs in flight, longest expected first
+x-nightly: &nightly             # an anchor to merge into jobs (`x-...` keys are not read)
+  timeout: 30m                  # the job's own timeout -> timeout
+  queued_timeout: 10m
+apis:                           # an HTTP job API declared once; a job says `api: jobs-api`
+  jobs-api:
+    backend: http
+    base_url: ${JOBS_API_URL:-http://127.0.0.1:8766}   # the variable, else this
+    # auth: {env: JOBS_API_TOKEN}   # the token's variable, never the token
+    submit: {url: /jobs, body: {task: "{label}"}}   # {label}, {key} filled in
+    id_path: job_id             # where the answer has the job's id
+    status_url: "/jobs/{id}"
+    state_path: status
+    states: {queued: [queued], running: [started], succeeded: [finished], failed: [failed],
+             cancelled: [canceled, stopped]}
+    cancel: {url: "/jobs/{id}/cancel"}
 jobs:
   - label: hello                # lowercase letters, digits and : _ . -
     backend: command            # a local command, detached; its exit code decides
     argv: [echo, "hello from nightshift"]   # a script's path is relative to this file
+    <<: *nightly                # timeout and queued_timeout from x-nightly
+  - label: goodbye
+    backend: command
+    argv: [echo, "goodbye"]
+    depends_on: [hello]         # runs after it succeeded, in one chain
+    <<: *nightly
+    timeout: 20m                # a key written in the job wins over the merged one
+  - label: rollup:orders
+    api: jobs-api               # everything from apis.jobs-api ...
+    submit: {body: {task: rollup-orders, seconds: 2}}   # ... but this job's own body
+  - label: rollup:refunds
+    api: jobs-api
+    timeout: 20m
   # - label: generate:article
   #   backend: cli              # the agy-style job CLI (NIGHTSHIFT_AGY or cli.executable)
   #   task: "generate article: ..."
@@ -41,10 +72,6 @@ jobs:
   #   input: data/daily.jsonl   # one {"key": ..., "request": {...}} per line
   #   output: out/daily.jsonl
   #   sla: 24h
-  # - label: publish:article
-  #   backend: command
-  #   argv: [python, scripts/publish.py]
-  #   depends_on: [generate:article]   # runs after it succeeded, in one chain
 # notify:                       # Slack; without it the night tells only its exit code
 #   env: production
 #   slack: {token: SLACK_BOT_TOKEN}    # the name of an env var, never the token

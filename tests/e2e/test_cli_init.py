@@ -12,8 +12,9 @@ from nightshift.config.loader import load_catalogue
 
 
 def test_init_writes_a_commented_starter_that_validates(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    monkeypatch.delenv("JOBS_API_URL", raising=False)
     folder = tmp_path / "Team Batch"
     folder.mkdir()
     path = folder / "nightshift.yaml"
@@ -21,9 +22,32 @@ def test_init_writes_a_commented_starter_that_validates(
     text = path.read_text()
     assert text.startswith("# A starter catalogue") and "# notify:" in text
     catalogue = load_catalogue(path)
-    assert catalogue.name == "team-batch" and [j.label for j in catalogue.jobs] == ["hello"]
+    labels = [j.label for j in catalogue.jobs]
+    assert catalogue.name == "team-batch"
+    assert labels == ["hello", "goodbye", "rollup:orders", "rollup:refunds"]
     assert main(["validate", "--catalogue", str(path)]) == 0
     assert "wrote" in capsys.readouterr().out
+    # it shows what a catalogue can share: an anchor merged into the command jobs (a key written
+    # in the job winning), an `apis:` declaration used by the http jobs, a ${NAME:-default}
+    hello, goodbye, orders, refunds = catalogue.jobs
+    assert (hello.timeout, hello.queued_timeout) == (1800.0, 600.0)
+    assert (goodbye.timeout, goodbye.queued_timeout) == (1200.0, 600.0)
+    assert "merged from line" in (catalogue.source("jobs", 0, "timeout") or "")
+    assert orders.backend == refunds.backend == "http"
+    assert orders.base_url == refunds.base_url == "http://127.0.0.1:8766"
+    assert "from apis.jobs-api" in (catalogue.source("jobs", 3, "base_url") or "")
+    assert orders.submit.body == {"task": "rollup-orders", "seconds": 2}
+    assert refunds.submit.body == {"task": "{label}"} and refunds.timeout == 1200.0
+
+
+def test_the_starters_job_api_comes_from_the_environment_when_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "nightshift.yaml"
+    assert main(["init", "--catalogue", str(path)]) == 0
+    monkeypatch.setenv("JOBS_API_URL", "https://jobs.internal")
+    jobs = load_catalogue(path).jobs
+    assert [j.base_url for j in jobs if j.backend == "http"] == ["https://jobs.internal"] * 2
 
 
 def test_init_over_an_existing_file_is_one_line_and_writes_nothing(
