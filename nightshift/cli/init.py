@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["INIT_EXIT_CODES", "STARTER", "register", "run_init", "starter_catalogue"]
+__all__ = ["INIT_EXIT_CODES", "ROUGH", "STARTER", "register", "run_init", "starter_catalogue"]
 
 INIT_EXIT_CODES = """\
 exit codes:
@@ -82,9 +82,46 @@ jobs:
 """
 
 
-def starter_catalogue(name: str) -> str:
-    """The starter catalogue's text, named ``name``."""
-    return STARTER % {"name": name, "name_pad": " " * max(1, 26 - len(name))}
+ROUGH = """\
+# A rough night from `nightshift init --example rough`: deploy it (README, "Deployments") to see
+# what a bad morning looks like in the Prefect UI before your own jobs exist. Every job is a
+# shell command, so it runs anywhere:
+#   audit:links     fails (exit 3); why is the last line of its log
+#   fetch:feeds     fails inside a chain, so publish:feeds after it is skipped
+#   report:daily    succeeds, slowly (20 s)
+#   rollup:orders   succeeds
+# The night ends Partial (exit 2). Then fix the audit (`exit 0`) and retry the run from the UI:
+# only what did not succeed runs again.
+name: %(name)s%(name_pad)s# how messages, the ledger and the lease name this catalogue
+defaults: {poll: {initial: 1s, factor: 2, max: 5s}, retries: 0, deadline: 10m}
+x-sh: &sh {backend: command, timeout: 5m}
+jobs:
+  - label: audit:links
+    <<: *sh
+    argv: [sh, -c, "echo 'checking 120 links'; echo 'https://example.com/a: 404';
+                    echo 'https://example.com/b: 404';
+                    echo '2 broken links found, failing the audit' >&2; exit 3"]
+  - label: fetch:feeds
+    <<: *sh
+    argv: [sh, -c, "echo 'fetching 3 feeds';
+                    echo 'feeds.example.com answered 503 three times, giving up' >&2; exit 1"]
+  - label: publish:feeds
+    <<: *sh
+    depends_on: [fetch:feeds]
+    argv: [sh, -c, "echo 'published 3 feeds'"]
+  - label: report:daily
+    <<: *sh
+    argv: [sh, -c, "sleep 20; echo 'report written'"]
+  - label: rollup:orders
+    <<: *sh
+    argv: [sh, -c, "echo 'rolled up 1204 orders'"]
+"""
+EXAMPLES = {"starter": STARTER, "rough": ROUGH}
+
+
+def starter_catalogue(name: str, example: str = "starter") -> str:
+    """The starter catalogue's text (or another ``example``), named ``name``."""
+    return EXAMPLES[example] % {"name": name, "name_pad": " " * max(1, 26 - len(name))}
 
 
 def default_name(path: Path) -> str:
@@ -107,16 +144,24 @@ def register(sub: Any) -> None:
     )
     catalogue_flag(init, "where to write it")
     init.add_argument("--name", help="the catalogue's name (default: its folder's name)")
+    init.add_argument(
+        "--example",
+        choices=sorted(EXAMPLES),
+        default="starter",
+        help="starter: a commented catalogue to edit; rough: a night that fails in the ways "
+        "a bad morning does (a failing job, a failed chain with a skipped step), to deploy",
+    )
 
 
 def _command(args: argparse.Namespace) -> int:
-    return run_init(args.catalogue, args.name)
+    return run_init(args.catalogue, args.name, args.example)
 
 
-def run_init(path_text: str, name: str | None = None) -> int:
-    """Write the starter to ``path_text``; an existing file is left alone (one line, exit 4)."""
+def run_init(path_text: str, name: str | None = None, example: str = "starter") -> int:
+    """Write the starter (or another ``example``) to ``path_text``; an existing file is left
+    alone (one line, exit 4)."""
     path = Path(path_text)
-    text = starter_catalogue(name or default_name(path))
+    text = starter_catalogue(name or default_name(path), example)
     try:
         with path.open("x", encoding="utf-8") as out:  # "x": never over a file, even one racing
             out.write(text)

@@ -60,3 +60,48 @@ def test_init_over_an_existing_file_is_one_line_and_writes_nothing(
     assert path.read_text() == "mine\n"
     assert captured.err.splitlines() == [f"nightshift init: {path} exists; nothing written"]
     assert captured.out == ""
+
+
+def test_the_rough_example_is_a_night_that_fails_as_a_bad_morning_does(tmp_path: Path) -> None:
+    """`init --example rough`: a failing job whose why is its log's last line, a chain whose
+    first step fails and whose second is skipped, and jobs that succeed: a Partial night."""
+    from nightshift.backends.command.backend import CommandBackend
+    from nightshift.config.loader import parse_catalogue
+    from nightshift.engine.admission import Admission
+    from nightshift.engine.night import NightParts
+    from nightshift.engine.outcomes import Outcome, Severity
+    from nightshift.engine.plan import plan_night
+    from nightshift.store.ledger import Ledger
+    from tests.night_kit import run_night
+
+    path = tmp_path / "nightshift.yaml"
+    assert main(["init", "--example", "rough", "--catalogue", str(path)]) == 0
+    assert main(["validate", "--catalogue", str(path)]) == 0
+    text = path.read_text().replace("sleep 20", "sleep 0")  # the slow job, not slow here
+    catalogue = parse_catalogue(text, path, environ={})
+    ledger = Ledger(f"sqlite:///{tmp_path / 'ledger.db'}", catalogue.key)
+    parts = NightParts(
+        backends={"command": CommandBackend(tmp_path / "jobs")},  # type: ignore[dict-item]
+        ledger=ledger,
+        admission=Admission(0),
+        sinks=[],
+        budgets=None,
+        poll_hints=None,
+    )
+    try:
+        plan = plan_night(catalogue)
+        summary = run_night(catalogue, parts, plan, night="2030-01-01", run_dir=tmp_path)
+    finally:
+        ledger.close()
+    states = {j.label: j.state for j in summary.jobs}
+    assert states == {
+        "audit:links": Outcome.FAILED,
+        "fetch:feeds": Outcome.FAILED,
+        "publish:feeds": Outcome.SKIPPED,
+        "report:daily": Outcome.SUCCEEDED,
+        "rollup:orders": Outcome.SUCCEEDED,
+    }
+    assert summary.severity is Severity.PARTIAL
+    audit = next(j for j in summary.jobs if j.label == "audit:links")
+    tail = Path(audit.log_tail_path or "").read_text().splitlines()
+    assert tail[-1] == "2 broken links found, failing the audit"
