@@ -51,7 +51,9 @@ def test_watch_then_alert_at_their_moments_with_no_poll_between(
         assert [a.level for a in night.alerts.sent] == ["watch"]  # the sink sends what it lists
         night.move(10)
         wait_until(lambda: rows(ledger) == [WATCH, ALERT], what="the alert row")
-        assert night.levels() == [WATCH, ALERT]
+        # the row is written before the level is told to the sinks: wait for both (CI, loaded)
+        wait_until(lambda: night.levels() == [WATCH, ALERT], what="the alert told")
+        wait_until(lambda: len(night.alerts.sent) == 2, what="the alert sent")
         assert [(a.level, a.at) for a in night.alerts.sent] == [
             ("watch", watch_at),
             ("alert", alert_at),
