@@ -30,6 +30,7 @@ __all__ = [
 ]
 
 AsyncStep = Callable[[str], Awaitable[JobOutcome]]
+AsyncSkipped = Callable[[JobOutcome], Awaitable[object]]
 START_THREADS = 8  # per backend: jobs waiting for their turn to submit, and submitting
 FINISH_THREADS = 6  # jobs whose watch ended: collect, record, release their slot
 
@@ -133,9 +134,14 @@ async def settle_job_async(
 
 
 async def run_chain_steps_async(
-    ctx: NightContext, labels: list[str], step: AsyncStep, pools: JobPools
+    ctx: NightContext,
+    labels: list[str],
+    step: AsyncStep,
+    pools: JobPools,
+    skipped: AsyncSkipped | None = None,
 ) -> list[JobOutcome]:
-    """Run dependent jobs one after another; a step that did not succeed skips its dependents."""
+    """Run dependent jobs one after another; a step that did not succeed skips its dependents,
+    each told to ``skipped`` as it is (the chain's subflow gives it a task run)."""
     loop = asyncio.get_running_loop()
     done: dict[str, JobOutcome] = {}
     for label in labels:
@@ -145,6 +151,8 @@ async def run_chain_steps_async(
             reason = f"{blockers[0]} {done[blockers[0]].state.value}"
             skip = partial(_skip, ctx, label, reason)
             done[label] = await loop.run_in_executor(pools.finish, skip)
+            if skipped is not None and done[label].state is Outcome.SKIPPED:
+                await skipped(done[label])
             continue
         done[label] = await step(label)
     return list(done.values())

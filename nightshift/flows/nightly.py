@@ -18,7 +18,7 @@ from prefect.utilities.annotations import quote
 from nightshift.engine.outcomes import JobOutcome
 from nightshift.engine.plan import Plan, which_night
 from nightshift.engine.stopping import NightStop
-from nightshift.flows.chain import chain
+from nightshift.flows.chain import chain, chain_run_name
 from nightshift.orchestration.cancel_hook import cancel_in_flight
 from nightshift.orchestration.night_end import end_early, end_night
 from nightshift.orchestration.night_run import run_night
@@ -111,7 +111,8 @@ async def _run_jobs(night: Night, plan: Plan) -> dict[str, JobOutcome]:
         return [await outcome_of(ctx, label, ran, pools)]
 
     async def steps(labels: list[str]) -> list[JobOutcome]:
-        ran = await chain(" → ".join(labels), labels, quote(night), return_state=True)
+        name = chain_run_name(ctx.night, labels)
+        ran = await chain(name, labels, quote(night), return_state=True)
         return await chain_outcomes(ctx, labels, ran, pools)
 
     # one API client on this loop for every task run (else each task run makes its own)

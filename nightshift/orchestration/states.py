@@ -2,7 +2,9 @@
 
 A state's type drives Prefect (Completed or Failed); its name is what the UI shows. A partial
 batch, a stuck queue and a timeout are ``Failed`` runs named ``Partial``, ``Stuck`` and
-``TimedOut``; a job kept from an earlier run of the night is ``Completed`` named ``Kept``.
+``TimedOut``; a job kept from an earlier run of the night is ``Completed`` named ``Kept``, a
+chain's step that waited for one that did not succeed ``Completed`` named ``Skipped``. A job's
+message is why it did not succeed, in one line.
 """
 
 from __future__ import annotations
@@ -14,11 +16,13 @@ from typing import Any
 
 from prefect.states import Completed, Failed, State
 
-from nightshift.engine.outcomes import JobOutcome, NightSummary, state_name
+from nightshift.engine.explain import failure_reason
+from nightshift.engine.outcomes import JobOutcome, NightSummary, Outcome, state_name
 
 __all__ = [
     "CHAIN_FLOW",
     "JOB_TASK",
+    "SKIP_TASK",
     "job_state",
     "name_the_night",
     "night_result",
@@ -27,16 +31,23 @@ __all__ = [
 ]
 
 JOB_TASK = "run-job"  # the job task's name: its failures are explained by the task itself
+SKIP_TASK = "skip-job"  # a chain's skipped step as a task run: it says why itself too
 CHAIN_FLOW = "chain"  # the chain subflow's name: its steps explained themselves
 
 
-def job_state(job: JobOutcome, *, as_result: bool = False) -> State:
-    """The job's task run state: Completed (named Kept when kept) or Failed by its outcome;
+def job_state(job: JobOutcome, *, as_result: bool = False, tail: str | None = None) -> State:
+    """The job's task run state: Completed (named Kept when kept, Skipped for a step that waited
+    for one that did not succeed) or Failed by its outcome. A job that did not succeed says why
+    in one line, its message (``exit code 3: 2 broken links found``: its detail, then the last
+    line of its log ``tail`` when that adds something); one that did, how long it took.
     ``as_result``: the outcome is the state's data (what a job task returns)."""
     data = job if as_result else None
     if job.ok:
         return Completed(name=state_name(job), message=job.line(), data=data)
-    return Failed(name=state_name(job), message=job.line(), data=data)
+    reason = failure_reason(job, tail)
+    if job.state is Outcome.SKIPPED:  # done with, not failed: its chain's failure is another's
+        return Completed(name=state_name(job), message=reason, data=data)
+    return Failed(name=state_name(job), message=reason, data=data)
 
 
 def night_state(summary: NightSummary) -> State:

@@ -21,6 +21,7 @@ from nightshift.orchestration.states import job_state, night_result, quiet_job_f
         (Outcome.TIMEOUT, False, "TimedOut", True),
         (Outcome.CANCELLED, False, "Cancelled", True),
         (Outcome.FAILED, False, "Failed", True),
+        (Outcome.SKIPPED, False, "Skipped", False),
     ],
 )
 def test_each_outcome_has_its_own_name(
@@ -28,6 +29,29 @@ def test_each_outcome_has_its_own_name(
 ) -> None:
     named = job_state(JobOutcome("a", state, 1.0, 1, kept=kept))
     assert (named.name, named.is_failed()) == (shown, failed)
+
+
+def test_a_job_that_did_not_succeed_says_why_in_one_line_as_its_states_message() -> None:
+    audit = JobOutcome("audit:links", Outcome.FAILED, 8.0, 1, detail="exit code 3")
+    tail = "checked 40 pages\n2 broken links found, failing the audit\n\n"
+    named = job_state(audit, tail=tail)
+    assert (named.name, named.message) == (
+        "Failed",
+        "exit code 3: 2 broken links found, failing the audit",
+    )
+    assert job_state(audit).message == "exit code 3"
+    slow = JobOutcome("slow", Outcome.TIMEOUT, 2.0, 1, detail="job timeout 2s")
+    assert (job_state(slow).name, job_state(slow).message) == ("TimedOut", "job timeout 2s")
+    # a skipped step is done with (Completed), named for the step it waited for
+    push = job_state(JobOutcome("push", Outcome.SKIPPED, detail="pull failed"))
+    assert (push.name, push.message, push.is_completed()) == (
+        "Skipped",
+        "not run: pull failed",
+        True,
+    )
+    # a job that succeeded, or was kept, says so as before
+    ok = JobOutcome("hello", Outcome.SUCCEEDED, 1.0, 1)
+    assert job_state(ok).message == "hello (1s, succeeded)"
 
 
 def test_a_partial_night_returns_its_named_state_first() -> None:

@@ -180,7 +180,7 @@ def test_a_night_that_ends_failed_does_not_raise_in_the_engine(sandbox: Path) ->
     ]
 
 
-def test_a_chain_is_one_subflow_run_named_by_its_steps_and_inherits_the_run_tags(
+def test_a_chain_is_one_subflow_run_named_by_its_night_and_steps_with_the_run_tags(
     sandbox: Path,
 ) -> None:
     from prefect.client.orchestration import get_client
@@ -210,8 +210,12 @@ def test_a_chain_is_one_subflow_run_named_by_its_steps_and_inherits_the_run_tags
         steps = client.read_task_runs(
             flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[chain.id]))
         )
-    # the night holds the solo job and the chain's subflow (Prefect's task run that links it)
-    assert chain.name == "fetch → link → publish" and chain.state.is_completed()
+        night_run = client.read_flow_run(flow_run.id)
+    # the night holds the solo job and the chain's subflow (Prefect's task run that links it),
+    # named with its night (``night <date>``, as the night's run is) and its steps
+    assert night_run.name.startswith("night ")
+    assert chain.name == f"{night_run.name} · fetch → link → publish"
+    assert chain.state.is_completed()
     assert sorted(t.name for t in task_runs if t.id != chain.parent_task_run_id) == ["solo"]
     assert sorted(t.name for t in steps) == ["fetch", "link", "publish"]
     assert "nightshift" in chain.tags

@@ -14,7 +14,7 @@ from nightshift.backends.base import ExternalState
 from nightshift.engine.admission import Admission
 from nightshift.engine.context import NightContext
 from nightshift.engine.outcomes import JobOutcome, Outcome
-from nightshift.engine.steps import JobPools, run_job_step_async
+from nightshift.engine.steps import JobPools, run_chain_steps_async, run_job_step_async
 from tests.support import BatchScriptedBackend, ScriptedBackend, eventually, night_context
 
 R, S = ExternalState.RUNNING, ExternalState.SUCCEEDED
@@ -185,3 +185,42 @@ def test_a_watch_that_cannot_start_gives_back_the_jobs_slot(tmp_path: Path) -> N
         asyncio.run(night())
         assert capped.submitted == ["c0"]
         assert not ctx.admission.holds("command", ctx.priorities.get("c0", 0))
+
+
+def test_a_chain_tells_each_skipped_step_as_it_is_skipped(tmp_path: Path) -> None:
+    """The chain's subflow makes each skipped step a task run of its own: told in order, once
+    its outcome is recorded, before the chain runs on."""
+    text = (
+        "defaults: {stagger: 0s}\njobs:\n"
+        "  - {label: a, backend: command, argv: [x]}\n"
+        "  - {label: b, backend: command, argv: [x], depends_on: [a]}\n"
+        "  - {label: c, backend: command, argv: [x], depends_on: [b]}\n"
+        "  - {label: x, backend: command, argv: [x]}\n"
+    )
+    seen: list[str] = []
+
+    async def step(label: str) -> JobOutcome:
+        seen.append(f"ran {label}")
+        state = Outcome.FAILED if label == "a" else Outcome.SUCCEEDED
+        return JobOutcome(label, state, 1.0, 1, detail="exit code 3" if label == "a" else None)
+
+    async def skipped(outcome: JobOutcome) -> None:
+        assert ctx.outcomes[outcome.label] == outcome  # recorded before it is told
+        seen.append(f"skipped {outcome.label}: {outcome.detail}")
+
+    async def chain() -> list[JobOutcome]:
+        pools = JobPools()
+        try:
+            return await run_chain_steps_async(ctx, ["a", "b", "c", "x"], step, pools, skipped)
+        finally:
+            pools.shutdown()
+
+    with night_context(tmp_path, text, {"command": ScriptedBackend(name="command")}) as ctx:
+        done = asyncio.run(chain())
+    assert [o.state for o in done] == [
+        Outcome.FAILED,
+        Outcome.SKIPPED,
+        Outcome.SKIPPED,
+        Outcome.SUCCEEDED,
+    ]
+    assert seen == ["ran a", "skipped b: a failed", "skipped c: b skipped", "ran x"]
