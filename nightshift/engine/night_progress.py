@@ -1,13 +1,17 @@
 """How far the night is, from its events: jobs finished, each job's expected end, the night's.
 
 The live table and the progress artifact both keep one ``NightProgress`` fed with the night's
-events, so they say the same thing: ``7/12 finished, expected done ~02:41 UTC``. Pure: the
-caller says what time it is.
+events, so they say the same thing: ``7/12 finished, expected done ~02:41 UTC``. Its ``Tally``
+(jobs finished, of all, the finished ones not ok) gives both the progress bar's percentage and
+its words, so they cannot disagree: a finished night is 100 %, its jobs not ok said beside it.
+Pure: the caller says what time it is.
 """
 
 from __future__ import annotations
 
 import threading
+from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -19,9 +23,31 @@ from nightshift.engine.events import (
     NightEvent,
 )
 from nightshift.engine.expected import Typical, clock_text, state_end
-from nightshift.engine.outcomes import is_final
+from nightshift.engine.outcomes import Outcome, is_final
 
-__all__ = ["JobView", "NightProgress"]
+__all__ = ["JobView", "NightProgress", "Tally"]
+
+
+@dataclass(frozen=True)
+class Tally:
+    """Jobs finished, out of the night's; ``not_ok``: finished ones by their state, not ok."""
+
+    finished: int
+    total: int
+    not_ok: Mapping[str, int]
+
+    @property
+    def percent(self) -> float:
+        """The jobs finished, in percent (a night of no jobs is done: 100)."""
+        return 100.0 * self.finished / self.total if self.total else 100.0
+
+    def words(self) -> str:
+        """``7 of 12, 2 not ok (1 failed, 1 timeout)``: what the percentage counts."""
+        text = f"{self.finished} of {self.total}"
+        if bad := sum(self.not_ok.values()):
+            which = ", ".join(f"{n} {s}" for s, n in sorted(self.not_ok.items()) if n)
+            text += f", {bad} not ok ({which})"
+        return text
 
 
 @dataclass(frozen=True)
@@ -52,6 +78,7 @@ class NightProgress:
         self._jobs = {label: _Job() for label in labels}
         self._typical: dict[str, Typical] = {}
         self._finished = 0  # kept as events come: a count per event, not a pass over the jobs
+        self._not_ok: Counter[str] = Counter()  # finished jobs not ok, by their final state
 
     def on_event(self, event: NightEvent) -> None:
         """Take one night event (a sink); events of other jobs or kinds change nothing."""
@@ -65,20 +92,28 @@ class NightProgress:
                 if event.state == "submitting":
                     # a re-attached job is first seen later on: its start stays unknown
                     job.started = event.at
-                job.state, job.since, job.level = event.state, event.at, None
-                self._set_finished(job, is_final(event.state))
+                self._settle(job, event.state, is_final(event.state))
+                job.since, job.level = event.at, None
             elif isinstance(event, JobFinished):
                 job = self._jobs.setdefault(event.outcome.label, _Job())
-                job.state, job.level = event.outcome.state.value, None
-                self._set_finished(job, True)
+                self._settle(job, event.outcome.state.value, True)
+                job.level = None
             elif isinstance(event, LevelChanged):
                 found = self._jobs.get(event.label)
                 if found is not None and found.state == event.alert.state:
                     found.level = event.alert.level
 
-    def _set_finished(self, job: _Job, finished: bool) -> None:
-        self._finished += int(finished) - int(job.finished)
-        job.finished = finished
+    def _settle(self, job: _Job, state: str, finished: bool) -> None:
+        """Under the lock: ``job`` is now in ``state``; the counts follow (out with its old)."""
+        if job.finished:
+            self._finished -= 1
+            if job.state != Outcome.SUCCEEDED:
+                self._not_ok[job.state] -= 1
+        job.state, job.finished = state, finished
+        if finished:
+            self._finished += 1
+            if state != Outcome.SUCCEEDED:
+                self._not_ok[state] += 1
 
     @property
     def known(self) -> bool:
@@ -90,6 +125,12 @@ class NightProgress:
         """(jobs finished, jobs of the night)."""
         with self._lock:
             return self._finished, len(self._jobs)
+
+    def tally(self) -> Tally:
+        """The jobs finished, of all, and the finished ones not ok (a copy: no pass over jobs)."""
+        with self._lock:
+            not_ok = {state: n for state, n in self._not_ok.items() if n}
+            return Tally(self._finished, len(self._jobs), not_ok)
 
     def jobs(self, now: datetime) -> list[JobView]:
         """Every job, in the night's order, with its expected end (None: unknown or done)."""

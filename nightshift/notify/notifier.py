@@ -1,7 +1,7 @@
 """What the flow and an AlertSink call: route, thread, keep in the outbox, send, never raise.
 
     notifier = Notifier(catalogue.notify, catalogue=catalogue.key, outbox=Outbox(ledger.engine))
-    notifier.night_end(summary, night=night, flow_run_url=url)    # the flow's last task
+    notifier.night_end(summary, night=night, flow_run_url=url, slow=slow)  # the flow's last task
     SlackAlertSink(notifier)                                       # in-night alerts, threaded
     notifier.notice(night, label, "timed out after 20m")           # any other in-night event
     flush_outbox(outbox)                                           # nightshift notify --flush
@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from nightshift.config.names import shown_name
@@ -37,6 +37,7 @@ from nightshift.notify.render import (
     render_recovered,
 )
 from nightshift.notify.send import Delivery, SlackSender
+from nightshift.notify.slow import SlowJob
 from nightshift.store.outbox import FlushReport, Outbox, OutboxItem
 
 __all__ = ["Notifier", "SlackAlertSink", "flush_outbox"]
@@ -80,10 +81,12 @@ class Notifier:
         night: str,
         flow_run_url: str | None = None,
         flow_run_id: str | None = None,
+        slow: Sequence[SlowJob] = (),
     ) -> list[Delivery]:
         """The night's digest (by severity) and "recovered" for each alerted job that succeeded.
 
-        The digest links the flow run: ``flow_run_url``, else ``notify.ui_url`` + ``flow_run_id``.
+        The digest links the flow run: ``flow_run_url``, else ``notify.ui_url`` + ``flow_run_id``;
+        it names ``slow`` (tonight's slow jobs, ``notify.slow.slow_jobs``) when it is sent.
         """
         try:
             url = flow_run_url or flow_run_link(self.config.ui_url, flow_run_id)
@@ -93,7 +96,7 @@ class Notifier:
             messages = render_night(
                 summary, self.config, night=night, catalogue=self.name, flow_run_url=url,
                 reply_in=None if first is None or not first.ts else (
-                    Route(**first.destination), first.ts),
+                    Route(**first.destination), first.ts), slow=slow,
             )  # fmt: skip
             alerted = self._alerted_labels(night)
             for job in summary.jobs:

@@ -19,6 +19,7 @@ from nightshift.engine.outcomes import JobOutcome, NightSummary, Outcome, join
 from nightshift.engine.stopping import INTERRUPTED
 from nightshift.errors import LockHeldError
 from nightshift.metrics.export import export_ledger_metrics
+from nightshift.notify.slow import SlowJob, slow_jobs
 from nightshift.orchestration.night_setup import NightSetup, stamp
 from nightshift.orchestration.progress import ProgressSink
 from nightshift.orchestration.report import not_run, report, why
@@ -119,8 +120,26 @@ def _tell(setup: NightSetup, summary: NightSummary) -> None:
     prepared = setup.prepared
     if setup.notifier is not None:
         run_id = str(flow_run.id) if flow_run.id else None
-        setup.notify(setup.notifier, summary, prepared.night, run_id, return_state=True)
+        slow = _slow(setup, summary)
+        setup.notify(setup.notifier, summary, prepared.night, run_id, slow, return_state=True)
     export_ledger_metrics(prepared.ledger.engine, prepared.settings, logger=setup.logger)
+
+
+def _slow(setup: NightSetup, summary: NightSummary) -> list[SlowJob]:
+    """Tonight's slow jobs against the latest budgets snapshot (the report's usual), for the
+    digest; none (and a warning) when the budgets cannot be read."""
+    from nightshift.budgets.snapshots import BudgetSnapshots
+
+    key = setup.prepared.catalogue.key
+    try:
+        stored = BudgetSnapshots(setup.prepared.ledger.engine).latest_budgets(key)
+    except Exception as exc:  # the digest goes out without its slow line
+        setup.logger.warning("the budgets could not be read: %s: %s", type(exc).__name__, exc)
+        return []
+    if stored is None:
+        return []
+    budgets = stored[1]
+    return slow_jobs(summary, lambda label: budgets.job(key, label))
 
 
 def _page(setup: NightSetup, summary: NightSummary) -> dict[str, Any] | None:

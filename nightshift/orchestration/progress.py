@@ -29,8 +29,8 @@ log = logging.getLogger("nightshift.progress")
 
 class ProgressSink:
     """Jobs of the night finished, out of its total, how many of them not ok, and (with
-    budgets) when it should be done. The bar counts the jobs that succeeded: a night with a
-    failed job never reaches 100 %.
+    budgets) when it should be done. The bar counts the jobs finished, as the words do: a
+    finished night is 100 %, its jobs not ok said beside it.
 
     Created now; moved when its text changes (a job finished, a new expected end).
     """
@@ -44,33 +44,25 @@ class ProgressSink:
         self._progress = NightProgress(labels)
         self._wall = wall
         self._lock = threading.Lock()
-        self._bad: dict[str, str] = {}  # label -> outcome, of the jobs that did not succeed
-        self._shown = self._text()
+        percent, self._shown = self._view()
         self._latest: tuple[float, str] | None = None  # the update not posted yet
         self._posting: threading.Thread | None = None
-        self._id: Any = create_progress_artifact(0.0, key=key, description=self._shown)
+        self._id: Any = create_progress_artifact(percent, key=key, description=self._shown)
 
     def __call__(self, event: NightEvent) -> None:
         self._progress.on_event(event)
+        if not isinstance(event, JobFinished | ExpectedDurations):
+            return  # the text moves when a job ends (or budgets come): one pass per end
         with self._lock:
-            if isinstance(event, JobFinished):
-                if event.outcome.ok:
-                    self._bad.pop(event.outcome.label, None)
-                else:
-                    self._bad[event.outcome.label] = event.outcome.state.value
-            if not isinstance(event, JobFinished | ExpectedDurations):
-                return  # the text moves when a job ends (or budgets come): one pass per end
             self._refresh()
 
     def _refresh(self) -> None:
         """Under the lock: post the text if it changed (a poster thread takes the latest)."""
-        text = self._text()
+        percent, text = self._view()
         if text == self._shown:
             return
         self._shown = text
-        done, total = self._progress.finished()
-        # the bar shows the jobs that went well: a failed night is not 100 %
-        self._latest = (100.0 * (done - len(self._bad)) / max(1, total), text)
+        self._latest = (percent, text)
         if self._posting is not None:
             return  # the poster in flight takes the latest text next
         context = contextvars.copy_context()
@@ -102,17 +94,11 @@ class ProgressSink:
             except Exception as exc:  # the artifact is a view: the night goes on without it
                 log.warning("could not update the progress artifact: %s", exc)
 
-    def _text(self) -> str:
-        """``Jobs of the night finished: 7 of 12, 2 not ok (1 failed, 1 timeout), expected done
-        ~02:41 UTC``."""
-        done, total = self._progress.finished()
-        text = f"Jobs of the night finished: {done} of {total}"
-        if self._bad:
-            counts: dict[str, int] = {}
-            for state in self._bad.values():
-                counts[state] = counts.get(state, 0) + 1
-            which = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-            text += f", {len(self._bad)} not ok ({which})"
+    def _view(self) -> tuple[float, str]:
+        """The bar's percentage and its words, from one tally: ``Jobs of the night finished:
+        7 of 12, 2 not ok (1 failed, 1 timeout), expected done ~02:41 UTC``."""
+        tally = self._progress.tally()
+        text = f"Jobs of the night finished: {tally.words()}"
         if (at := self._progress.expected_done(self._wall())) is not None:
             text += f", expected done {clock_text(at, self._wall())}"
-        return text
+        return tally.percent, text

@@ -84,6 +84,24 @@ def test_an_ok_night_sends_nothing_and_a_partial_one_one_digest(slack: SlackEmul
     assert "• `audit:internal-links` (12m, failed)" in message.blocks[2]["text"]["text"]
 
 
+def test_tonights_slow_job_arrives_in_a_digest_sent_anyway_and_alone_sends_nothing(
+    slack: SlackEmulator,
+) -> None:
+    from nightshift.notify.slow import SlowJob
+
+    notifier = _notifier(slack)
+    slow = [SlowJob("etl", 60.0, 10.0, 13.6)]
+
+    assert notifier.night_end(OK, night=NIGHT, slow=slow) == []  # quiet: a slow job alone
+    [delivery] = notifier.night_end(PARTIAL, night=NIGHT, slow=slow)
+
+    assert delivery.ok
+    [message] = slack.messages
+    line = "slow: etl 1m, usual 10s (4.4× p95)"
+    assert line in message.text.splitlines()
+    assert [b["text"]["text"] for b in message.blocks if b["type"] == "section"][-1] == line
+
+
 def test_a_failed_night_is_one_message_with_the_mention(slack: SlackEmulator) -> None:
     _notifier(slack).night_end(FAILED, night=NIGHT)
 

@@ -7,8 +7,10 @@ sandbox Slack emulator; what Slack does never changes the night's state.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -202,3 +204,38 @@ def test_a_night_that_ends_early_still_sends_its_digest(
     (message,) = slack.messages
     assert message.channel == FAILED and (message.text or "").startswith("<!here> failed: 0/1")
     assert "Prefect API unreachable (injected)" in (message.text or "")
+
+
+def seed_usual(label: str, nights: int = 10) -> None:
+    """Past nights of ``label`` (command), each about a second from submit to end."""
+    ledger = Ledger(load_settings().ledger_url(), "notify")
+    now = datetime.now(UTC)
+    try:
+        for day in range(1, nights + 1):
+            t = now - timedelta(days=day, hours=2)
+            steps = [("submitting", 0.0), ("submitted", 0.1), ("running", 0.1)]
+            for state, after in [*steps, ("succeeded", 0.8 + 0.05 * day)]:
+                t += timedelta(seconds=after)
+                ledger.transition(t.date().isoformat(), f"seed-{day}", label, "command",
+                                  f"e{day}", state, at=t)  # fmt: skip
+    finally:
+        ledger.close()
+
+
+def test_a_digest_sent_anyway_names_tonights_slow_job_in_one_line(
+    sandbox: Path, slack: SlackEmulator
+) -> None:
+    """The quiet rule sends nothing for a slow job alone; a digest that goes out names it."""
+    seed_usual("extract:orders")  # p95 ~1.5 s: tonight's 6 s is past its floor (5 s) too
+    slow = job("extract:orders", "import time; time.sleep(6)")
+
+    state = night(sandbox, slack, OK + BROKEN + slow)
+
+    assert state.is_failed()
+    (digest,) = slack.in_channel(DIGEST)
+    assert digest.text is not None and digest.text.startswith("partial: 2/3 succeeded")
+    said = r"slow: extract:orders [67]s, usual 1s \([3-5]\.\d× p95\)"  # 6 s against ~1.5 s
+    (line,) = [ln for ln in digest.text.splitlines() if ln.startswith("slow:")]
+    assert re.fullmatch(said, line), line
+    assert digest.blocks is not None
+    assert [b["text"]["text"] for b in digest.blocks if b["type"] == "section"][-1] == line

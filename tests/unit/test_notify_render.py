@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from nightshift.budgets.lookup import Budget, Budgets
 from nightshift.config.loader import parse_catalogue
 from nightshift.config.notify import NotifyConfig
 from nightshift.engine.alerts import Alert
@@ -20,6 +21,7 @@ from nightshift.notify.render import (
     render_night,
     render_recovered,
 )
+from nightshift.notify.slow import SlowJob, slow_jobs, slow_line
 
 CONFIG = NotifyConfig.model_validate(
     {
@@ -242,3 +244,101 @@ def test_a_batch_line_says_its_rows_once() -> None:
         " - batch succeeded; 3 rows via fallback"
     )
     assert job_line(only_rows).endswith("rows 9/12 ok, 0 failed, 3 missing")
+
+
+# tonight's slow jobs: whole-job budgets (p50, p95) as the latest snapshot would give them
+BUDGETS = {
+    "extract:orders": (3.0, 3.2),  # 14 s tonight: 4.4 x its p95
+    "load:orders": (20.0, 30.0),  # 45 s tonight: 1.5 x
+    "ping": (0.5, 1.5),  # 3 s tonight: past its p95 but not its floor (5 s): not slow
+    "audit:links": (2.0, 4.0),  # failed after 10 s tonight: slow too (2.5 x)
+    "publish": (1.0, 2.0),  # skipped tonight: did not run
+    "fetch": (1.0, 2.0),  # kept from an earlier run of the night: did not run tonight
+}
+
+
+def _slow_night(severity: Severity) -> NightSummary:
+    def ran(label: str, state: Outcome, took: float, **more: object) -> JobOutcome:
+        return JobOutcome(label, state, took, attempts=1, external_id=f"id-{label}", **more)  # type: ignore[arg-type]
+
+    jobs = [
+        ran("extract:orders", Outcome.SUCCEEDED, 14.0),
+        ran("load:orders", Outcome.SUCCEEDED, 45.0),
+        ran("ping", Outcome.SUCCEEDED, 3.0),
+        ran("learning", Outcome.SUCCEEDED, 99.0),  # no budget yet
+        ran("fetch", Outcome.SUCCEEDED, 60.0, kept=True),
+    ]
+    if severity is not Severity.OK:
+        jobs += [
+            ran("audit:links", Outcome.FAILED, 10.0, detail="exit code 3"),
+            JobOutcome("publish", Outcome.SKIPPED, 0.0),
+        ]
+    return _night(severity, *jobs)
+
+
+def _budget_of(label: str) -> Budget | None:
+    return Budget(*BUDGETS[label], n=12) if label in BUDGETS else None
+
+
+def test_tonights_slow_jobs_are_those_past_their_whole_job_watch_line_worst_first() -> None:
+    slow = slow_jobs(_slow_night(Severity.PARTIAL), _budget_of)
+
+    assert [(j.label, round(j.ratio, 2)) for j in slow] == [
+        ("extract:orders", 4.38),
+        ("audit:links", 2.5),
+        ("load:orders", 1.5),
+    ]
+    assert slow_line(slow) == (
+        "slow: extract:orders 14s, usual 3s (4.4× p95); audit:links 10s, usual 2s (2.5× p95);"
+        " load:orders 45s, usual 20s (1.5× p95)"
+    )
+    assert slow_line(slow, most=1) == "slow: extract:orders 14s, usual 3s (4.4× p95); and 2 more"
+    assert slow_line([]) is None
+    budgets = Budgets(jobs={("nightly", label): Budget(*BUDGETS[label]) for label in BUDGETS})
+    assert slow_jobs(_slow_night(Severity.PARTIAL), lambda x: budgets.job("nightly", x)) == slow
+
+
+def test_a_digest_sent_anyway_names_tonights_slow_jobs_in_one_line() -> None:
+    night = _slow_night(Severity.PARTIAL)
+    slow = slow_jobs(night, _budget_of)
+
+    [message] = render_night(
+        night, CONFIG, night="2026-11-29", catalogue="nightly", slow=slow,
+        flow_run_url=flow_run_link("http://127.0.0.1:4200", "abc-123"),
+    )  # fmt: skip
+
+    line = slow_line(slow)
+    assert line is not None and line.startswith("slow: extract:orders 14s, usual 3s (4.4× p95)")
+    # one line of the text, after the jobs not ok and before the link
+    lines = message.text.splitlines()
+    assert lines.count(line) == 1
+    assert lines.index(line) == len(lines) - 2 and lines[-1].endswith("/flow-run/abc-123")
+    # one section of the blocks, before the link
+    sections = [b["text"]["text"] for b in message.blocks if b["type"] == "section"]
+    assert sections[-1] == line and sum(line in text for text in sections) == 1
+    assert message.blocks[-1]["type"] == "context"
+    # without slow jobs the digest is as it was
+    [plain] = render_night(night, CONFIG, night="2026-11-29", catalogue="nightly")
+    assert "slow:" not in plain.text + _texts(plain.blocks)
+
+
+def test_a_calm_night_with_a_slow_job_still_sends_nothing() -> None:
+    night = _slow_night(Severity.OK)
+    slow = slow_jobs(night, _budget_of)
+    assert [j.label for j in slow] == ["extract:orders", "load:orders"]
+
+    assert render_night(night, CONFIG, night="2026-11-29", catalogue="nightly", slow=slow) == []
+
+
+def test_the_slow_line_fits_a_digest_at_slacks_limits_and_is_escaped() -> None:
+    jobs = [JobOutcome(f"job:{i:02d}", Outcome.FAILED, 60 * i, detail="E" * 400) for i in range(60)]
+    night = _night(Severity.PARTIAL, JobOutcome("ok", Outcome.SUCCEEDED, 1), *jobs)
+    slow = [SlowJob(f"<!channel> {i}", 100.0 + i, 3.0, 4.0) for i in range(9)]
+
+    [message] = render_night(night, CONFIG, night="2026-11-29", catalogue="nightly", slow=slow)
+
+    assert len(message.blocks) <= MAX_BLOCKS
+    sections = [b["text"]["text"] for b in message.blocks if b["type"] == "section"]
+    assert sections[-1].startswith("slow: &lt;!channel&gt; 0 2m, usual 3s (25.0× p95);")
+    assert sections[-1].endswith("; and 4 more")
+    assert "<!channel>" not in _texts(message.blocks) + message.text
