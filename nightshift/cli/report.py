@@ -73,11 +73,12 @@ def run_report(catalogue_path: str, night: str | None) -> int:
         if not records:
             _say(f"no ledger rows for night {day} of catalogue {name}")
             return EXIT_BAD_INPUT
-        found = _newest_report(settings.state_dir / "runs" / day, name)
+        folder = settings.state_dir / "runs" / day
+        found = _newest_report(folder, name)
         if found is not None:
             page, plot = found
         else:
-            page, plot = _from_ledger(catalogue, ledger, day, records), None
+            page, plot = _from_ledger(catalogue, ledger, day, records, folder), None
     except (SQLAlchemyError, OSError) as exc:
         _say(f"the ledger database could not be read: {type(exc).__name__}: {exc}")
         return EXIT_NO_LEDGER
@@ -105,8 +106,11 @@ def _newest_report(folder: Path, name: str) -> tuple[dict[str, Any], str | None]
     return None
 
 
-def _from_ledger(catalogue: Any, ledger: Any, night: str, records: list[Any]) -> dict[str, Any]:
-    """The report drawn from the ledger's job rows (no run folder kept one)."""
+def _from_ledger(
+    catalogue: Any, ledger: Any, night: str, records: list[Any], folder: Path
+) -> dict[str, Any]:
+    """The report drawn from the ledger's job rows (no run folder kept one): its runs from the
+    ledger's transitions and whatever summaries the night's run folders hold."""
     from nightshift.engine.outcomes import JobOutcome, Outcome, is_final, join
     from nightshift.orchestration.report_inputs import gather_report
 
@@ -128,7 +132,7 @@ def _from_ledger(catalogue: Any, ledger: Any, night: str, records: list[Any]) ->
                 detail=detail,
             )
         )
-    return gather_report(join(jobs), catalogue, ledger, night)
+    return gather_report(join(jobs), catalogue, ledger, night, runs_folder=folder)
 
 
 def _say(message: str) -> None:

@@ -195,14 +195,21 @@ def worst_first(
 
 
 def retry_line(summary: NightSummary) -> str | None:
-    """``retry: 2 re-ran, 1 now ok, 1 still failing`` for a later run of the night, else None."""
+    """``retry: 2 re-ran (1 now ok, 1 still failing), 1 still skipped, 3 kept`` for a later run
+    of the night, else None. Only jobs that ran count as re-ran: a skipped step never did."""
     if not summary.rerun:
         return None
-    ran = [j for j in summary.jobs if not j.kept]
+    skipped = sum(j.state is Outcome.SKIPPED for j in summary.jobs if not j.kept)
+    ran = [j for j in summary.jobs if not j.kept and j.state is not Outcome.SKIPPED]
     ok = sum(j.ok for j in ran)
-    text = f"retry: {len(ran)} re-ran, {ok} now ok, {len(ran) - ok} still failing"
-    kept = len(summary.jobs) - len(ran)
-    return f"{text} ({kept} kept)" if kept else text
+    parts = [f"{len(ran)} re-ran"]
+    if ran:
+        parts[0] += f" ({ok} now ok, {len(ran) - ok} still failing)"
+    if skipped:
+        parts.append(f"{skipped} still skipped")
+    if kept := sum(j.kept for j in summary.jobs):
+        parts.append(f"{kept} kept")
+    return "retry: " + ", ".join(parts)
 
 
 def join(

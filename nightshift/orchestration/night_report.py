@@ -2,16 +2,19 @@
 
 ``build_report`` gathers the night's facts into a plain dict (what ``summary.json`` keeps under
 ``report``); ``render_report`` draws that dict as markdown (the ``nightly-report`` artifact and
-``nightshift report``): the headline, jobs worst first against their usual duration, why each
-job that was not ok failed with a few lines of its log, the night's watches and alerts, what
+``nightshift report``): the headline, when each run of the night ran, jobs worst first against
+their usual duration, why each job that was not ok failed (and, after a retry, why each that is
+ok now failed earlier tonight) with a few lines of its log, the night's watches and alerts, what
 Slack was told, and the plot of tonight's durations against the budgets.
+
+Its tables fit the Prefect UI's artifact card at a 1,400 px window (about 830 px: cells do not
+wrap there): long ids and labels are shortened in them, the full ones listed below.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from nightshift.config.durations import format_duration
@@ -23,11 +26,17 @@ from nightshift.engine.outcomes import (
     state_name,
     worst_first,
 )
+from nightshift.orchestration.night_runs import RunSpan, Try, runs_line, tries_line, try_words
+from nightshift.states import JobState
 
 __all__ = ["REPORT_KEY", "SlackLine", "Usual", "WatchLine", "build_report", "render_report"]
 
 REPORT_KEY = "nightly-report"
 EXCERPT_LINES = 8
+# a table cell longer than this is shortened to its first SHORT_KEEP characters and "…"
+ID_CELL, SHORT_KEEP = 10, 8  # external ids, Slack's ts
+LABEL_CELL, LABEL_KEEP = 24, 22  # job labels
+CHANNEL_CELL, FIRST_LINE_CELL = 20, 44  # a Slack message's channel and first line
 
 
 @dataclass(frozen=True)
@@ -72,10 +81,22 @@ def build_report(
     excerpts: Mapping[str, list[str]] | None = None,
     watches: Iterable[WatchLine] = (),
     slack: Iterable[SlackLine] | None = None,
+    runs: Sequence[RunSpan] | None = None,
+    tries: Mapping[str, Sequence[Try]] | None = None,
 ) -> dict[str, Any]:
-    """The report's fields, JSON-ready; ``slack`` None: the catalogue has no ``notify:``."""
+    """The report's fields, JSON-ready; ``slack`` None: the catalogue has no ``notify:``.
+
+    ``runs``: the night's runs, oldest first (None: the summary's alone); more than one makes
+    the headline a retry's. ``tries``: each job's tries tonight (``night_runs``); the excerpt
+    of a job ok now that failed earlier tonight is of that failure's tail.
+    """
     usual = usual or {}
     excerpts = excerpts or {}
+    tries = tries or {}
+    if runs is None:
+        runs = [RunSpan(summary.started_at, summary.finished_at)] if summary.started_at else []
+    if len(runs) > 1 and not summary.rerun:  # a rerun that kept nothing is a retry too
+        summary = replace(summary, rerun=True)
     tonight = {job.label: _tonight(job) for job in summary.jobs}
     ratios = {
         job.label: job.duration_s / usual[job.label].p95_s
@@ -85,6 +106,7 @@ def build_report(
     jobs = []
     for job in worst_first(summary.jobs, ratios):
         seen = usual.get(job.label)
+        failure = _last_failure(tries.get(job.label, ()))
         jobs.append(
             {
                 "label": job.label,
@@ -99,8 +121,14 @@ def build_report(
                 "tonight": tonight[job.label],
                 "external_id": job.external_id,
                 "reason": None if job.ok else (job.detail or "no reason recorded"),
-                "excerpt": [] if job.ok else list(excerpts.get(job.label, []))[:EXCERPT_LINES],
+                "excerpt": (
+                    list(excerpts.get(job.label, []))[:EXCERPT_LINES]
+                    if not job.ok or failure is not None
+                    else []
+                ),
                 "log_tail_path": job.log_tail_path,
+                "tries": [asdict(t) for t in tries.get(job.label, ())],
+                "last_failure": None if failure is None else asdict(failure),
             }
         )
     return {
@@ -111,6 +139,7 @@ def build_report(
         "retry": retry_line(summary),
         "started_at": summary.started_at,
         "finished_at": summary.finished_at,
+        "runs": [asdict(r) for r in runs],
         "jobs": jobs,
         "watches": [vars(w) for w in watches],
         "slack": None if slack is None else [vars(s) for s in slack],
@@ -127,43 +156,33 @@ def _tonight(job: JobOutcome) -> str:
     return "ran"
 
 
-def _when(night: str, started_at: str, finished_at: str | None) -> str:
-    """``Ran 02:00:00-02:20:00 UTC (20m)``: times alone on the night's date, else with dates."""
-    try:
-        start = datetime.fromisoformat(started_at).astimezone(UTC)
-        end = datetime.fromisoformat(finished_at).astimezone(UTC) if finished_at else None
-    except ValueError:
-        return f"Started {started_at}, finished {finished_at or '?'}"
-    dated = any(t.date().isoformat() != night for t in (start, end) if t is not None)
-    shown = "%Y-%m-%d %H:%M:%S" if dated else "%H:%M:%S"
-    if end is None:
-        return f"Started {start:{shown}} UTC, no end recorded"
-    took = format_duration((end - start).total_seconds())
-    dash = " - " if dated else "-"
-    return f"Ran {start:{shown}}{dash}{end:{shown}} UTC ({took})"
+def _last_failure(tries: Iterable[Try]) -> Try | None:
+    """The job's last try tonight that did not succeed (a skip is no try of its own)."""
+    failed = [t for t in tries if t.state not in (JobState.SUCCEEDED, JobState.SKIPPED)]
+    return failed[-1] if failed else None
 
 
 def render_report(report: Mapping[str, Any], plot: str | None = None) -> str:
     """The report as markdown; ``plot`` is the image's URL (a ``data:`` URI inline)."""
-    out = [f"# Night {report['night']} · {report['catalogue']}", "", f"**{report['headline']}**"]
-    if report.get("started_at"):
-        out += ["", _when(report["night"], report["started_at"], report.get("finished_at"))]
+    night = report["night"]
+    out = [f"# Night {night} · {report['catalogue']}", "", f"**{report['headline']}**"]
+    runs = report.get("runs")
+    if runs is None and report.get("started_at"):  # a report kept before runs were
+        runs = [{"started_at": report["started_at"], "finished_at": report.get("finished_at")}]
+    if runs and (when := runs_line(night, runs)):
+        out += ["", when]
     out += ["", "## Jobs, worst first", ""]
     out += [
-        "| job | state | took | usual (p50 / p95) | x p95 | attempts | tonight | external id |",
-        "|---|---|---|---|---|---|---|---|",
+        "| job | state | took | usual p50 / p95 | x p95 | attempts | external id |",
+        "|---|---|---|---|---|---|---|",
     ]
-    for job in report["jobs"]:
-        out.append(_job_row(job))
-    bad = [job for job in report["jobs"] if job["reason"] is not None]
-    if bad:
+    out += [_job_row(job) for job in report["jobs"]]
+    out += _full_names(report["jobs"])
+    why = [job for job in report["jobs"] if job["reason"] is not None or job.get("last_failure")]
+    if why:
         out += ["", "## Why"]
-        for job in bad:
-            out += ["", f"**{_cell(job['label'])}** ({job['shown_as']}): {_cell(job['reason'])}"]
-            if job.get("log_tail_path"):
-                out.append(f"tail: `{job['log_tail_path']}`")
-            if job["excerpt"]:
-                out += ["", "```", *(line.replace("```", "'''") for line in job["excerpt"]), "```"]
+        for job in why:
+            out += ["", *_why(night, job)]
     out += ["", "## Watches and alerts", ""]
     out += [_watch_line(w) for w in report["watches"]] or ["None tonight."]
     out += ["", "## What Slack was told", ""]
@@ -172,14 +191,7 @@ def render_report(report: Mapping[str, Any], plot: str | None = None) -> str:
     elif not report["slack"]:
         out.append("Nothing: the night's route is silent.")
     else:
-        out += ["| channel | kind | first line | thread | sent |", "|---|---|---|---|---|"]
-        for s in report["slack"]:
-            thread = f"reply in {s['thread']}" if s["thread"] else "top-level"
-            sent = f"yes ({s['ts']})" if s["sent"] else "not yet (outbox)"
-            out.append(
-                f"| {_cell(s['channel'])} | {s['kind']} | {_cell(s['first_line'])} "
-                f"| {thread} | {sent} |"
-            )
+        out += _slack(report["slack"])
     if plot:
         out += ["", "## Tonight against the budgets", "", f"![durations against budgets]({plot})"]
     return "\n".join(out) + "\n"
@@ -190,22 +202,76 @@ def _job_row(job: Mapping[str, Any]) -> str:
     if job["usual_p50_s"] is not None:
         usual = f"{format_duration(job['usual_p50_s'])} / {format_duration(job['usual_p95_s'])}"
     ratio = "" if job["ratio"] is None else f"x{job['ratio']:.1f}"
+    # whether it ran tonight is in its time: a kept job's is the earlier run's
     took = format_duration(job["duration_s"])
     if job["tonight"] == "kept":
         took = f"({took} earlier)"
     elif job["tonight"] == "not run":
-        took = "-"
+        took = "not run"
     cells = [
-        f"`{_cell(job['label'])}`",
+        f"`{_short(_cell(job['label']), LABEL_CELL, LABEL_KEEP)}`",
         job["shown_as"],
         took,
         usual,
         ratio,
         str(job["attempts"]),
-        job["tonight"],
-        f"`{_cell(job['external_id'])}`" if job["external_id"] else "",
+        f"`{_short(_cell(job['external_id']))}`" if job["external_id"] else "",
     ]
     return "| " + " | ".join(cells) + " |"
+
+
+def _full_names(jobs: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Below the table: each label and external id the table shortened, in full."""
+    lines = []
+    for job in jobs:
+        label, ext = _cell(job["label"]), _cell(job["external_id"] or "")
+        if _short(label, LABEL_CELL, LABEL_KEEP) != label or _short(ext) != ext:
+            lines.append(f"- `{label}`: " + (f"`{ext}`" if ext else "no external id"))
+    return ["", "Full labels and external ids:", "", *lines] if lines else []
+
+
+def _why(night: str, job: Mapping[str, Any]) -> list[str]:
+    """Why a job is not ok, or why it was not earlier tonight; its tries after a retry, the
+    reason of its last failure and its tail as a list under it (one line each on the page)."""
+    label, shown = _cell(job["label"]), job["shown_as"]
+    tries, failure = job.get("tries") or [], job.get("last_failure")
+    if job["reason"] is not None:
+        out = [f"**{label}** ({shown}): {_cell(job['reason'])}"]
+        if len(tries) > 1:
+            out.append(f"- tonight: {tries_line(night, tries)}")
+    else:  # ok now, after a failure earlier tonight
+        out = [f"**{label}** ({shown}): {tries_line(night, tries)}"]
+    if failure is not None and failure.get("reason") and failure["reason"] != job["reason"]:
+        said = try_words(night, failure)
+        out.append(f"- last failure ({said}): {_cell(failure['reason'])}")
+    tail = job.get("log_tail_path") if job["reason"] is not None else None
+    tail = tail or (failure or {}).get("log_tail_path")
+    if tail:
+        out.append(f"- tail: `{tail}`")
+    if job["excerpt"]:
+        out += ["", "```", *(line.replace("```", "'''") for line in job["excerpt"]), "```"]
+    return out
+
+
+def _slack(messages: Iterable[Mapping[str, Any]]) -> list[str]:
+    """What Slack was told, as a table that fits the card; below it, each message's ids (ts,
+    the thread it replied in) and its channel and first line in full where the table cut them."""
+    out = ["| channel | kind | first line | thread | sent |", "|---|---|---|---|---|"]
+    below = []
+    for s in messages:
+        channel, line = _cell(s["channel"]), _cell(s["first_line"])
+        cut = _short(line, FIRST_LINE_CELL, FIRST_LINE_CELL - 2)
+        thread = "reply" if s["thread"] else "top-level"
+        sent = "yes" if s["sent"] else "not yet (outbox)"
+        out.append(
+            f"| {_short(channel, CHANNEL_CELL, CHANNEL_CELL - 2)} | {s['kind']} | {cut} "
+            f"| {thread} | {sent} |"
+        )
+        said = [f"ts `{s['ts']}`"] if s["ts"] else ["not sent yet"]
+        said += [f"in thread `{s['thread']}`"] if s["thread"] else []
+        full = f": {line}" if cut != line else ""
+        below.append(f"- {channel} {s['kind']}: {', '.join(said)}{full}")
+    return [*out, "", "Slack's ids:", "", *below]
 
 
 def _watch_line(w: Mapping[str, Any]) -> str:
@@ -224,3 +290,9 @@ def _watch_line(w: Mapping[str, Any]) -> str:
 def _cell(text: Any) -> str:
     """Text safe inside a markdown table cell: one line, no pipes."""
     return str(text).splitlines()[0].replace("|", "\\|") if str(text) else ""
+
+
+def _short(text: str, longest: int = ID_CELL, keep: int = SHORT_KEEP) -> str:
+    """``text`` as a table cell shows it: past ``longest`` characters, its first ``keep``
+    and "…" (the full one is listed below the table)."""
+    return text if len(text) <= longest else text[:keep].rstrip("\\") + "…"

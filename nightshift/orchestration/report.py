@@ -13,10 +13,17 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from nightshift.config.catalogue import Catalogue
 from nightshift.config.durations import format_duration
-from nightshift.engine.outcomes import JobOutcome, NightSummary, Outcome, state_name
+from nightshift.engine.outcomes import (
+    JobOutcome,
+    NightSummary,
+    Outcome,
+    state_name,
+    worst_first,
+)
 from nightshift.errors import LockHeldError, NightEndedEarly
 from nightshift.files import write_atomic
 from nightshift.orchestration.night_report import REPORT_KEY, render_report
+from nightshift.orchestration.report_inputs import SUMMARY_FILE
 from nightshift.orchestration.report_plot import draw_apart
 
 __all__ = [
@@ -29,7 +36,6 @@ __all__ = [
     "why",
 ]
 
-SUMMARY_FILE = "summary.json"
 PLOT_FILE = "report.png"
 
 
@@ -105,7 +111,7 @@ def summary_json(summary: NightSummary) -> dict[str, Any]:
 
 
 def publish_summary(summary: NightSummary, reason: str | None = None) -> None:
-    """The summary as a table artifact on the flow run."""
+    """The summary as a table artifact on the flow run, worst first as the report is."""
     rows = [
         {
             "job": job.label,
@@ -119,7 +125,7 @@ def publish_summary(summary: NightSummary, reason: str | None = None) -> None:
             "attempts": job.attempts,
             "detail": job.detail or "",
         }
-        for job in summary.jobs
+        for job in worst_first(summary.jobs)
     ]
     headline = summary.headline()
     description = f"{headline}. {reason}" if reason else headline

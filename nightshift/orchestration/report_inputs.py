@@ -1,16 +1,19 @@
 """What the night report is drawn from, read from the ledger's database and the run folder.
 
 The budgets' usual durations (the latest snapshot, never built here), tonight's watches and
-alerts (the alert log), what Slack was told (the outbox) and the head of each saved log tail.
+alerts (the alert log), what Slack was told (the outbox), the head of each saved log tail, and
+the night's runs and each job's tries (``night_runs``: the ledger's rows and the summaries the
+night's earlier runs left in their run folders).
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from nightshift.config.catalogue import Catalogue
-from nightshift.engine.explain import tail_head
+from nightshift.engine.explain import tail_end
 from nightshift.engine.outcomes import NightSummary
 from nightshift.orchestration.night_report import (
     EXCERPT_LINES,
@@ -19,11 +22,20 @@ from nightshift.orchestration.night_report import (
     WatchLine,
     build_report,
 )
+from nightshift.orchestration.night_runs import (
+    RunRecord,
+    Try,
+    night_runs,
+    record_from_json,
+    record_of,
+)
 from nightshift.store.alert_log import AlertLog
 from nightshift.store.ledger import Ledger
 from nightshift.store.outbox import Outbox
 
-__all__ = ["catalogue_name", "gather_report"]
+__all__ = ["SUMMARY_FILE", "catalogue_name", "earlier_records", "gather_report"]
+
+SUMMARY_FILE = "summary.json"  # what each run leaves in its run folder
 
 
 def catalogue_name(catalogue: Catalogue) -> str:
@@ -34,26 +46,81 @@ def catalogue_name(catalogue: Catalogue) -> str:
 
 
 def gather_report(
-    summary: NightSummary, catalogue: Catalogue, ledger: Ledger, night: str
+    summary: NightSummary,
+    catalogue: Catalogue,
+    ledger: Ledger,
+    night: str,
+    runs_folder: Path | None = None,
 ) -> dict[str, Any]:
-    """The night's report (``build_report``) with every input read."""
+    """The night's report (``build_report``) with every input read.
+
+    ``runs_folder`` holds the night's run folders (default: the state folder's
+    ``runs/<night>``): the summaries of its earlier runs are read from there.
+    """
     key = catalogue.key
+    if runs_folder is None:
+        runs_folder = _runs_folder(night)
+    records = [r for r in [record_of(summary)] if r is not None]
+    if runs_folder is not None:
+        labels = {job.label for job in catalogue.jobs}
+        records += earlier_records(runs_folder, catalogue_name(catalogue), labels)
+    runs, tries = night_runs(records, ledger.dwells(night))
     return build_report(
         summary,
         night=night,
         catalogue=catalogue_name(catalogue),
         usual=_usual(ledger, key),
-        excerpts={
-            job.label: tail_head(_read(job.log_tail_path), EXCERPT_LINES)
-            for job in summary.not_ok
-            if job.log_tail_path
-        },
+        excerpts=_excerpts(summary, tries),
         watches=[
             WatchLine(a.label, a.level, a.kind, a.state, a.dwell_s, a.p95_s, a.raised_by)
             for a in AlertLog(ledger.engine).alerts(catalogue=key, night=night)
         ],
         slack=None if catalogue.notify is None else _slack(ledger, key, night),
+        runs=runs,
+        tries=tries,
     )
+
+
+def earlier_records(folder: Path, name: str, labels: set[str]) -> list[RunRecord]:
+    """The summaries the runs in ``folder`` left, of catalogue ``name`` (a summary of a night
+    that ended early names none: its jobs must all be the catalogue's)."""
+    records = []
+    for path in sorted(folder.glob(f"*/{SUMMARY_FILE}")):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if not isinstance(data, dict):
+            continue
+        record = record_from_json(data)
+        if record is None or not record.jobs:
+            continue
+        if data.get("catalogue", name) != name or not set(record.jobs) <= labels:
+            continue
+        records.append(record)
+    return records
+
+
+def _runs_folder(night: str) -> Path | None:
+    """The state folder's ``runs/<night>``, where each run of the night has its folder."""
+    from nightshift.config.settings import load_settings
+
+    try:
+        return load_settings().state_dir / "runs" / night
+    except ValueError:  # settings that do not load: the report goes on without earlier runs
+        return None
+
+
+def _excerpts(summary: NightSummary, tries: dict[str, list[Try]]) -> dict[str, list[str]]:
+    """The end of each job's tail (where the why is): of tonight's try when it is not ok and
+    kept one, else of its last failure earlier tonight that did."""
+    paths: dict[str, str | None] = {}
+    for job in summary.jobs:
+        if not job.ok and job.log_tail_path:
+            paths[job.label] = job.log_tail_path
+        elif failed := [t for t in tries.get(job.label, ()) if t.log_tail_path]:
+            paths[job.label] = failed[-1].log_tail_path
+    return {label: tail_end(_read(path), EXCERPT_LINES) for label, path in paths.items()}
 
 
 def _usual(ledger: Ledger, catalogue: str) -> dict[str, Usual]:

@@ -34,6 +34,9 @@ def command(label: str, code: str, extra: str = "") -> str:
     return f"  - {{label: '{label}', backend: command, argv: {argv}{extra}}}\n"
 
 
+NIGHT = "2026-12-05"
+PAGES = "'\\n'.join(f'fetched page {i:02d}' for i in range(30))"
+GIVE_UP = "the feed answered 503 three times, giving up"
 BODY = (
     command("hello", "print(1)")
     + command("broken", "import sys; print('disk full on /data', file=sys.stderr); sys.exit(3)")
@@ -42,7 +45,8 @@ BODY = (
     + command("fetch", "print('fetched')")
     + command("link", "print('linked')", ", depends_on: [fetch]")
     + command("publish", "print('published')", ", depends_on: [link]")
-    + command("pull", "raise SystemExit(4)")
+    # a chain's step whose reason is its log's last line, after more than ten others
+    + command("pull", f"print({PAGES}); print({GIVE_UP!r}); raise SystemExit(4)")
     + command("push", "print(1)", ", depends_on: [pull]")
 )
 
@@ -97,7 +101,7 @@ def logs(run_ids: list[UUID]) -> list[Any]:
 def test_a_night_names_its_states_and_its_chains_and_says_each_failure_once(
     sandbox: Path,
 ) -> None:
-    state = run_night(sandbox)
+    state = run_night(sandbox, night=NIGHT)
     run_id = state.state_details.flow_run_id
 
     # the run is named by the night's verdict, its message the headline and the worst jobs
@@ -111,16 +115,19 @@ def test_a_night_names_its_states_and_its_chains_and_says_each_failure_once(
     assert re.search(worst, final.message), final.message
     assert "states failed" not in final.message
 
-    # each chain is one subflow run named by its steps; its steps are its task runs
+    # each chain is one subflow run named by its night and its steps (a week of nights lists
+    # seven names apart); its steps are its task runs, a skipped step too
     chains = read_until(
         lambda: subflows(run_id), lambda runs: len(runs) == 2, 30, "the chains' subflow runs"
     )
     by_name = {c.name: c for c in chains}
-    assert set(by_name) == {"fetch → link → publish", "pull → push"}
-    assert by_name["fetch → link → publish"].state.is_completed()
-    assert by_name["pull → push"].state.is_failed()
-    steps = task_runs([by_name["fetch → link → publish"].id])
+    fetching, pulling = f"night {NIGHT} · fetch → link → publish", f"night {NIGHT} · pull → push"
+    assert set(by_name) == {fetching, pulling}
+    assert by_name[fetching].state.is_completed()
+    assert by_name[pulling].state.is_failed()
+    steps = task_runs([by_name[fetching].id])
     assert {"fetch", "link", "publish"} <= set(steps)
+    assert {"pull", "push"} <= set(task_runs([by_name[pulling].id]))
 
     # task runs are named apart from failed
     everything = [run_id, *(c.id for c in chains)]
@@ -134,6 +141,14 @@ def test_a_night_names_its_states_and_its_chains_and_says_each_failure_once(
     assert names["broken"] == "Failed"
     assert names["stuck"] == "Stuck"
     assert names["slow"] == "TimedOut"
+    assert names["push"] == "Skipped"  # a bar on the night's timeline, counted with the rest
+    # each job that did not succeed says why in its state's message, in one line: its
+    # detail, then its log's last line when that adds something
+    runs = task_runs(everything)
+    assert runs["pull"].state.message == f"exit code 4: {GIVE_UP}"
+    assert runs["broken"].state.message == "exit code 3: disk full on /data"
+    assert runs["push"].state.type.value == "COMPLETED"
+    assert runs["push"].state.message == "not run: pull failed"
     # a chain appears once: no task run wraps its steps under the night's own task runs
     assert not any("→" in n for n in task_runs([run_id]))
 
@@ -166,7 +181,20 @@ def test_a_night_names_its_states_and_its_chains_and_says_each_failure_once(
         "the skipped step's record",
     )
     assert not [r.message for r in records if r.level >= 40 and "Finished in state" in r.message]
-    assert len([r for r in records if r.level >= 40 and r.message.startswith("pull ")]) == 1
+    (skipped,) = [r for r in records if r.message.startswith("push ")]
+    assert skipped.task_run_id == runs["push"].id  # on its own task run
+    # the failed step: once on its task run in the chain's subflow, once in the night's own
+    # log (where the night's page shows it), each with its tail's last ten lines
+    pulled = [r for r in records if r.level >= 40 and r.message.startswith("pull ")]
+    assert sorted(r.flow_run_id == run_id for r in pulled) == [False, True], pulled
+    for record in pulled:
+        assert record.message.startswith("pull Failed after ")
+        assert "    | fetched page 21\n" in record.message
+        assert f"    | {GIVE_UP}\n" in record.message
+        assert "fetched page 20" not in record.message
+    (at_night,) = [r for r in pulled if r.flow_run_id == run_id]
+    assert at_night.task_run_id is None
+    assert "step of chain pull → push" in at_night.message
     # the night's last line names it as its state does, not Prefect's count of failed states
     # ("Finished in state Failed('7/10 states failed.')" under a run named Partial)
     finished = read_until(
@@ -181,15 +209,15 @@ def test_a_night_names_its_states_and_its_chains_and_says_each_failure_once(
     )
     assert finished == [f"Finished in state Partial({final.message!r}, type=FAILED)"], finished
 
-    # the progress artifact says how many are not ok, not a full bar on a failed night
+    # the progress artifact: every job finished is a full bar, how many are not ok beside it
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
 
     only = ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run_id]))
     with client() as c:
         artifacts = {a.key: a for a in c.read_artifacts(artifact_filter=only)}
     progress = artifacts["nightly-progress"]
-    assert "5 not ok" in progress.description
-    assert progress.data < 100.0
+    assert "finished: 9 of 9, 5 not ok" in progress.description
+    assert progress.data == 100.0
 
 
 def test_the_night_report_is_an_artifact_the_cli_prints_and_summary_json_keeps(
@@ -279,14 +307,14 @@ def test_a_retry_of_the_night_shows_what_it_kept_and_replies_in_the_first_digest
             again = c.read_flow_run(run.id)
         second = run_flow(nightly, flow_run=again, parameters=parameters, return_type="state")
         assert second.is_completed()
-        assert "retry: 1 re-ran, 1 now ok, 0 still failing (1 kept)" in second.message
+        assert "retry: 1 re-ran (1 now ok, 0 still failing), 1 kept" in second.message
 
         # the retry's digest: a reply in the first digest's thread, saying it is a retry
         _, reply = slack.messages
         assert reply.channel == "#digest" and reply.thread_ts == digest.ts
         assert reply.text is not None
         assert reply.text.startswith("ok: 2/2 succeeded")
-        assert "retry: 1 re-ran, 1 now ok, 0 still failing (1 kept)" in reply.text
+        assert "retry: 1 re-ran (1 now ok, 0 still failing), 1 kept" in reply.text
 
     # the kept job is visibly kept: named so, its state Kept
     runs = read_until(
@@ -312,7 +340,7 @@ def test_a_retry_of_the_night_shows_what_it_kept_and_replies_in_the_first_digest
 
     summary = json.loads((sandbox / "run" / "summary.json").read_text())
     report = summary["report"]
-    assert report["retry"] == "retry: 1 re-ran, 1 now ok, 0 still failing (1 kept)"
+    assert report["retry"] == "retry: 1 re-ran (1 now ok, 0 still failing), 1 kept"
     kept = next(j for j in report["jobs"] if j["label"] == "good")
     assert kept["tonight"] == "kept" and kept["shown_as"] == "Kept"
     assert [s["thread"] for s in report["slack"]] == [None, digest.ts]
