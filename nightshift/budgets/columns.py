@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from nightshift.config.catalogue import MIN_SAMPLES
+
 __all__ = [
     "ALERT_AT",
     "AT",
@@ -31,7 +33,8 @@ __all__ = [
 ]
 
 WINDOW = timedelta(days=30)  # budgets never read further back than this
-MIN_SAMPLES = 7  # fewer samples than this and a budget falls back (job -> backend -> learning)
+# MIN_SAMPLES (7): fewer samples than this and a budget falls back (job -> backend -> learning);
+# the default of a catalogue's `defaults.min_samples`, which every reader passes on as a value
 
 # the input: Ledger.history()'s columns (nightshift.store.ledger.HISTORY_COLUMNS, the same names
 # kept here so the lookup needs no store) and the catalogue

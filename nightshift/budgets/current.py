@@ -12,6 +12,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
+from nightshift.budgets.columns import MIN_SAMPLES
 from nightshift.budgets.lookup import Budgets
 from nightshift.budgets.snapshots import KEEP, BudgetSnapshots, Snapshot, SnapshotInfo
 from nightshift.store.ledger import Ledger
@@ -19,26 +20,39 @@ from nightshift.store.ledger import Ledger
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["MAX_AGE", "build_snapshot", "current_budgets", "latest_snapshot", "window_history"]
+__all__ = [
+    "MAX_AGE",
+    "STORED_MIN_SAMPLES",
+    "build_snapshot",
+    "current_budgets",
+    "latest_snapshot",
+    "window_history",
+]
 
 MAX_AGE = timedelta(days=7)  # an older snapshot is rebuilt before a night watches with it
+# a snapshot keeps every job's own budget, from however few samples: each reader applies its
+# catalogue's `defaults.min_samples` (``at_least``, ``Budgets.from_records``)
+STORED_MIN_SAMPLES = 1
 
 
-def current_budgets(ledger: Ledger, now: datetime) -> Budgets:
-    """The budgets of every catalogue in ``ledger``'s database: the latest snapshot's.
+def current_budgets(ledger: Ledger, now: datetime, min_samples: int = MIN_SAMPLES) -> Budgets:
+    """The budgets of every catalogue in ``ledger``'s database: the latest snapshot's, of at
+    least ``min_samples`` samples (the catalogue's ``defaults.min_samples``).
 
     With no snapshot yet, or one built more than ``MAX_AGE`` before ``now``, one is built from
     the window ending at ``now`` and stored first.
     """
-    stored = BudgetSnapshots(ledger.engine).latest_budgets()
+    stored = BudgetSnapshots(ledger.engine).latest_budgets(min_samples=min_samples)
     if stored is not None and now - stored[0].built_at <= MAX_AGE:
         return stored[1]  # read as rows: no pandas in a night that only looks budgets up
     snapshot = build_snapshot(ledger, now)
-    return Budgets.from_frames(*snapshot.tables)
+    return Budgets.from_frames(*snapshot.tables, min_samples=min_samples)
 
 
 def latest_snapshot(ledger: Ledger, catalogue: str | None = None) -> Snapshot | None:
-    """The newest stored snapshot (only ``catalogue``'s rows if given), None if there is none."""
+    """The newest stored snapshot (only ``catalogue``'s rows if given), None if there is none;
+    its tables as stored (every job's own budget: ``at_least`` shows them as a catalogue sees
+    them)."""
     return BudgetSnapshots(ledger.engine).latest(catalogue)
 
 
@@ -59,14 +73,15 @@ def build_snapshot(
     """Learn the budgets of every catalogue as of ``now``, store them, and return the snapshot.
 
     ``history``: the window's dwells if the caller read them already (``window_history``).
-    Afterwards only the ``keep`` newest snapshots stay.
+    Afterwards only the ``keep`` newest snapshots stay. Every job's own budget is kept, from
+    however few samples (``STORED_MIN_SAMPLES``); readers apply their ``min_samples``.
     """
     from nightshift.budgets.columns import WINDOW
     from nightshift.budgets.table import budget_tables
 
     if history is None:
         history = window_history(ledger, now)
-    tables = budget_tables(history, now)
+    tables = budget_tables(history, now, min_samples=STORED_MIN_SAMPLES)
     store = BudgetSnapshots(ledger.engine)
     since = (now - WINDOW).astimezone(UTC)
     snapshot_id = store.save(tables, built_at=now, since=since, dwells=len(history))

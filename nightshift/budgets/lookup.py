@@ -152,21 +152,24 @@ class Budgets:
         min_samples: int = MIN_SAMPLES,
     ) -> Budgets:
         """From the rows of the three tables (a frame's records, or a snapshot's stored rows,
-        where learning is NULL); learning rows give no budget."""
-        by_state = {
-            (row[CATALOGUE], row[LABEL], row[STATE]): budget
-            for row in states
-            if (budget := _learned(row)) is not None
-        }
+        where learning is NULL); learning rows, and budgets from fewer than ``min_samples``
+        samples, give no budget (a state's then falls back to its backend's, as in the table)."""
         by_backend: dict[tuple[str, str, str], Budget] = {}
         for row in backends:
             if int(row[N]) >= min_samples:
-                budget = Budget(float(row[P50]), float(row[P95]), int(row[N]), Source.BACKEND)
-                by_backend[(row[CATALOGUE], row[BACKEND], row[STATE])] = budget
+                pooled = Budget(float(row[P50]), float(row[P95]), int(row[N]), Source.BACKEND)
+                by_backend[(row[CATALOGUE], row[BACKEND], row[STATE])] = pooled
+        by_state: dict[tuple[str, str, str], Budget] = {}
+        for row in states:
+            found = _learned(row, min_samples)
+            if found is None:  # too few of its own: its backend's, as the table falls back
+                found = by_backend.get((row[CATALOGUE], row[BACKEND], row[STATE]))
+            if found is not None:
+                by_state[(row[CATALOGUE], row[LABEL], row[STATE])] = found
         by_job = {
             (row[CATALOGUE], row[LABEL]): budget
             for row in jobs
-            if (budget := _learned(row)) is not None
+            if (budget := _learned(row, min_samples)) is not None
         }
         return cls(by_state, by_backend, by_job)
 
@@ -184,8 +187,11 @@ class Budgets:
         return self.jobs.get((catalogue, label))
 
 
-def _learned(row: Mapping[str, Any]) -> Budget | None:
-    """The Budget of a state or whole-job row, None for a learning one."""
+def _learned(row: Mapping[str, Any], min_samples: int) -> Budget | None:
+    """The Budget of a state or whole-job row, None for a learning one or one from fewer than
+    ``min_samples`` samples (its own, or its backend's when it fell back)."""
     if row[SOURCE] == Source.LEARNING or row[P95] is None or math.isnan(float(row[P95])):
+        return None
+    if int(row[SOURCE_N]) < min_samples:
         return None
     return Budget(float(row[P50]), float(row[P95]), int(row[SOURCE_N]), str(row[SOURCE]))

@@ -5,6 +5,9 @@ budgets in ``budget_rows``, every catalogue's: ``state`` rows (catalogue, label,
 ``backend`` rows (catalogue, backend, state) and ``job`` rows (catalogue, label, backend). A
 snapshot is written in one transaction, so a reader sees all of it or none of it. Only what was
 learned is stored; the watch and alert thresholds and the basis are derived again on reading.
+``build_snapshot`` stores every job's own p50 and p95 however few its samples: how many are
+enough is each catalogue's ``defaults.min_samples``, applied by whoever reads (``at_least``,
+``Budgets.from_records``), so one snapshot serves catalogues that differ.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from nightshift.budgets.columns import (
     CATALOGUE,
     JOB_BUDGET_COLUMNS,
     LABEL,
+    MIN_SAMPLES,
     P50,
     P95,
     SOURCE,
@@ -144,9 +148,12 @@ class BudgetSnapshots:
             info = _latest(conn)
             return None if info is None else Snapshot(info, _tables(conn, info.id, catalogue))
 
-    def latest_budgets(self, catalogue: str | None = None) -> tuple[SnapshotInfo, Budgets] | None:
-        """The newest snapshot's info and its budgets, read as rows: what a night watches with,
-        without pandas (~50 MB a night spends better on its jobs). None when there is none."""
+    def latest_budgets(
+        self, catalogue: str | None = None, *, min_samples: int = MIN_SAMPLES
+    ) -> tuple[SnapshotInfo, Budgets] | None:
+        """The newest snapshot's info and its budgets of at least ``min_samples`` samples, read
+        as rows: what a night watches with, without pandas (~50 MB a night spends better on its
+        jobs). None when there is none."""
         from nightshift.budgets.lookup import Budgets
 
         with self.engine.begin() as conn:  # one transaction: a prune cannot come in between
@@ -157,7 +164,10 @@ class BudgetSnapshots:
                 kind: [row._asdict() for row in conn.execute(_rows_of(info.id, kind, catalogue))]
                 for kind in _STORED
             }
-        return info, Budgets.from_records(rows[_STATE], rows[_BACKEND], rows[_JOB])
+        budgets = Budgets.from_records(
+            rows[_STATE], rows[_BACKEND], rows[_JOB], min_samples=min_samples
+        )
+        return info, budgets
 
     def tables(self, snapshot_id: int, catalogue: str | None = None) -> BudgetTables:
         """The budget tables of one snapshot, as ``budget_tables`` made them."""

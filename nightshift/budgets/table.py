@@ -43,6 +43,7 @@ from nightshift.states import FINAL
 __all__ = [
     "FINAL",
     "BudgetTables",
+    "at_least",
     "backend_budgets",
     "budget_tables",
     "job_budgets",
@@ -116,6 +117,38 @@ def budget_tables(
         _strings(_states(coded, backends, min_samples), coded, STATE_BUDGET_COLUMNS),
         _strings(backends, coded, BACKEND_BUDGET_COLUMNS),
         _strings(_jobs(coded, min_samples), coded, JOB_BUDGET_COLUMNS),
+    )
+
+
+def at_least(tables: BudgetTables, min_samples: int = MIN_SAMPLES) -> BudgetTables:
+    """``tables`` as a catalogue with ``min_samples`` sees them: the job -> backend -> learning
+    choice made again from the job's own rows and its backend's pooled ones.
+
+    For tables learned with ``min_samples=1`` (what a snapshot stores: every job's own p50 and
+    p95) this is ``budget_tables`` with ``min_samples``; a row whose own samples were not kept
+    (an older snapshot's backend or learning row) can only fall back.
+    """
+    pooled = tables.backends.rename(columns={N: "_n", P50: "_p50", P95: "_p95"})
+    states = tables.states.merge(pooled, on=[CATALOGUE, BACKEND, STATE], how="left")
+    mine = (states[SOURCE] == Source.JOB) & (states[N] >= min_samples)
+    theirs = ~mine & (states["_n"].fillna(0) >= min_samples)
+    source = np.select([mine, theirs], [Source.JOB, Source.BACKEND], Source.LEARNING)
+    states[SOURCE] = pd.Series(source, index=states.index, dtype=str)
+    states[SOURCE_N] = states[N].where(~theirs, states["_n"]).astype("int64")
+    states[P50] = states[P50].where(mine, states["_p50"].where(theirs))
+    states[P95] = states[P95].where(mine, states["_p95"].where(theirs))
+    jobs = tables.jobs.copy()
+    own = (jobs[SOURCE] == Source.JOB) & (jobs[N] >= min_samples)
+    jobs[SOURCE] = pd.Series(
+        np.where(own, Source.JOB, Source.LEARNING), index=jobs.index, dtype=str
+    )
+    jobs[SOURCE_N] = jobs[N]
+    jobs[P50] = jobs[P50].where(own)
+    jobs[P95] = jobs[P95].where(own)
+    return BudgetTables(
+        thresholds(states)[STATE_BUDGET_COLUMNS],
+        tables.backends,
+        thresholds(jobs)[JOB_BUDGET_COLUMNS],
     )
 
 

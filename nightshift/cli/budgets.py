@@ -44,10 +44,16 @@ def _command(args: argparse.Namespace) -> int:
     from nightshift.config.settings import load_settings
 
     def show() -> int:
-        key = load_catalogue(args.catalogue).key if args.catalogue is not None else None
+        catalogue = load_catalogue(args.catalogue) if args.catalogue is not None else None
         url = load_settings().ledger_url()
         return show_budgets(
-            url, catalogue=key, label=args.label, as_json=args.json, rebuild=args.rebuild
+            url,
+            catalogue=catalogue.key if catalogue is not None else None,
+            label=args.label,
+            as_json=args.json,
+            rebuild=args.rebuild,
+            # the catalogue's `defaults.min_samples`; every catalogue's at the default without one
+            min_samples=catalogue.defaults.min_samples if catalogue is not None else None,
         )
 
     return exits.guarded(show)
@@ -61,15 +67,19 @@ def show_budgets(
     as_json: bool = False,
     rebuild: bool = False,
     now: datetime | None = None,
+    min_samples: int | None = None,
 ) -> int:
     """Print the latest snapshot's budgets of ``catalogue`` (a key; None: every catalogue).
 
     With no snapshot yet (or ``rebuild``), one is learned from the ledger's last 30 days and
-    stored first. Returns 0. The ledger's errors (SQLAlchemy's, a missing driver) propagate for
-    the caller to name.
+    stored first, and shown as a catalogue with ``min_samples`` (None: the default, 7) sees it:
+    a budget from fewer samples falls back (job -> backend -> learning). Returns 0. The
+    ledger's errors (SQLAlchemy's, a missing driver) propagate for the caller to name.
     """
+    from nightshift.budgets.columns import MIN_SAMPLES
     from nightshift.budgets.current import build_snapshot, latest_snapshot
     from nightshift.budgets.report import budget_rows, records
+    from nightshift.budgets.table import at_least
     from nightshift.store.ledger import Ledger
 
     now = now or datetime.now(UTC)
@@ -81,7 +91,8 @@ def show_budgets(
             snapshot = build_snapshot(ledger, now)
     finally:
         ledger.close()
-    rows = records(budget_rows(snapshot.tables, catalogue=catalogue, label=label))
+    tables = at_least(snapshot.tables, MIN_SAMPLES if min_samples is None else min_samples)
+    rows = records(budget_rows(tables, catalogue=catalogue, label=label))
     info = snapshot.info
     days = round((info.built_at - info.since).total_seconds() / 86_400)
     if as_json:

@@ -25,6 +25,8 @@ from nightshift.config.notify import NotifyConfig
 
 __all__ = [
     "BACKENDS",
+    "MIN_SAMPLES",
+    "MIN_SAMPLES_MAX",
     "AnyJob",
     "Catalogue",
     "CliJob",
@@ -44,6 +46,21 @@ DEPLOYMENT_PATTERN = r"^[^/\s][^/]*/[^/]*[^/\s]$"  # "flow-name/deployment-name"
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 # a timer of 0 would fire at once: never what the catalogue means
 Timer = Annotated[Duration, Field(gt=0)]
+# fewer samples than this and a budget falls back (job -> backend -> learning): the one
+# `defaults.min_samples` the budgets, the dwell watch, the watchdog and a learned timeout honour
+MIN_SAMPLES = 7
+# a whole-job budget has one sample a night and reads 30 days: more could never be reached
+MIN_SAMPLES_MAX = 30
+
+
+def _no_bool(value: Any) -> Any:
+    # `min_samples: yes` is a slip, not "1"
+    if isinstance(value, bool):
+        raise ValueError(f"a whole number from 1 to {MIN_SAMPLES_MAX}, not {str(value).lower()}")
+    return value
+
+
+MinSamples = Annotated[int, BeforeValidator(_no_bool), Field(ge=1, le=MIN_SAMPLES_MAX)]
 # how long a submit refused for now (429, 503, a timeout) keeps trying; 0: one try
 Patience = Annotated[Duration, Field(ge=0, le=86400)]
 
@@ -81,8 +98,8 @@ class PollSettings(_Strict):
 class LearnedTimeout(_Strict):
     """How a job with a learned timeout (``timeout: learned``, ``over_expected``) is cut."""
 
-    # whole-job nights its budget needs before it may cancel anything
-    min_samples: int = Field(7, ge=1)
+    # the old place of `defaults.min_samples`: still read, as that same one setting
+    min_samples: MinSamples | None = None
     floor: Timer = 600.0  # never cancelled before it has run this long
     over_expected: Timer = 1800.0  # the margin when a job says only `timeout: learned`
 
@@ -102,7 +119,21 @@ class Defaults(_Strict):
     sla: Timer = 86400.0
     sla_fallback_at: float = Field(0.8, gt=0, le=1)
     submit_patience: Patience = 300.0  # every backend's, unless its own section says
+    # samples a budget needs (nights, for a whole job's) before anything acts on it
+    min_samples: MinSamples = MIN_SAMPLES
     learned_timeout: LearnedTimeout = LearnedTimeout()
+
+    @model_validator(mode="after")
+    def _one_min_samples(self) -> Defaults:
+        old = self.learned_timeout.min_samples
+        if old is None or old == self.min_samples:
+            return self
+        if "min_samples" in self.model_fields_set:
+            raise ValueError(
+                f"min_samples ({self.min_samples}) and learned_timeout.min_samples ({old}) "
+                "are one setting: keep only min_samples"
+            )
+        return self.model_copy(update={"min_samples": old})
 
 
 class _JobBase(_Strict):

@@ -203,7 +203,8 @@ class DwellWatch:
             return True
 
 
-BudgetLoader = Callable[["Ledger", datetime], Budgets]
+# (ledger, now, min_samples): the budgets of at least the catalogue's `defaults.min_samples`
+BudgetLoader = Callable[["Ledger", datetime, int], Budgets]
 
 
 def watch_dwells(
@@ -219,7 +220,7 @@ def watch_dwells(
     if load is None:
         return None
     try:
-        budgets = load(ctx.ledger, ctx.wall())
+        budgets = load(ctx.ledger, ctx.wall(), ctx.catalogue.defaults.min_samples)
         log = AlertLog(ctx.ledger.engine)
         raised = log.raised(key, ctx.night)
     except Exception as exc:

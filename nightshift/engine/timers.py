@@ -45,12 +45,12 @@ def learned_limit(
     job: AnyJob, defaults: Defaults, budget: Budget | None
 ) -> tuple[float, float] | None:
     """(expected, margin) of a job with a learned timeout, once its whole-job budget has
-    ``min_samples`` nights; None: no learned timeout (yet). ``expected + margin`` is never
-    below the floor."""
+    ``defaults.min_samples`` nights; None: no learned timeout (yet). ``expected + margin`` is
+    never below the floor."""
     if not job.learned or budget is None:
         return None
     rule = defaults.learned_timeout
-    if budget.n < rule.min_samples:
+    if budget.n < defaults.min_samples:
         return None
     margin = job.over_expected if job.over_expected is not None else rule.over_expected
     margin = max(margin, rule.floor - budget.p95)

@@ -35,9 +35,10 @@ def budgets(run_dir: str | None = None, keep: int = KEEP) -> dict[str, Any]:
     ``run_dir``: where the table and PNGs go (default: a new folder under the state folder's
     ``runs/budgets``). ``keep``: how many snapshots stay in the ledger afterwards.
     """
+    from nightshift.budgets.columns import MIN_SAMPLES
     from nightshift.budgets.plot import plot_budgets
     from nightshift.budgets.report import markdown_table
-    from nightshift.budgets.table import recent_dwells
+    from nightshift.budgets.table import at_least, recent_dwells
 
     logger = get_run_logger()
     settings = load_settings()
@@ -50,7 +51,9 @@ def budgets(run_dir: str | None = None, keep: int = KEEP) -> dict[str, Any]:
         snapshot = build_snapshot(ledger, now, history=history, keep=keep)
     finally:
         ledger.close()
-    info, tables = snapshot.info, snapshot.tables
+    # shown with the default min_samples: the flow reads every catalogue, none of their files
+    # (`nightshift budgets --catalogue F` shows one as its `defaults.min_samples` sees it)
+    info, tables = snapshot.info, at_least(snapshot.tables, MIN_SAMPLES)
     logger.info(
         "budget snapshot %d: %d dwells, %d job x state budgets (%s)",
         info.id,

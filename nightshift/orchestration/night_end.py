@@ -131,8 +131,11 @@ def _slow(setup: NightSetup, summary: NightSummary) -> list[SlowJob]:
     from nightshift.budgets.snapshots import BudgetSnapshots
 
     key = setup.prepared.catalogue.key
+    min_samples = setup.prepared.catalogue.defaults.min_samples
     try:
-        stored = BudgetSnapshots(setup.prepared.ledger.engine).latest_budgets(key)
+        stored = BudgetSnapshots(setup.prepared.ledger.engine).latest_budgets(
+            key, min_samples=min_samples
+        )
     except Exception as exc:  # the digest goes out without its slow line
         setup.logger.warning("the budgets could not be read: %s: %s", type(exc).__name__, exc)
         return []

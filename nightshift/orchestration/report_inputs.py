@@ -69,7 +69,7 @@ def gather_report(
         summary,
         night=night,
         catalogue=catalogue_name(catalogue),
-        usual=_usual(ledger, key),
+        usual=_usual(ledger, key, catalogue.defaults.min_samples),
         excerpts=_excerpts(summary, tries),
         watches=[
             WatchLine(a.label, a.level, a.kind, a.state, a.dwell_s, a.p95_s, a.raised_by)
@@ -123,10 +123,11 @@ def _excerpts(summary: NightSummary, tries: dict[str, list[Try]]) -> dict[str, l
     return {label: tail_end(_read(path), EXCERPT_LINES) for label, path in paths.items()}
 
 
-def _usual(ledger: Ledger, catalogue: str) -> dict[str, Usual]:
+def _usual(ledger: Ledger, catalogue: str, min_samples: int) -> dict[str, Usual]:
     from nightshift.budgets.snapshots import BudgetSnapshots
 
-    stored = BudgetSnapshots(ledger.engine).latest_budgets(catalogue)  # rows: no pandas
+    snapshots = BudgetSnapshots(ledger.engine)
+    stored = snapshots.latest_budgets(catalogue, min_samples=min_samples)  # rows: no pandas
     if stored is None:
         return {}
     budgets = stored[1]

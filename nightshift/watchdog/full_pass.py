@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from nightshift.budgets.lookup import FLOOR_S, dwell_floor
-from nightshift.config.catalogue import Catalogue
+from nightshift.config.catalogue import MIN_SAMPLES, Catalogue
 from nightshift.config.settings import Settings
 from nightshift.config.timers import schedule_interval
 from nightshift.metrics.export import export_ledger_metrics
@@ -69,13 +69,14 @@ def watchdog_pass(
     """One pass over ``settings``' ledger (``catalogue``'s jobs only when given)."""
     log: Logger = logger or logging.getLogger("nightshift.watchdog")
     url = settings.ledger_url()
-    floor_s = FLOOR_S
+    floor_s, min_samples = FLOOR_S, MIN_SAMPLES
     if catalogue is not None:
         # stale follows the catalogue's schedule (prefect.yaml beside it, else daily), and the
         # watchdog's dwell alerts keep the night's floor
         if catalogue.path is not None:
             rules = replace(rules, interval_s=schedule_interval(catalogue.path)[0])
         floor_s = dwell_floor(catalogue.defaults.poll.max)
+        min_samples = catalogue.defaults.min_samples
     key = catalogue.key if catalogue is not None else None
     ledger = Ledger(url, key or "")  # upgrades the schema the outbox needs
     try:
@@ -87,7 +88,14 @@ def watchdog_pass(
             notifier = Notifier(catalogue.notify, catalogue=key or "", outbox=outbox, logger=log)
             sink = _Both(sink, SlackFindingSink(notifier))
         report = watch_once(
-            url, catalogue=key, labels=labels, rules=rules, sink=sink, now=now, floor_s=floor_s
+            url,
+            catalogue=key,
+            labels=labels,
+            rules=rules,
+            sink=sink,
+            now=now,
+            floor_s=floor_s,
+            min_samples=min_samples,
         )
         export_ledger_metrics(ledger.engine, settings, logger=log)
     finally:

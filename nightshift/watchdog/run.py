@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from nightshift.budgets.lookup import FLOOR_S
+from nightshift.config.catalogue import MIN_SAMPLES
 from nightshift.config.names import shown_name
 from nightshift.store.alert_log import DWELL, STALE, STOPPED, STREAK, AlertLog, AlertRecord
 from nightshift.watchdog.checks import (
@@ -89,8 +90,12 @@ def watch_once(
     sink: FindingSink | None = None,
     now: datetime | None = None,
     floor_s: float = FLOOR_S,
+    min_samples: int = MIN_SAMPLES,
 ) -> WatchReport:
     """One pass over ``catalogue`` (a key; None: all); stale labels need ``labels`` (its file's).
+
+    ``floor_s`` and ``min_samples`` are the catalogue's (its dwell floor and
+    ``defaults.min_samples``), the defaults without one.
 
     Database errors propagate for the caller to name.
     """
@@ -110,7 +115,7 @@ def watch_once(
         activity = reads.night_activity(engine, catalogues, since)
         found = stopped_findings(jobs, reads.leases(engine), activity, now)
         if jobs:
-            found += dwell_findings(jobs, current_budgets(ledger, now), now, floor_s)
+            found += dwell_findings(jobs, current_budgets(ledger, now, min_samples), now, floor_s)
         first_night = (now - OUTCOME_WINDOW).date().isoformat()
         found += streak_findings(reads.outcomes(engine, first_night, catalogue), now, rules, labels)
         if catalogue is not None and labels is not None:

@@ -34,7 +34,9 @@ def test_levels_change_on_the_real_clock_with_no_poll(
     # no floor here (an hour's polls would make it 3 h): the timer alone must see 1 s, then 2 s
     monkeypatch.setattr("nightshift.engine.dwell_watch.dwell_floor", lambda _poll: 0.0)
     # polled once an hour: only the timer can see the wait pass 1 s, then 2 s
-    with dwell_night(tmp_path, ledger, [S], lambda _l, _n: quick, poll="1h", real_clocks=True) as n:
+    with dwell_night(
+        tmp_path, ledger, [S], lambda _l, _n, _m: quick, poll="1h", real_clocks=True
+    ) as n:
         wait_until(lambda: len(rows(ledger)) == 2, what="watch and alert", timeout=20)
         n.ctx.watcher.stop()
     assert n.backend.calls["slow"] == 0

@@ -29,7 +29,7 @@ def ledger(db_url: str) -> Iterator[Ledger]:
 def test_watch_then_alert_at_their_moments_with_no_poll_between(
     tmp_path: Path, ledger: Ledger, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    load = lambda _l, _n: budgets("submitted")  # noqa: E731
+    load = lambda _l, _n, _m: budgets("submitted")  # noqa: E731
     # the floor of 100 s polls would be 300 s: this test is about the timer, so only FLOOR_S
     monkeypatch.setattr("nightshift.engine.dwell_watch.dwell_floor", lambda _poll: FLOOR_S)
     # polled every 100 s: the job sits in `submitted` from EPOCH, past both levels before a poll

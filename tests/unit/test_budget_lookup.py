@@ -11,7 +11,7 @@ import pytest
 from nightshift.budgets import Budget, Budgets, classify
 from nightshift.budgets.columns import HISTORY_COLUMNS
 from nightshift.budgets.lookup import FLOOR_POLLS, FLOOR_S, dwell_floor
-from nightshift.budgets.table import budget_tables
+from nightshift.budgets.table import at_least, budget_tables
 
 NOW = datetime(2026, 11, 29, 6, 0, tzinfo=UTC)
 BUDGET = Budget(p50=40.0, p95=100.0, n=12, source="job")
@@ -142,3 +142,34 @@ def test_an_empty_snapshot_has_no_budgets() -> None:
 
     assert budgets.budget("cat", "big", "queued", backend="cli") is None
     assert budgets.job("cat", "big") is None
+
+
+@pytest.mark.parametrize("min_samples", [1, 3, 7, 8])
+def test_budgets_stored_from_one_sample_read_as_a_catalogue_with_min_samples_learns(
+    min_samples: int,
+) -> None:
+    # a snapshot keeps every job's own budget (learned with min_samples=1); a reader applies its
+    # catalogue's `defaults.min_samples` and gets what the table would have chosen with it
+    stored = budget_tables(_history(), NOW, min_samples=1)
+    direct = budget_tables(_history(), NOW, min_samples=min_samples)
+
+    read = Budgets.from_frames(*stored, min_samples=min_samples)
+
+    assert read == Budgets.from_frames(*direct, min_samples=min_samples)
+    # and so does the pandas side, for people (`nightshift budgets`, the budgets flow)
+    pd.testing.assert_frame_equal(at_least(stored, min_samples).states, direct.states)
+    pd.testing.assert_frame_equal(at_least(stored, min_samples).jobs, direct.jobs)
+
+
+def test_min_samples_3_learns_from_3_nights_the_default_needs_7() -> None:
+    stored = budget_tables(_history(), NOW, min_samples=1)
+
+    three = Budgets.from_frames(*stored, min_samples=3)
+    default = Budgets.from_frames(*stored)
+
+    assert three.job("cat", "small") == Budget(55.0, 55.0, 3, "job")  # queued 50 + fallback 5
+    assert three.budget("cat", "small", "fallback") == Budget(5.0, 5.0, 3, "job")
+    assert default.job("cat", "small") is None
+    assert default.budget("cat", "small", "fallback") is None
+    small = default.budget("cat", "small", "queued")  # its own 3 too few: cli's, from 10
+    assert small is not None and (small.source, small.n) == ("backend", 10)

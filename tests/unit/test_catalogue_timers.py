@@ -124,3 +124,41 @@ def test_the_schedule_comes_from_the_deployment_of_this_catalogue(tmp_path: Path
     assert "job 'a': warning: can run for up to 2h00m, not less than the 1h00m" in warning
     path.write_text("defaults: {deadline: 50m}\n" + CMD)
     assert schedule_warnings(load_catalogue(path)) == []
+
+
+def test_min_samples_is_one_setting_read_from_either_spelling() -> None:
+    assert parse_catalogue(CMD).defaults.min_samples == 7  # the default
+    assert parse_catalogue("defaults:\n  min_samples: 3\n" + CMD).defaults.min_samples == 3
+    # `learned_timeout.min_samples`, its place until now, is the same setting
+    old = "defaults:\n  learned_timeout: {min_samples: 3}\n"
+    assert parse_catalogue(old + CMD).defaults.min_samples == 3
+    both = "defaults:\n  min_samples: 3\n  learned_timeout: {min_samples: 3}\n"
+    assert parse_catalogue(both + CMD).defaults.min_samples == 3
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        ("0", "Input should be greater than or equal to 1"),
+        ("31", "Input should be less than or equal to 30"),
+        ("true", "a whole number from 1 to 30, not true"),
+        ("2.5", "Input should be a valid integer, got a number with a fractional part"),
+        ("few", "Input should be a valid integer, unable to parse string as an integer"),
+    ],
+)
+def test_a_bad_min_samples_names_its_line_and_field(value: str, why: str) -> None:
+    assert problems(f"defaults:\n  min_samples: {value}\n" + CMD) == [
+        f"night.yaml:2: field 'defaults.min_samples': {why}"
+    ]
+    old = f"defaults:\n  deadline: 1h\n  learned_timeout: {{min_samples: {value}}}\n"
+    assert problems(old + CMD) == [
+        f"night.yaml:3: field 'defaults.learned_timeout.min_samples': {why}"
+    ]
+
+
+def test_two_min_samples_that_disagree_are_refused() -> None:
+    text = "defaults:\n  min_samples: 4\n  learned_timeout: {min_samples: 3}\n" + CMD
+    assert problems(text) == [
+        "night.yaml:1: field 'defaults': min_samples (4) and learned_timeout.min_samples (3) "
+        "are one setting: keep only min_samples"
+    ]

@@ -28,7 +28,7 @@ def ledger(tmp_path: Path) -> Iterator[Ledger]:
 
 def test_each_level_once_across_many_polls(tmp_path: Path, ledger: Ledger) -> None:
     script = [Q] * 40 + [S]
-    load = lambda _l, _n: budgets("queued")  # noqa: E731
+    load = lambda _l, _n, _m: budgets("queued")  # noqa: E731
     with dwell_night(tmp_path, ledger, script, load, poll="1s") as night:
         night.run_out(1.0)
     assert night.backend.calls["slow"] == 41  # a poll every second, the whole wait long
@@ -45,7 +45,7 @@ def test_each_level_once_across_many_polls(tmp_path: Path, ledger: Ledger) -> No
 
 
 def test_a_rerun_re_attaching_repeats_nothing(tmp_path: Path, ledger: Ledger) -> None:
-    load = lambda _l, _n: budgets("queued")  # noqa: E731
+    load = lambda _l, _n, _m: budgets("queued")  # noqa: E731
     owns = [True]
     # the first night raises both levels, then loses its lease: the job stays queued in the ledger
     # polled every second: the dwell floor (3 polls) stays below the budget's 10 s
@@ -79,7 +79,7 @@ def test_a_rerun_re_attaching_repeats_nothing(tmp_path: Path, ledger: Ledger) ->
 def test_a_night_that_lost_its_lease_keeps_and_announces_nothing(
     tmp_path: Path, ledger: Ledger
 ) -> None:
-    load = lambda _l, _n: budgets("queued")  # noqa: E731
+    load = lambda _l, _n, _m: budgets("queued")  # noqa: E731
     with dwell_night(
         tmp_path, ledger, [Q] * 100, load, poll="1s", owns_night=lambda: False
     ) as night:
@@ -127,7 +127,7 @@ def test_a_night_with_no_history_behaves_as_before(tmp_path: Path) -> None:
 def test_budgets_that_cannot_be_read_log_one_line_and_the_night_runs(
     tmp_path: Path, ledger: Ledger, caplog: pytest.LogCaptureFixture
 ) -> None:
-    def broken(_ledger: Ledger, _now: object) -> None:
+    def broken(_ledger: Ledger, _now: object, _min_samples: int) -> None:
         raise RuntimeError("snapshot table missing\nsecond line")
 
     with (
