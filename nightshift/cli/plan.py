@@ -1,0 +1,262 @@
+"""``nightshift plan``: tonight forecast from what the ledger learned; submits nothing."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, get_args
+
+from nightshift.cli import exits
+from nightshift.cli.args import add_command, catalogue_flag
+
+if TYPE_CHECKING:
+    from nightshift.config.catalogue import Catalogue
+    from nightshift.engine.forecast import Forecast, Late
+
+__all__ = ["PLAN_EXIT_CODES", "register", "scheduled_start"]
+
+PLAN_EXIT_CODES = exits.epilog(0, 4, 6, 64, c0="the forecast was printed")
+
+
+def register(sub: Any) -> None:
+    """Add ``plan`` to the subcommands."""
+    plan = add_command(
+        sub,
+        "plan",
+        "forecast tonight from the learned budgets (submits nothing, no Prefect server)",
+        _command,
+        PLAN_EXIT_CODES,
+    )
+    catalogue_flag(plan)
+    plan.add_argument("--night", metavar="YYYY-MM-DD", help="the night (default: tonight)")
+    plan.add_argument(
+        "--limits", action="append", default=[], metavar="BACKEND=N", help="what if: another cap"
+    )
+    plan.add_argument(
+        "--without", action="append", default=[], metavar="LABEL", help="what if: no such job"
+    )
+    plan.add_argument("--json", action="store_true", help="print one object")
+
+
+def _command(args: argparse.Namespace) -> int:
+    from nightshift.config.loader import load_catalogue
+    from nightshift.engine.plan import check_only, parse_night
+
+    try:
+        caps = _limits(args.limits)
+        night = parse_night(args.night) if args.night else None
+    except ValueError as exc:
+        exits.say(f"nightshift plan: {exc}")
+        return exits.USAGE
+
+    def show() -> int:
+        catalogue = load_catalogue(args.catalogue)
+        try:
+            check_only(catalogue, args.without)
+        except ValueError as exc:
+            exits.say(f"{args.catalogue}: --without: {exc}")
+            return exits.BAD_CATALOGUE
+        return _show(catalogue, Path(args.catalogue), night, caps, args.without, args.json)
+
+    return exits.guarded(show)
+
+
+def _limits(given: list[str]) -> dict[str, int]:
+    """``cli=2`` -> {"cli": 2}; ValueError naming what is wrong."""
+    from nightshift.config.catalogue import Catalogue
+
+    known = get_args(get_args(Catalogue.model_fields["limits"].annotation)[0])
+    out: dict[str, int] = {}
+    for item in given:
+        backend, _, n = item.partition("=")
+        if backend not in known or not n.isdigit() or int(n) < 1:
+            raise ValueError(f"--limits wants BACKEND=N (N >= 1, BACKEND one of {known}): {item}")
+        out[backend] = int(n)
+    return out
+
+
+def _show(
+    catalogue: Catalogue,
+    path: Path,
+    night: str | None,
+    caps: dict[str, int],
+    without: list[str],
+    as_json: bool,
+) -> int:
+    from nightshift.budgets.current import current_budgets
+    from nightshift.config.settings import load_settings
+    from nightshift.engine.forecast import durations_of, forecast
+    from nightshift.engine.night import expected_durations
+    from nightshift.engine.plan import plan_night
+    from nightshift.store.ledger import Ledger
+
+    now = datetime.now(UTC)
+    removed = _with_dependents(catalogue, without)
+    keep = [j.label for j in catalogue.jobs if j.label not in removed]
+    ledger = Ledger(load_settings().ledger_url(), catalogue.key)
+    try:
+        # the plan the night would make: long jobs first, by their recent durations
+        plan = plan_night(catalogue, keep or None, expected_durations(catalogue, ledger, now))
+        # the budgets the night would watch with (a missing or stale snapshot is built first)
+        budgets = current_budgets(ledger, now, catalogue.defaults.min_samples)
+    finally:
+        ledger.close()
+    if not keep:
+        plan = type(plan)([], [])
+    start, source = scheduled_start(path, night, now)
+    result = forecast(
+        plan,
+        {x: catalogue.job(x).backend for x in plan.labels},
+        durations_of(budgets, catalogue, plan.labels),
+        start=start,
+        deadline_s=catalogue.defaults.deadline,
+        caps={**catalogue.caps, **caps},
+        stagger=catalogue.defaults.stagger,
+        rates=catalogue.rates,
+    )
+    extra = sorted(removed - set(without))
+    if as_json:
+        print(json.dumps(_as_json(result, source, sorted(set(without)), extra)))
+    else:
+        _print(result, source, sorted(set(without)), extra)
+    return exits.OK
+
+
+def _with_dependents(catalogue: Catalogue, without: list[str]) -> set[str]:
+    """The jobs removed: those named and, transitively, every job depending on one of them."""
+    removed = set(without)
+    grew = True
+    while grew:
+        more = {j.label for j in catalogue.jobs if removed & set(j.depends_on)} - removed
+        removed |= more
+        grew = bool(more)
+    return removed
+
+
+def scheduled_start(path: Path, night: str | None, now: datetime) -> tuple[datetime, str]:
+    """When the night starts: its cron fire in a prefect.yaml beside the catalogue, else now."""
+    import yaml
+    from cronsim import CronSim, CronSimError
+
+    folder = path.absolute().parent
+    try:
+        data = yaml.safe_load((folder / "prefect.yaml").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        data = None
+    deployments = data.get("deployments") if isinstance(data, dict) else None
+    for deployment in deployments if isinstance(deployments, list) else []:
+        if not isinstance(deployment, dict):
+            continue
+        if not str(deployment.get("entrypoint") or ":nightly").endswith(":nightly"):
+            continue
+        catalog = (deployment.get("parameters") or {}).get("catalog", "nightshift.yaml")
+        if os.path.normpath(folder / str(catalog)) != os.path.normpath(path.absolute()):
+            continue
+        for schedule in deployment.get("schedules") or []:
+            if not isinstance(schedule, dict) or not isinstance(schedule.get("cron"), str):
+                continue
+            from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+            try:
+                zone = ZoneInfo(str(schedule.get("timezone") or "UTC"))
+                # the night is the UTC date of its start: the first fire on that date
+                after = now
+                if night is not None:
+                    after = datetime.combine(date.fromisoformat(night), datetime.min.time(), UTC)
+                after -= timedelta(seconds=1)
+                fire = next(CronSim(schedule["cron"], after.astimezone(zone))).astimezone(UTC)
+            except (CronSimError, ZoneInfoNotFoundError, StopIteration, ValueError, TypeError):
+                continue
+            return fire, f"the schedule of {deployment.get('name', '?')!r} in prefect.yaml"
+    return now, "now (no schedule for this catalogue in a prefect.yaml beside it)"
+
+
+def _iso(at: datetime) -> str:
+    return at.astimezone(UTC).isoformat(timespec="seconds")
+
+
+def _late_json(late: list[Late]) -> list[dict[str, Any]]:
+    return [
+        {"label": x.label, "seconds": round(x.seconds, 1), "submitted": x.submitted} for x in late
+    ]
+
+
+def _as_json(f: Forecast, source: str, without: list[str], dependents: list[str]) -> dict[str, Any]:
+    jobs = [
+        {
+            "label": j.label,
+            "backend": j.backend,
+            "start_p50": _iso(j.start_p50),
+            "end_p50": _iso(j.end_p50),
+            "end_p95": _iso(j.end_p95),
+            "wait_s": round(j.wait_s, 1),
+            "basis": j.basis,
+        }
+        for j in f.jobs
+    ]
+    return {
+        "start": _iso(f.start),
+        "start_from": source,
+        "deadline": _iso(f.deadline),
+        "finish": {"p50": _iso(f.finish_p50), "p95": _iso(f.finish_p95)},
+        "critical_path": f.critical_path,
+        "late": _late_json(f.late),
+        "late_p95": _late_json(f.late_p95),
+        "without": without,
+        "removed_dependents": dependents,
+        "jobs": jobs,
+    }
+
+
+def _clock(at: datetime, start: datetime) -> str:
+    """``02:41:05 UTC``, with ``+1d`` when it falls on a later day than the start."""
+    days = (at.astimezone(UTC).date() - start.astimezone(UTC).date()).days
+    return f"{at.astimezone(UTC):%H:%M:%S}" + (f" +{days}d" if days else "")
+
+
+def _print(f: Forecast, source: str, without: list[str], dependents: list[str]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    from nightshift.config.durations import format_duration
+
+    console = Console()
+
+    def line(text: str) -> None:
+        console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+    line(f"night starts {_iso(f.start)} ({source}); deadline {_clock(f.deadline, f.start)} UTC")
+    if without:
+        line(f"without {', '.join(without)}")
+    if dependents:
+        line(f"also removed, as they depend on a removed job: {', '.join(dependents)}")
+    table = Table(title="tonight, forecast (UTC)")
+    for column in ("label", "backend", "start", "end p50", "end p95", "slot wait", "basis"):
+        table.add_column(column)
+    for j in f.jobs:
+        table.add_row(
+            Text(j.label),
+            j.backend,
+            _clock(j.start_p50, f.start),
+            _clock(j.end_p50, f.start),
+            _clock(j.end_p95, f.start),
+            format_duration(j.wait_s) if j.wait_s > 0 else "-",
+            j.basis + (" (0 s)" if j.basis == "none" else ""),
+        )
+    console.print(table)
+    line(f"finish: p50 {_clock(f.finish_p50, f.start)}, p95 {_clock(f.finish_p95, f.start)}")
+    line(f"critical path: {' -> '.join(f.critical_path) or '-'}")
+    expected = {x.label for x in f.late}
+    only_p95 = [x for x in f.late_p95 if x.label not in expected]
+    for case, late in (("", f.late), (" in the late case (p95)", only_p95)):
+        for x in late:
+            how = f"ends {format_duration(x.seconds)} late"
+            if not x.submitted:
+                how = f"not submitted: its turn comes after the deadline ({how})"
+            line(f"past the deadline{case}: {x.label} {how}")
+    if not f.late and not f.late_p95:
+        line("every job ends before the deadline, also in the late case")
