@@ -44,11 +44,18 @@ def outcome_from_external(state: ExternalState) -> Outcome:
     return _OF_EXTERNAL[state]
 
 
-def cancel_note(cancel: str | None, error: str | None) -> tuple[str | None, bool]:
+def cancel_note(
+    cancel: str | None, error: str | None, *, seen: bool = True
+) -> tuple[str | None, bool]:
     """What a job's detail says of the cancel asked when the night gave up on it (None: none
-    was asked), and whether the job may still be running at the service."""
+    was asked), and whether the job may still be running at the service. ``seen``: a status
+    answer showed the job; a cancel of one never shown is not known to have reached it (a
+    Celery revoke sent while no worker is up is dropped, and the task runs when one starts)."""
     if cancel is None:
         return None, False
+    if cancel == "accepted" and not seen:
+        never = "cancel accepted, but no status answer ever showed the job: it may still run there"
+        return never, True
     if cancel == "accepted":
         return "cancel accepted by the service", False
     if cancel == "unsupported":

@@ -256,7 +256,10 @@ def _conclude(ctx: NightContext, run: JobRun, result: WatchResult | Exception) -
     data: dict[str, Any] = {}
     detail = status_detail(result.status)
     # a job given up on was asked to cancel: how that went, and whether it may still run
-    cancelled, may_run = cancel_note(result.cancel, result.cancel_error)
+    # no status answer showed it (tonight): a cancel accepted is not known to have reached it
+    cancelled, may_run = cancel_note(
+        result.cancel, result.cancel_error, seen=result.status is not None
+    )
     if result.reason in ("unreadable", "lost"):
         if result.reason == "lost":  # never seen: a rerun looks for it again, never resubmits
             why = f"{timers.unseen_text()}; last answer: {result.error}"

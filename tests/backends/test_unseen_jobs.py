@@ -62,7 +62,7 @@ def test_a_job_never_seen_ends_lost_after_visible_within_and_is_cancelled(tmp_pa
         assert ghost.state is Outcome.FAILED
         detail = ghost.detail or ""
         assert "lost: never seen at the service in 2s (visible_within)" in detail, detail
-        assert "cancel accepted by the service" in detail, detail
+        assert "cancel accepted, but no status answer ever showed the job" in detail, detail
         job_id = ghost.external_id.split("/", 1)[1]
         assert (api.store.get(job_id) or {}).get("status") == "canceled"
         # asked on its backoff meanwhile (0.2 s doubling to 0.5 s), not once and given up
@@ -111,3 +111,24 @@ def test_a_job_past_its_timeout_at_a_service_that_keeps_it_running_is_cancelled_
         assert "may still be running at the service" in (running.detail or ""), running.detail
         kept_id = running.external_id.split("/", 1)[1]
         assert (api.store.get(kept_id) or {}).get("status") == "started"
+
+
+def test_a_job_cancelled_before_the_service_ever_showed_it_stays_live_for_a_rerun(
+    tmp_path: Path,
+) -> None:
+    """A cancel of an id never seen is not known to have reached the job (a Celery revoke sent
+    while no worker is up is dropped, and the task runs when one starts): kept lost, said so."""
+    with sandbox_api(workers=0, unseen_until_taken=True) as api:
+        job = http_job("early", api.base_url, "{task: e, seconds: 1}", "    timeout: 2s\n")
+        ledger = Ledger(f"sqlite:///{tmp_path / 'ledger.db'}", "http-test")
+        try:
+            first = run_night(tmp_path, catalogue([job]), ledger).outcome("early")
+            assert first.state is Outcome.TIMEOUT
+            assert "no status answer ever showed the job: it may still run" in (first.detail or "")
+            assert ledger.get_job(NIGHT, "early").state == "lost"
+            # the rerun asks again: the service cancelled it after all, and says so now
+            again = run_night(tmp_path, catalogue([job]), ledger).outcome("early")
+            assert again.state is Outcome.CANCELLED, again.detail
+            assert api.stats["created"] == 1
+        finally:
+            ledger.close()
