@@ -168,7 +168,7 @@ def _begin(ctx: NightContext, run: JobRun) -> JobOutcome | Watching:
             # a patient submit may have waited out a burst of 429s: its timers start now
             run.started = ctx.wall()
             ctx.records.record_submit(ctx.night, run, external_id)
-            ctx.mark(label, "submitted", external_id)
+            ctx.mark(label, "submitted", external_id, at=run.started)  # its duration starts here
         run.watched = True
         if reattach and record is not None and record.state == FALLBACK:
             # a night that crashed during the fallback: finish it, don't watch a cancelled batch
