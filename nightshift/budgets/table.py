@@ -128,15 +128,8 @@ def at_least(tables: BudgetTables, min_samples: int = MIN_SAMPLES) -> BudgetTabl
     p95) this is ``budget_tables`` with ``min_samples``; a row whose own samples were not kept
     (an older snapshot's backend or learning row) can only fall back.
     """
-    pooled = tables.backends.rename(columns={N: "_n", P50: "_p50", P95: "_p95"})
-    states = tables.states.merge(pooled, on=[CATALOGUE, BACKEND, STATE], how="left")
-    mine = (states[SOURCE] == Source.JOB) & (states[N] >= min_samples)
-    theirs = ~mine & (states["_n"].fillna(0) >= min_samples)
-    source = np.select([mine, theirs], [Source.JOB, Source.BACKEND], Source.LEARNING)
-    states[SOURCE] = pd.Series(source, index=states.index, dtype=str)
-    states[SOURCE_N] = states[N].where(~theirs, states["_n"]).astype("int64")
-    states[P50] = states[P50].where(mine, states["_p50"].where(theirs))
-    states[P95] = states[P95].where(mine, states["_p95"].where(theirs))
+    states = _with_pooled(tables.states, tables.backends)
+    _fall_back(states, (states[SOURCE] == Source.JOB) & (states[N] >= min_samples), min_samples)
     jobs = tables.jobs.copy()
     own = (jobs[SOURCE] == Source.JOB) & (jobs[N] >= min_samples)
     jobs[SOURCE] = pd.Series(
@@ -223,16 +216,26 @@ def _states(coded: _Coded, backends: pd.DataFrame, min_samples: int) -> pd.DataF
     columns = [CATALOGUE, LABEL, STATE]
     own = _by(coded, columns, coded.key(columns), coded.dwell)
     own = own.merge(_latest_backend(coded), on=[CATALOGUE, LABEL], how="left")
+    both = _with_pooled(own, backends)
+    _fall_back(both, both[N] >= min_samples, min_samples)
+    return thresholds(both)
+
+
+def _with_pooled(states: pd.DataFrame, backends: pd.DataFrame) -> pd.DataFrame:
+    """Each state row beside its backend's pooled budget (``_n``, ``_p50``, ``_p95``)."""
     pooled = backends.rename(columns={N: "_n", P50: "_p50", P95: "_p95"})
-    both = own.merge(pooled, on=[CATALOGUE, BACKEND, STATE], how="left")
-    mine = both[N] >= min_samples
+    return states.merge(pooled, on=[CATALOGUE, BACKEND, STATE], how="left")
+
+
+def _fall_back(both: pd.DataFrame, mine: pd.Series, min_samples: int) -> None:
+    """In place: the job's own budget where ``mine``, else its backend's when that has
+    ``min_samples``, else none (learning): the one job -> backend -> learning choice."""
     theirs = ~mine & (both["_n"].fillna(0) >= min_samples)
     source = np.select([mine, theirs], [Source.JOB, Source.BACKEND], Source.LEARNING)
     both[SOURCE] = pd.Series(source, index=both.index, dtype=str)
     both[SOURCE_N] = both[N].where(~theirs, both["_n"]).astype("int64")
     both[P50] = both[P50].where(mine, both["_p50"].where(theirs))
     both[P95] = both[P95].where(mine, both["_p95"].where(theirs))
-    return thresholds(both)
 
 
 def _jobs(coded: _Coded, min_samples: int) -> pd.DataFrame:
