@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_args
@@ -138,39 +137,28 @@ def _with_dependents(catalogue: Catalogue, without: list[str]) -> set[str]:
 
 def scheduled_start(path: Path, night: str | None, now: datetime) -> tuple[datetime, str]:
     """When the night starts: its cron fire in a prefect.yaml beside the catalogue, else now."""
-    import yaml
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
     from cronsim import CronSim, CronSimError
 
-    folder = path.absolute().parent
-    try:
-        data = yaml.safe_load((folder / "prefect.yaml").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        data = None
-    deployments = data.get("deployments") if isinstance(data, dict) else None
-    for deployment in deployments if isinstance(deployments, list) else []:
-        if not isinstance(deployment, dict):
-            continue
-        if not str(deployment.get("entrypoint") or ":nightly").endswith(":nightly"):
-            continue
-        catalog = (deployment.get("parameters") or {}).get("catalog", "nightshift.yaml")
-        if os.path.normpath(folder / str(catalog)) != os.path.normpath(path.absolute()):
-            continue
-        for schedule in deployment.get("schedules") or []:
-            if not isinstance(schedule, dict) or not isinstance(schedule.get("cron"), str):
-                continue
-            from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+    from nightshift.config.timers import nightly_schedules
 
-            try:
-                zone = ZoneInfo(str(schedule.get("timezone") or "UTC"))
-                # the night is the UTC date of its start: the first fire on that date
-                after = now
-                if night is not None:
-                    after = datetime.combine(date.fromisoformat(night), datetime.min.time(), UTC)
-                after -= timedelta(seconds=1)
-                fire = next(CronSim(schedule["cron"], after.astimezone(zone))).astimezone(UTC)
-            except (CronSimError, ZoneInfoNotFoundError, StopIteration, ValueError, TypeError):
-                continue
-            return fire, f"the schedule of {deployment.get('name', '?')!r} in prefect.yaml"
+    found = nightly_schedules(path)
+    name, schedules = found if found is not None else ("", [])
+    for schedule in schedules:
+        if not isinstance(schedule.get("cron"), str):
+            continue
+        try:
+            zone = ZoneInfo(str(schedule.get("timezone") or "UTC"))
+            # the night is the UTC date of its start: the first fire on that date
+            after = now
+            if night is not None:
+                after = datetime.combine(date.fromisoformat(night), datetime.min.time(), UTC)
+            after -= timedelta(seconds=1)
+            fire = next(CronSim(schedule["cron"], after.astimezone(zone))).astimezone(UTC)
+        except (CronSimError, ZoneInfoNotFoundError, StopIteration, ValueError, TypeError):
+            continue
+        return fire, f"the schedule of {name!r} in prefect.yaml"
     return now, "now (no schedule for this catalogue in a prefect.yaml beside it)"
 
 

@@ -101,19 +101,15 @@ def schedule_warnings(catalogue: Catalogue) -> list[str]:
     return out
 
 
-def schedule_interval(catalogue_path: Path) -> tuple[float, str]:
-    """Shortest gap between two nights of this catalogue, and where that came from.
-
-    Read from the nightly deployment in a ``prefect.yaml`` beside the catalogue whose ``catalog``
-    parameter names it (cron or interval schedules); else a day is assumed. Other flows'
-    deployments (the watchdog every 10 minutes, budgets, retention) are not nights.
-    """
+def nightly_schedules(catalogue_path: Path) -> tuple[str, list[dict[str, Any]]] | None:
+    """The nightly deployment of this catalogue in a ``prefect.yaml`` beside it (the one whose
+    ``catalog`` parameter names it): its name and schedule entries; None without one. Other
+    flows' deployments (the watchdog every 10 minutes, budgets, retention) are not nights."""
     folder = catalogue_path.absolute().parent
-    config = folder / "prefect.yaml"
     try:
-        data = yaml.safe_load(config.read_text(encoding="utf-8"))
+        data = yaml.safe_load((folder / "prefect.yaml").read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        data = None
+        return None
     target = os.path.normpath(catalogue_path.absolute())
     deployments = data.get("deployments") if isinstance(data, dict) else None
     for deployment in deployments if isinstance(deployments, list) else []:
@@ -122,11 +118,21 @@ def schedule_interval(catalogue_path: Path) -> tuple[float, str]:
         catalog = (deployment.get("parameters") or {}).get("catalog", "nightshift.yaml")
         if os.path.normpath(folder / str(catalog)) != target:
             continue
-        found = [_gap(s) for s in deployment.get("schedules") or [] if isinstance(s, dict)]
-        gaps = [g for g in found if g is not None]
+        schedules = [s for s in deployment.get("schedules") or [] if isinstance(s, dict)]
+        return str(deployment.get("name", "?")), schedules
+    return None
+
+
+def schedule_interval(catalogue_path: Path) -> tuple[float, str]:
+    """Shortest gap between two nights of this catalogue, and where that came from: the
+    schedules of its nightly deployment (cron or interval, ``nightly_schedules``); else a day
+    is assumed."""
+    found = nightly_schedules(catalogue_path)
+    if found is not None:
+        name, schedules = found
+        gaps = [g for g in map(_gap, schedules) if g is not None]
         if gaps:
-            name = deployment.get("name", "?")
-            return min(gaps), f"schedule of deployment {name!r} in {config.name}"
+            return min(gaps), f"schedule of deployment {name!r} in prefect.yaml"
     return DAY_S, "no schedule for it in a prefect.yaml beside it: assumed daily"
 
 
