@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from nightshift.errors import BackendError
 
 __all__ = [
+    "COST_USD",
     "FINAL_STATES",
     "Backend",
     "Capabilities",
@@ -34,6 +35,9 @@ __all__ = [
     "Streams",
     "capabilities",
 ]
+
+# the key of what a job cost, in USD, in a final status's ``extra`` and in the job's results
+COST_USD = "cost_usd"
 
 
 class ExternalState(StrEnum):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta, tzinfo
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_args
 
@@ -12,6 +12,7 @@ from nightshift.cli import exits
 from nightshift.cli.args import add_command, catalogue_flag
 
 if TYPE_CHECKING:
+    from nightshift.cli.plan_money import PlanMoney
     from nightshift.config.catalogue import Catalogue
     from nightshift.engine.forecast import Forecast, Late
 
@@ -38,6 +39,14 @@ def register(sub: Any) -> None:
         "--without", action="append", default=[], metavar="LABEL", help="what if: no such job"
     )
     plan.add_argument("--json", action="store_true", help="print one object")
+    plan.add_argument(
+        "--accuracy",
+        action="store_true",
+        help="the forecast measured: each night's forecast finish against its actual finish",
+    )
+    plan.add_argument(
+        "--nights", type=_positive, default=None, metavar="N", help="with --accuracy (default 14)"
+    )
 
 
 def _command(args: argparse.Namespace) -> int:
@@ -50,6 +59,8 @@ def _command(args: argparse.Namespace) -> int:
     except ValueError as exc:
         exits.say(f"nightshift plan: {exc}")
         return exits.USAGE
+    if args.accuracy or args.nights is not None:
+        return _accuracy(args)
 
     def show() -> int:
         catalogue = load_catalogue(args.catalogue)
@@ -61,6 +72,27 @@ def _command(args: argparse.Namespace) -> int:
         return _show(catalogue, Path(args.catalogue), night, caps, args.without, args.json)
 
     return exits.guarded(show)
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"a number of nights, at least 1: {text}")
+    return int(text)
+
+
+def _accuracy(args: argparse.Namespace) -> int:
+    """``--accuracy [--nights N]``: what-ifs and a night make no sense with it."""
+    from nightshift.cli.plan_accuracy import DEFAULT_NIGHTS, show_accuracy
+    from nightshift.config.loader import load_catalogue
+
+    if not args.accuracy or args.limits or args.without or args.night:
+        exits.say(
+            "nightshift plan: --nights goes with --accuracy, which takes no --night, "
+            "--limits or --without"
+        )
+        return exits.USAGE
+    nights = args.nights or DEFAULT_NIGHTS
+    return exits.guarded(lambda: show_accuracy(load_catalogue(args.catalogue), nights, args.json))
 
 
 def _limits(given: list[str]) -> dict[str, int]:
@@ -86,9 +118,10 @@ def _show(
     as_json: bool,
 ) -> int:
     from nightshift.budgets.current import current_budgets
+    from nightshift.cli.plan_money import plan_money
     from nightshift.config.settings import load_settings
-    from nightshift.engine.forecast import durations_of, forecast
-    from nightshift.engine.night import expected_durations
+    from nightshift.engine.night import HISTORY_DAYS, expected_durations
+    from nightshift.engine.night_forecast import forecast_night
     from nightshift.engine.plan import plan_night
     from nightshift.store.ledger import Ledger
 
@@ -101,26 +134,21 @@ def _show(
         plan = plan_night(catalogue, keep or None, expected_durations(catalogue, ledger, now))
         # the budgets the night would watch with (a missing or stale snapshot is built first)
         budgets = current_budgets(ledger, now, catalogue.defaults.min_samples)
+        # what each job cost on its recent nights, where its results said
+        learned = ledger.job_costs(keep, now - timedelta(days=HISTORY_DAYS))
     finally:
         ledger.close()
     if not keep:
         plan = type(plan)([], [])
-    start, source = scheduled_start(path, night, now)
-    result = forecast(
-        plan,
-        {x: catalogue.job(x).backend for x in plan.labels},
-        durations_of(budgets, catalogue, plan.labels),
-        start=start,
-        deadline_s=catalogue.defaults.deadline,
-        caps={**catalogue.caps, **caps},
-        stagger=catalogue.defaults.stagger,
-        rates=catalogue.rates,
-    )
+    start, source, zone = _night_start(path, night, now)
+    # as the night forecasts itself at its start (engine/night_forecast.py)
+    result = forecast_night(catalogue, plan, budgets, start=start, caps=caps)
+    money = plan_money(catalogue, result, learned, zone)
     extra = sorted(removed - set(without))
     if as_json:
-        print(json.dumps(_as_json(result, source, sorted(set(without)), extra)))
+        print(json.dumps(_as_json(result, source, sorted(set(without)), extra, money)))
     else:
-        _print(result, source, sorted(set(without)), extra)
+        _print(result, source, sorted(set(without)), extra, money)
     return exits.OK
 
 
@@ -137,6 +165,12 @@ def _with_dependents(catalogue: Catalogue, without: list[str]) -> set[str]:
 
 def scheduled_start(path: Path, night: str | None, now: datetime) -> tuple[datetime, str]:
     """When the night starts: its cron fire in a prefect.yaml beside the catalogue, else now."""
+    start, source, _ = _night_start(path, night, now)
+    return start, source
+
+
+def _night_start(path: Path, night: str | None, now: datetime) -> tuple[datetime, str, tzinfo]:
+    """``scheduled_start`` and the schedule's timezone (UTC without one)."""
     from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
     from cronsim import CronSim, CronSimError
@@ -158,8 +192,8 @@ def scheduled_start(path: Path, night: str | None, now: datetime) -> tuple[datet
             fire = next(CronSim(schedule["cron"], after.astimezone(zone))).astimezone(UTC)
         except (CronSimError, ZoneInfoNotFoundError, StopIteration, ValueError, TypeError):
             continue
-        return fire, f"the schedule of {name!r} in prefect.yaml"
-    return now, "now (no schedule for this catalogue in a prefect.yaml beside it)"
+        return fire, f"the schedule of {name!r} in prefect.yaml", zone
+    return now, "now (no schedule for this catalogue in a prefect.yaml beside it)", UTC
 
 
 def _iso(at: datetime) -> str:
@@ -172,7 +206,11 @@ def _late_json(late: list[Late]) -> list[dict[str, Any]]:
     ]
 
 
-def _as_json(f: Forecast, source: str, without: list[str], dependents: list[str]) -> dict[str, Any]:
+def _as_json(
+    f: Forecast, source: str, without: list[str], dependents: list[str], money: PlanMoney
+) -> dict[str, Any]:
+    from nightshift.cli.plan_money import late_json, money_json
+
     jobs = [
         {
             "label": j.label,
@@ -185,17 +223,19 @@ def _as_json(f: Forecast, source: str, without: list[str], dependents: list[str]
         }
         for j in f.jobs
     ]
+    late = [{**x, "past": "deadline"} for x in _late_json(f.late)]
     return {
         "start": _iso(f.start),
         "start_from": source,
         "deadline": _iso(f.deadline),
         "finish": {"p50": _iso(f.finish_p50), "p95": _iso(f.finish_p95)},
         "critical_path": f.critical_path,
-        "late": _late_json(f.late),
+        "late": late + late_json(money),  # past the deadline, then past finish_by
         "late_p95": _late_json(f.late_p95),
         "without": without,
         "removed_dependents": dependents,
         "jobs": jobs,
+        **money_json(money),
     }
 
 
@@ -205,11 +245,15 @@ def _clock(at: datetime, start: datetime) -> str:
     return f"{at.astimezone(UTC):%H:%M:%S}" + (f" +{days}d" if days else "")
 
 
-def _print(f: Forecast, source: str, without: list[str], dependents: list[str]) -> None:
+def _print(
+    f: Forecast, source: str, without: list[str], dependents: list[str], money: PlanMoney
+) -> None:
+    from rich import box
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
+    from nightshift.cli.plan_money import cost_cell, money_lines
     from nightshift.config.durations import format_duration
 
     console = Console()
@@ -222,9 +266,13 @@ def _print(f: Forecast, source: str, without: list[str], dependents: list[str]) 
         line(f"without {', '.join(without)}")
     if dependents:
         line(f"also removed, as they depend on a removed job: {', '.join(dependents)}")
-    table = Table(title="tonight, forecast (UTC)")
-    for column in ("label", "backend", "start", "end p50", "end p95", "slot wait", "basis"):
-        table.add_column(column)
+    # no vertical rules: at 80 columns a label and its times are never cut, the rest may wrap
+    table = Table(title="tonight, forecast (UTC)", box=box.SIMPLE_HEAD, pad_edge=False)
+    paid = bool(money.cost.jobs)  # a cost column only where some job costs money
+    whole = ("label", "backend", "start", "end p50", "end p95", "basis", "cost")
+    columns = ("label", "backend", "start", "end p50", "end p95", "wait", "basis")
+    for column in (*columns, "cost") if paid else columns:
+        table.add_column(column, no_wrap=column in whole)
     for j in f.jobs:
         table.add_row(
             Text(j.label),
@@ -233,9 +281,12 @@ def _print(f: Forecast, source: str, without: list[str], dependents: list[str]) 
             _clock(j.end_p50, f.start),
             _clock(j.end_p95, f.start),
             format_duration(j.wait_s) if j.wait_s > 0 else "-",
-            j.basis + (" (0 s)" if j.basis == "none" else ""),
+            j.basis,
+            *([cost_cell(money, j.label)] if paid else []),
         )
     console.print(table)
+    if any(j.basis == "none" for j in f.jobs):
+        line("basis none: nothing learned yet, counted as 0 s")
     line(f"finish: p50 {_clock(f.finish_p50, f.start)}, p95 {_clock(f.finish_p95, f.start)}")
     line(f"critical path: {' -> '.join(f.critical_path) or '-'}")
     expected = {x.label for x in f.late}
@@ -248,3 +299,5 @@ def _print(f: Forecast, source: str, without: list[str], dependents: list[str]) 
             line(f"past the deadline{case}: {x.label} {how}")
     if not f.late and not f.late_p95:
         line("every job ends before the deadline, also in the late case")
+    for text in money_lines(money, lambda at: _clock(at, f.start)):
+        line(text)

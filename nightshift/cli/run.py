@@ -228,4 +228,6 @@ def _print_summary(summary: dict[str, Any], run_dir: Path) -> None:
         )
     console = Console()
     console.print(table)
+    if (spend := summary.get("spend")) is not None:  # what tonight's paid jobs cost, its cap
+        console.print(spend["line"], markup=False, highlight=False)
     console.print(f"summary and log tails: {run_dir}", markup=False, highlight=False)

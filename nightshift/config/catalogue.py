@@ -22,6 +22,7 @@ from nightshift.config.http_api import HttpApiFields
 from nightshift.config.limits import BackendLimit
 from nightshift.config.names import DEFAULT_NAME
 from nightshift.config.notify import NotifyConfig
+from nightshift.config.spend import Cost, FinishBy, JobSpend, NightSpend
 
 __all__ = [
     "BACKENDS",
@@ -122,6 +123,10 @@ class Defaults(_Strict):
     # samples a budget needs (nights, for a whole job's) before anything acts on it
     min_samples: MinSamples = MIN_SAMPLES
     learned_timeout: LearnedTimeout = LearnedTimeout()
+    # when the night should be done, in its schedule's timezone (`nightshift plan` reads it)
+    finish_by: FinishBy | None = None
+    # what one night may spend or commit on paid jobs (None: no cap)
+    spend: NightSpend | None = None
 
     @model_validator(mode="after")
     def _one_min_samples(self) -> Defaults:
@@ -145,6 +150,8 @@ class _JobBase(_Strict):
     # cancel past the p95 of its whole duration plus this (`timeout: learned` says "the default")
     over_expected: Timer | None = None
     learned: bool = Field(False, exclude=True)  # set by `timeout: learned` or `over_expected`
+    cost: Cost | None = None  # its estimate per run until its results teach one
+    spend: JobSpend | None = None  # its own cap
 
     @model_validator(mode="before")
     @classmethod

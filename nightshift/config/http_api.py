@@ -190,6 +190,7 @@ class HttpApiFields(_Strict):
     states: HttpStates
     result_path: DottedPath | None = None
     error_path: DottedPath | None = None
+    cost_path: DottedPath | None = None  # what the job cost, in USD, in its final answer
     created_at_path: DottedPath | None = None
     started_at_path: DottedPath | None = None
     finished_at_path: DottedPath | None = None

@@ -16,6 +16,7 @@ from nightshift.engine.events import JobChanged, Logger, PollFailed, Publisher, 
 from nightshift.engine.job_run import JobRun
 from nightshift.engine.ledger_sink import LedgerSink
 from nightshift.engine.outcomes import JobOutcome
+from nightshift.engine.spend import SpendCap
 from nightshift.engine.stopping import NightStop
 from nightshift.engine.watcher import Watcher
 from nightshift.store.ledger import Ledger
@@ -70,6 +71,8 @@ class NightContext:
     # why `nightshift cancel` asked to cancel a job of this night, if it did; (label, fresh=)
     cancel_reason: Callable[..., str | None] = lambda _label, fresh=False: None
     budgets: Budgets | None = None  # tonight's learned budgets (learned timeouts), if any
+    # tonight's spend on paid jobs, checked before each paid submit (no paid jobs: counts none)
+    spend: SpendCap = field(default_factory=lambda: SpendCap(None, {}))
     events: Publisher = field(init=False)
     # the one writer of the night's ledger rows (and its reads): orders, retries, lease rule
     records: LedgerSink = field(init=False)

@@ -105,13 +105,19 @@ class LedgerSink:
             self._write(("transition", row))
 
     def record_submit(
-        self, night: str, run: JobRun, external_id: str | None, *, state: str = JobState.QUEUED
+        self,
+        night: str,
+        run: JobRun,
+        external_id: str | None,
+        *,
+        state: str = JobState.QUEUED,
+        committed_usd: float | None = None,
     ) -> None:
         """``Ledger.record_submit`` of the job's run (its backend, attempt and start), in order
         with the night's other writes."""
         write = partial(
             self._ledger.record_submit, night, run.label, run.job.backend, external_id,
-            run.attempt, at=run.started, state=state,
+            run.attempt, at=run.started, state=state, committed_usd=committed_usd,
         )  # fmt: skip
         self._write(("job", write))
 
@@ -123,11 +129,12 @@ class LedgerSink:
         finished_at: datetime | None = None,
         detail: str | None = None,
         data: dict[str, Any] | None = None,
+        spent_usd: float | None = None,
     ) -> None:
         """``Ledger.record_state``, in order with the night's other writes."""
         write = partial(
             self._ledger.record_state, night, label, state, finished_at=finished_at,
-            detail=detail, data=data,
+            detail=detail, data=data, spent_usd=spent_usd,
         )  # fmt: skip
         self._write(("job", write))
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -29,8 +29,10 @@ from nightshift.engine.outcomes import JobOutcome, NightSummary, Outcome, join
 from nightshift.engine.plan import Plan
 from nightshift.engine.poll_hints import ledger_poll_hints
 from nightshift.engine.runner import end_job, stopped_outcome
+from nightshift.engine.spend import SpendCap, expected_costs
 from nightshift.engine.stopping import NightStop
 from nightshift.engine.watcher import Watcher
+from nightshift.states import LIVE, JobState
 from nightshift.store.cancel_requests import CancelRequests
 from nightshift.store.ledger import Ledger
 from nightshift.usual import Usual
@@ -46,6 +48,7 @@ __all__ = [
     "build_parts",
     "expected_durations",
     "finish_night",
+    "night_spend",
     "no_hold",
     "open_night",
     "watcher_stopped",
@@ -237,6 +240,7 @@ def open_night(
             stop_reason=lambda: (parts.stop_reason or watcher_stopped)(watcher),
             owns_night=parts.owns_night,
             stop=stop if stop is not None else NightStop(),
+            spend=night_spend(catalogue, parts.ledger, night.night, parts.wall()),
         )
         # on a stop: waits for a turn or a slot end at once, every watched job is let go
         for listener in (ctx.admission.interrupt, getattr(parts.hold, "interrupt", None)):
@@ -266,6 +270,32 @@ def open_night(
         yield ctx
 
 
+def night_spend(catalogue: Catalogue, ledger: Ledger, night: str, now: datetime) -> SpendCap:
+    """Tonight's spend account: the paid jobs' expected costs (their last 30 days), and what
+    earlier runs of this night spent and committed (read only when the catalogue has a price)."""
+    labels = [j.label for j in catalogue.jobs]
+    since = now - timedelta(days=HISTORY_DAYS)
+    caps = {j.label: j.spend.usd for j in catalogue.jobs if j.spend is not None}
+    cap = catalogue.defaults.spend
+    learned = ledger.job_costs(labels, since)
+    expected = expected_costs(catalogue, learned, labels)
+    if not expected and cap is None:
+        return SpendCap(None, {})
+    spent: dict[str, float] = {}
+    committed: dict[str, float] = {}
+    for record in ledger.jobs_of(night):
+        spent[record.label] = record.spent_usd or 0.0
+        if record.committed_usd is None:
+            continue
+        if record.state in LIVE or record.state == JobState.SUBMITTING:
+            committed[record.label] = record.committed_usd
+        else:  # a try that ended unsettled (a crash): what it was expected to cost is counted
+            spent[record.label] += record.committed_usd
+    return SpendCap(
+        None if cap is None else cap.usd, expected, caps, spent=spent, committed=committed
+    )
+
+
 def finish_night(
     ctx: NightContext, plan: Plan, started_at: str, outcomes: Mapping[str, JobOutcome]
 ) -> NightSummary:
@@ -273,6 +303,8 @@ def finish_night(
     jobs = [outcomes[x] if x in outcomes else _no_outcome(ctx, x) for x in plan.labels]
     finished = ctx.wall()
     summary = join(jobs, started_at, finished.isoformat(timespec="seconds"))
+    if ctx.spend.cap_usd is not None or ctx.spend.priced:
+        summary = replace(summary, spend=ctx.spend.totals())
     ctx.events.publish(NightFinished(ctx.night, ctx.catalogue.key, summary, finished))
     return summary
 

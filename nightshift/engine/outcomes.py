@@ -9,6 +9,7 @@ from typing import Any
 
 from nightshift.backends.base import ExternalState, JobStatus
 from nightshift.config.durations import format_duration
+from nightshift.engine.spend import SpendTotals
 from nightshift.states import Outcome, is_final
 
 __all__ = [
@@ -123,6 +124,7 @@ class NightSummary:
     started_at: str | None = None
     finished_at: str | None = None
     rerun: bool = False  # a later run of the night (a retry): some jobs may be kept
+    spend: SpendTotals | None = None  # tonight's spend on paid jobs (None: none, no cap)
 
     @property
     def exit_code(self) -> int:

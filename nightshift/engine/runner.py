@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from nightshift.backends.base import Backend, ExternalState, JobSpec, capabilities
+from nightshift.backends.base import COST_USD, Backend, ExternalState, JobSpec, capabilities
 from nightshift.backoff import Backoff
 from nightshift.config.catalogue import GeminiBatchJob
 from nightshift.engine.admission import Deadline
@@ -28,6 +28,7 @@ from nightshift.engine.outcomes import (
     outcome_from_record,
     status_detail,
 )
+from nightshift.engine.spend import SPEND_REFUSED
 from nightshift.engine.stopping import LEFT_RUNNING_DETAIL, NOT_SUBMITTED_DETAIL
 from nightshift.engine.timers import JobTimers, job_timers
 from nightshift.engine.watcher import WatchRequest, WatchResult
@@ -155,9 +156,16 @@ def _begin(ctx: NightContext, run: JobRun) -> JobOutcome | Watching:
                 return end_job(ctx, label, Outcome.CANCELLED, f"not submitted: {cancelled}")
             if (reason := ctx.stop_reason()) is not None:
                 return _not_submitted(ctx, run, reason, attempts - 1)
+            # a resumed try's expected cost was committed by the try that began it
+            if not resume and (refused := ctx.spend.reserve(label)) is not None:
+                return end_job(ctx, label, Outcome.SKIPPED, refused, {SPEND_REFUSED: True})
             if not resume:
-                # written before the create: a crash after it leaves a trace to look for
-                ctx.records.record_submit(ctx.night, run, None, state=SUBMITTING)
+                # written before the create: a crash after it leaves a trace to look for (and
+                # a paid try's expected cost, which a rerun counts)
+                committed = ctx.spend.committed(label)
+                ctx.records.record_submit(
+                    ctx.night, run, None, state=SUBMITTING, committed_usd=committed
+                )
             ctx.mark(label, SUBMITTING)
             if (reason := ctx.stop_reason()) is not None:  # lost while the database was away
                 return _not_submitted(ctx, run, reason, attempts - 1)
@@ -302,6 +310,9 @@ def _conclude(ctx: NightContext, run: JobRun, result: WatchResult | Exception) -
             if outcome is Outcome.SUCCEEDED and not data.get("ok", True):
                 outcome = Outcome.PARTIAL
             detail = join_details(detail, note)
+            # what the service's final answer says the job cost (an http job's cost_path)
+            if COST_USD not in data and (usd := result.status.extra.get(COST_USD)) is not None:
+                data = {**data, COST_USD: usd}
     return _finish(ctx, run, outcome, detail, data)
 
 
@@ -358,7 +369,13 @@ def _left_running(
     return _report(ctx, outcome)
 
 
-def end_job(ctx: NightContext, label: str, outcome: Outcome, detail: str | None) -> JobOutcome:
+def end_job(
+    ctx: NightContext,
+    label: str,
+    outcome: Outcome,
+    detail: str | None,
+    data: dict[str, Any] | None = None,
+) -> JobOutcome:
     """End a job that never got (or lost) its external run: skipped, or failed by an error.
 
     A job that was submitted but lost (its task gave up on an error) stays live in the ledger,
@@ -379,13 +396,13 @@ def end_job(ctx: NightContext, label: str, outcome: Outcome, detail: str | None)
     # what ends here is the job, not a try of it (one may still be out there): no log tail,
     # no duration
     ended = JobRun(label, run.job, attempts, external_id, started=ctx.wall())
-    return _finish(ctx, ended, outcome, detail, ledger_state=LOST if live else None)
+    return _finish(ctx, ended, outcome, detail, data, ledger_state=LOST if live else None)
 
 
 def _not_submitted(ctx: NightContext, run: JobRun, detail: str, attempt: int) -> JobOutcome:
     """A try that failed before its job was out there: its outcome names no job."""
     run.attempt = attempt
-    return _finish(ctx, replace(run, external_id=None), Outcome.FAILED, detail)
+    return _finish(ctx, replace(run, external_id=None), Outcome.FAILED, detail, release=True)
 
 
 def _finish(
@@ -395,11 +412,16 @@ def _finish(
     detail: str | None,
     data: dict[str, Any] | None = None,
     ledger_state: str | None = None,
+    *,
+    release: bool = False,
 ) -> JobOutcome:
     """Record the job's end as ``outcome`` (the ledger keeps ``ledger_state`` instead when
     given): it ran from ``run.started``, and a try that reached its job out there
     (``run.watched``) and did not succeed keeps the tail of its log. ``run`` is the night's
-    run of the job, or an account of it (``end_job``, ``_not_submitted``)."""
+    run of the job, or an account of it (``end_job``, ``_not_submitted``).
+
+    A paid try's commitment is settled at what it cost, or ``release``d when nothing was
+    submitted; one that may still run out there (``LOST``) stays committed for a rerun."""
     assert run.started is not None
     label, external_id = run.label, run.external_id
     finished = ctx.wall()
@@ -420,6 +442,9 @@ def _finish(
         detail=detail,
         data=data or {},
     )
+    spent = None
+    if ledger_state != LOST:
+        spent = ctx.spend.settle(label, _cost(data), submitted=not release)
     ctx.records.record_state(
         ctx.night,
         label,
@@ -427,10 +452,17 @@ def _finish(
         finished_at=finished,
         detail=detail,
         data=data or None,
+        spent_usd=spent,
     )
     # the final row is dated when the watcher first saw the end, not after collecting results
     ctx.mark(label, outcome.value, external_id, at=ended)
     return _report(ctx, result)
+
+
+def _cost(data: dict[str, Any] | None) -> float | None:
+    """What a try's results say it cost (None: they don't say)."""
+    usd = (data or {}).get(COST_USD)
+    return float(usd) if isinstance(usd, int | float) and not isinstance(usd, bool) else None
 
 
 def _report(ctx: NightContext, outcome: JobOutcome) -> JobOutcome:

@@ -92,6 +92,8 @@ class MetricsData:
     alerts: Sequence[AlertCount] = ()
     # catalogue -> the severity of its latest night ("ok" | "partial" | "failed")
     severities: dict[str, str] = field(default_factory=dict)
+    # catalogue -> what its latest night's paid jobs spent and still commit, USD
+    spend: dict[str, float] = field(default_factory=dict)
 
 
 def night_severity(states: Iterable[str]) -> str:
@@ -134,6 +136,7 @@ def _families(data: MetricsData) -> list[tuple[Sequence[Any], Build]]:
         (sorted(data.dwells, key=lambda d: (d.catalogue, d.job, d.state)), _dwell),
         (sorted(data.severities.items()), _severity),
         (sorted(data.alerts, key=lambda a: (a.catalogue, a.job, a.level)), _alerts),
+        (sorted(data.spend.items()), _spend),
     ]
 
 
@@ -214,6 +217,17 @@ def _alerts(rows: Sequence[AlertCount]) -> Metric:
     for a in rows:
         alerts.add_metric([a.catalogue, a.job, a.level], a.count)
     return alerts
+
+
+def _spend(rows: Sequence[tuple[str, float]]) -> Metric:
+    spend = GaugeMetricFamily(
+        "nightshift_spend_usd",
+        "The latest night's spend on paid jobs, ended tries and tries still out there, USD",
+        labels=["catalogue"],
+    )
+    for catalogue, usd in rows:
+        spend.add_metric([catalogue], usd)
+    return spend
 
 
 def _bound(seconds: float) -> str:

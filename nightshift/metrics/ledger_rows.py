@@ -35,6 +35,7 @@ def read_metrics(engine: sa.Engine) -> MetricsData:
             dwells=_dwells(conn),
             alerts=_alerts(conn),
             severities=_severities(conn),
+            spend=_spend(conn),
         )
 
 
@@ -115,19 +116,36 @@ def _alerts(conn: sa.Connection) -> list[AlertCount]:
 
 def _severities(conn: sa.Connection) -> dict[str, str]:
     j = JOBS_TABLE.c
+    query = sa.select(j.catalogue, j.state).join(*_latest_night())
+    states: dict[str, list[str]] = {}
+    for catalogue, state in conn.execute(query):
+        states.setdefault(catalogue, []).append(state)
+    return {catalogue: night_severity(s) for catalogue, s in states.items()}
+
+
+def _spend(conn: sa.Connection) -> dict[str, float]:
+    """Each catalogue's latest night: what its paid jobs spent and still commit, in USD."""
+    j = JOBS_TABLE.c
+    usd = sa.func.sum(sa.func.coalesce(j.spent_usd, 0.0) + sa.func.coalesce(j.committed_usd, 0.0))
+    query = (
+        sa.select(j.catalogue, usd)
+        .join(*_latest_night())
+        .where(sa.or_(j.spent_usd.is_not(None), j.committed_usd.is_not(None)))
+        .group_by(j.catalogue)
+    )
+    return {catalogue: float(total) for catalogue, total in conn.execute(query)}
+
+
+def _latest_night() -> tuple[sa.Subquery, sa.ColumnElement[bool]]:
+    """The join onto each catalogue's latest night: the subquery and the on-clause."""
+    j = JOBS_TABLE.c
     latest = (
         sa.select(j.catalogue, sa.func.max(j.night).label("night"))
         .where(j.catalogue != BEFORE_CATALOGUES)
         .group_by(j.catalogue)
         .subquery()
     )
-    query = sa.select(j.catalogue, j.state).join(
-        latest, (j.catalogue == latest.c.catalogue) & (j.night == latest.c.night)
-    )
-    states: dict[str, list[str]] = {}
-    for catalogue, state in conn.execute(query):
-        states.setdefault(catalogue, []).append(state)
-    return {catalogue: night_severity(s) for catalogue, s in states.items()}
+    return latest, (j.catalogue == latest.c.catalogue) & (j.night == latest.c.night)
 
 
 def _aware(value: datetime | None) -> datetime | None:

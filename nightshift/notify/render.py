@@ -99,6 +99,9 @@ def render_night(
         facts = f"*{escape(retry)}*\n{facts}"
     blocks: list[Block] = [header(head), section_block(f"{mention}{facts}")]
     slowest = [escape(said)] if (said := slow_line(slow)) else []
+    # what tonight spent, where it has a cap or its paid jobs cost anything
+    if (spend := summary.spend) is not None and (spend.cap_usd is not None or spend.total_usd):
+        slowest.append(escape(spend.line()))
     tail = [context(f"<{escape(url)}|Flow run in the Prefect UI>")] if url else []
     blocks += pack_lines(lines, MAX_BLOCKS - len(blocks) - len(slowest) - len(tail))
     blocks += [section_block(line) for line in slowest] + tail

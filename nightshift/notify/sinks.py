@@ -1,8 +1,9 @@
 """The notifier as a listener: the night's events and the watchdog's findings, into Slack.
 
 ``NoticeSink`` is a night-event sink: a Gemini batch handed to its SLA fallback, a job stuck in
-its queue or timed out go to the ``alert`` route, in the night's thread, as they happen (dwell
-alerts come through ``SlackAlertSink``). ``SlackFindingSink`` is the watchdog's ``FindingSink``.
+its queue, timed out or kept from its submit by a spend cap go to the ``alert`` route, in the
+night's thread, as they happen (dwell alerts come through ``SlackAlertSink``).
+``SlackFindingSink`` is the watchdog's ``FindingSink``.
 Neither raises: the notifier logs what it could not send and keeps it in the outbox.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 from nightshift.config.durations import format_duration
 from nightshift.engine.events import JobChanged, JobFinished, NightEvent
+from nightshift.engine.spend import SPEND_REFUSED
 from nightshift.notify.notifier import Notifier
 from nightshift.states import JobState, Outcome
 from nightshift.store.alert_log import AlertRecord
@@ -21,7 +23,8 @@ _FINAL_NOTICES = {Outcome.TIMEOUT: "timeout", Outcome.STUCK_QUEUED: "stuck in qu
 
 
 class NoticeSink:
-    """Tells the alert route about a fallback firing, a stuck queue and a timeout."""
+    """Tells the alert route about a fallback firing, a stuck queue, a timeout and a paid job
+    a spend cap kept from its submit."""
 
     def __init__(self, notifier: Notifier) -> None:
         self.notifier = notifier
@@ -38,6 +41,13 @@ class NoticeSink:
             line += f": {outcome.detail}" if outcome.detail else ""
             self.notifier.notice(
                 event.night, outcome.label, line, backend=outcome.backend, kind=kind
+            )
+        elif isinstance(event, JobFinished) and event.outcome.data.get(SPEND_REFUSED):
+            # a cap kept a paid job from its submit: said at once, the night goes on
+            outcome = event.outcome
+            line = f"not submitted: {outcome.detail}"
+            self.notifier.notice(
+                event.night, outcome.label, line, backend=outcome.backend, kind="spend cap"
             )
 
 

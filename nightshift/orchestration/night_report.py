@@ -26,6 +26,7 @@ from nightshift.engine.outcomes import (
     state_name,
     worst_first,
 )
+from nightshift.orchestration.forecast_report import forecast_lines
 from nightshift.orchestration.night_runs import RunSpan, Try, runs_line, tries_line, try_words
 from nightshift.states import JobState
 
@@ -83,12 +84,14 @@ def build_report(
     slack: Iterable[SlackLine] | None = None,
     runs: Sequence[RunSpan] | None = None,
     tries: Mapping[str, Sequence[Try]] | None = None,
+    forecast: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The report's fields, JSON-ready; ``slack`` None: the catalogue has no ``notify:``.
 
     ``runs``: the night's runs, oldest first (None: the summary's alone); more than one makes
     the headline a retry's. ``tries``: each job's tries tonight (``night_runs``); the excerpt
-    of a job ok now that failed earlier tonight is of that failure's tail.
+    of a job ok now that failed earlier tonight is of that failure's tail. ``forecast``: the
+    run's forecast against what happened (``forecast_report.forecast_section``), None: none kept.
     """
     usual = usual or {}
     excerpts = excerpts or {}
@@ -143,6 +146,9 @@ def build_report(
         "jobs": jobs,
         "watches": [vars(w) for w in watches],
         "slack": None if slack is None else [vars(s) for s in slack],
+        "forecast": None if forecast is None else dict(forecast),
+        # tonight's spend on paid jobs and its cap: one line (None: no paid job, no cap)
+        "spend": None if summary.spend is None else summary.spend.line(),
     }
 
 
@@ -171,6 +177,12 @@ def render_report(report: Mapping[str, Any], plot: str | None = None) -> str:
         runs = [{"started_at": report["started_at"], "finished_at": report.get("finished_at")}]
     if runs and (when := runs_line(night, runs)):
         out += ["", when]
+    if report.get("forecast"):
+        out += ["", *forecast_lines(report["forecast"])]
+    if report.get("spend"):
+        # a label's `_` or `*` is text, not emphasis
+        spend = str(report["spend"]).replace("_", "\\_").replace("*", "\\*")
+        out += ["", f"**{spend[:1].upper()}{spend[1:]}**"]
     out += ["", "## Jobs, worst first", ""]
     out += [
         "| job | state | took | usual p50 / p95 | x p95 | attempts | external id |",

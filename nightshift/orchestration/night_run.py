@@ -25,6 +25,7 @@ from nightshift.notify.notifier import SlackAlertSink
 from nightshift.notify.sinks import NoticeSink
 from nightshift.orchestration.leases import slot_lease_s
 from nightshift.orchestration.limits import limit_scope, night_slots
+from nightshift.orchestration.night_forecast import forecast_at_start
 from nightshift.orchestration.night_loop import on_a_loop
 from nightshift.orchestration.night_setup import NightSetup, stamp, stop_reason
 from nightshift.orchestration.progress import ProgressSink
@@ -59,9 +60,14 @@ def run_night(
     )
     logger = get_run_logger()
     started_at = stamp()
+    run_id = str(flow_run.id or f"{night}:{uuid.uuid4().hex[:8]}")
+    kept = {r.label for r in ledger.jobs_of(night) if r.state == "succeeded" and r.external_id}
+    # the run's first artifact; its budgets are the ones the night then watches with
+    budgets = forecast_at_start(prepared, run_id, logger, kept=kept)
     progress = ProgressSink(plan.labels)
     parts = _parts(setup, lease, [*live, progress, LogSink(logger)], logger)
-    run_id = str(flow_run.id or f"{night}:{uuid.uuid4().hex[:8]}")
+    if budgets is not None:
+        parts.budgets = lambda _ledger, _now, _min_samples: budgets
     with open_night(
         catalogue,
         parts,
@@ -71,7 +77,6 @@ def run_night(
         stop=setup.stop,
     ) as ctx:
         pools = JobPools()
-        kept = {r.label for r in ledger.jobs_of(night) if r.state == "succeeded" and r.external_id}
         try:
             logger.info("night %s: %s", night, plan.describe())
             with quiet_job_finish():

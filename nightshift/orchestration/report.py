@@ -20,6 +20,7 @@ from nightshift.engine.outcomes import (
     state_name,
     worst_first,
 )
+from nightshift.engine.spend import SpendTotals
 from nightshift.errors import LockHeldError, NightEndedEarly
 from nightshift.files import write_atomic
 from nightshift.orchestration.night_report import REPORT_KEY, render_report
@@ -32,6 +33,7 @@ __all__ = [
     "not_run",
     "publish_summary",
     "report",
+    "spend_json",
     "summary_json",
     "why",
 ]
@@ -107,6 +109,21 @@ def summary_json(summary: NightSummary) -> dict[str, Any]:
             for job in summary.jobs
             if job.state is Outcome.LEFT_RUNNING
         ],
+        # tonight's spend on paid jobs (runs of the night before this one included), its cap
+        "spend": None if summary.spend is None else spend_json(summary.spend),
+    }
+
+
+def spend_json(spend: SpendTotals) -> dict[str, Any]:
+    """The spend as summary.json and the report keep it."""
+    return {
+        "cap_usd": spend.cap_usd,
+        "spent_usd": round(spend.spent_usd, 6),
+        "committed_usd": round(spend.committed_usd, 6),
+        "total_usd": round(spend.total_usd, 6),
+        "refused": list(spend.refused),
+        "unknown": list(spend.unknown),
+        "line": spend.line(),
     }
 
 

@@ -3,18 +3,21 @@
 The budgets' usual durations (the latest snapshot, never built here), tonight's watches and
 alerts (the alert log), what Slack was told (the outbox), the head of each saved log tail, and
 the night's runs and each job's tries (``night_runs``: the ledger's rows and the summaries the
-night's earlier runs left in their run folders).
+night's earlier runs left in their run folders), and the run's forecast (``store/forecasts``).
 """
 
 from __future__ import annotations
 
 import json
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from nightshift.config.catalogue import Catalogue
 from nightshift.engine.explain import tail_end
+from nightshift.engine.forecast_check import check_night
 from nightshift.engine.outcomes import NightSummary
+from nightshift.orchestration.forecast_report import forecast_section
 from nightshift.orchestration.night_report import (
     EXCERPT_LINES,
     SlackLine,
@@ -30,7 +33,8 @@ from nightshift.orchestration.night_runs import (
     record_of,
 )
 from nightshift.store.alert_log import AlertLog
-from nightshift.store.ledger import Ledger
+from nightshift.store.forecasts import Forecasts
+from nightshift.store.ledger import Ledger, Transition
 from nightshift.store.outbox import Outbox
 
 __all__ = ["SUMMARY_FILE", "catalogue_name", "earlier_records", "gather_report"]
@@ -64,7 +68,8 @@ def gather_report(
     if runs_folder is not None:
         labels = {job.label for job in catalogue.jobs}
         records += earlier_records(runs_folder, catalogue_name(catalogue), labels)
-    runs, tries = night_runs(records, ledger.dwells(night))
+    rows = ledger.dwells(night)
+    runs, tries = night_runs(records, rows)
     return build_report(
         summary,
         night=night,
@@ -78,6 +83,7 @@ def gather_report(
         slack=None if catalogue.notify is None else _slack(ledger, key, night),
         runs=runs,
         tries=tries,
+        forecast=_forecast(ledger, key, night, summary.started_at, rows),
     )
 
 
@@ -136,6 +142,20 @@ def _usual(ledger: Ledger, catalogue: str, min_samples: int) -> dict[str, Usual]
         for (cat, label), budget in budgets.jobs.items()
         if cat == catalogue
     }
+
+
+def _forecast(
+    ledger: Ledger, catalogue: str, night: str, started_at: str | None, rows: list[Transition]
+) -> dict[str, Any] | None:
+    """This run's forecast (the night's latest, made since the run started) against the run's
+    ledger rows; None when it kept none."""
+    forecasts = Forecasts(ledger.engine, catalogue).of_night(night)
+    if started_at:
+        since = datetime.fromisoformat(started_at) - timedelta(seconds=1)  # kept to the second
+        forecasts = [f for f in forecasts if f.made_at >= since]
+    if not forecasts:
+        return None
+    return forecast_section(check_night(forecasts[-1], rows))
 
 
 def _slack(ledger: Ledger, catalogue: str, night: str) -> list[SlackLine]:

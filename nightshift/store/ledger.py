@@ -59,6 +59,7 @@ HISTORY_COLUMNS = [NIGHT, RUN_ID, LABEL, BACKEND, STATE, DWELL_S, AT]
 CATALOGUE = "catalogue"  # first column of Ledger.history(all_catalogues=True)
 
 BEFORE_CATALOGUES = ""  # the catalogue of rows written before jobs were keyed by catalogue
+_COST = "cost_usd"  # what a job's results say it cost (backends.base.COST_USD)
 
 # what migrations build (tests compare the two); the schema itself lives in tasks/migrations
 _metadata = sa.MetaData()
@@ -101,6 +102,9 @@ _jobs = sa.Table(
     sa.Column("finished_at", UTCDateTime(), nullable=True),
     sa.Column("detail", sa.Text, nullable=True),
     sa.Column("data", sa.Text, nullable=True),  # JSON object
+    # what the night's ended tries of the job cost, and what its try out there may (0009)
+    sa.Column("committed_usd", sa.Float, nullable=True),
+    sa.Column("spent_usd", sa.Float, nullable=True),
     sa.PrimaryKeyConstraint("catalogue", "night", "label", name="pk_jobs"),
     sa.Index("ix_jobs_catalogue_label_state", "catalogue", "label", "state"),
 )
@@ -149,6 +153,8 @@ class JobRecord:
     finished_at: datetime | None
     detail: str | None
     data: dict[str, Any] | None
+    committed_usd: float | None = None  # the expected cost of its try out there (paid jobs)
+    spent_usd: float | None = None  # what its ended tries of this night cost
 
 
 class Ledger:
@@ -354,10 +360,14 @@ class Ledger:
         *,
         at: datetime | None = None,
         state: str = JobState.QUEUED,
+        committed_usd: float | None = None,
     ) -> None:
-        """Record a (re)submission; clears the finish time, detail and data of an earlier try."""
+        """Record a (re)submission; clears the finish time, detail and data of an earlier try.
+        ``committed_usd``: a paid try's expected cost (kept when not given)."""
         values: dict[str, Any] = {"backend": backend, "external_id": external_id}
         values |= {"attempts": attempts, "state": str(state), "submitted_at": _utc(at or _now())}
+        if committed_usd is not None:
+            values["committed_usd"] = committed_usd
         self._upsert_job(night, label, values | dict.fromkeys(("finished_at", "detail", "data")))
 
     def record_state(
@@ -368,9 +378,13 @@ class Ledger:
         finished_at: datetime | None = None,
         detail: str | None = None,
         data: dict[str, Any] | None = None,
+        spent_usd: float | None = None,
     ) -> None:
-        """Set a job's state; finished_at, detail and data change only when given."""
+        """Set a job's state; finished_at, detail and data change only when given.
+        ``spent_usd``: what the job's tries of the night cost, its last one settled."""
         values: dict[str, Any] = {"state": str(state)}
+        if spent_usd is not None:
+            values |= {"spent_usd": spent_usd, "committed_usd": None}
         if finished_at is not None:
             values["finished_at"] = _utc(finished_at)
         if detail is not None:
@@ -398,6 +412,26 @@ class Ledger:
             for label, submitted_at, finished_at in conn.execute(query):
                 seconds.setdefault(label, []).append((finished_at - submitted_at).total_seconds())
         return {label: u.p50 for label, values in seconds.items() if (u := Usual.of(values))}
+
+    def job_costs(self, labels: Iterable[str], since: datetime) -> dict[str, list[float]]:
+        """What each label's last try of a night cost (its results' ``cost_usd``), one per night
+        since ``since``, for nights whose results said."""
+        wanted = sorted(set(labels))
+        if not wanted:
+            return {}
+        query = sa.select(_jobs.c.label, _jobs.c.data).where(
+            *self._mine(_jobs),
+            _jobs.c.label.in_(wanted),
+            _jobs.c.submitted_at >= _utc(since),
+            _jobs.c.data.like(f'%"{_COST}"%'),
+        )
+        out: dict[str, list[float]] = {}
+        with self.engine.begin() as conn:
+            for label, text in conn.execute(query):
+                cost = json.loads(text).get(_COST)
+                if isinstance(cost, int | float) and not isinstance(cost, bool) and cost >= 0:
+                    out.setdefault(label, []).append(float(cost))
+        return out
 
     def _mine(self, table: sa.Table) -> tuple[sa.ColumnElement[bool]]:
         """The filter every query carries: this catalogue's rows only."""

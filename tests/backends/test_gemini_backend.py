@@ -416,3 +416,24 @@ def test_close_closes_the_client_and_later_calls_fail_clearly(emu, tmp_path) -> 
         backend.submit(make_spec(tmp_path, "late", 1))
     with pytest.raises(RuntimeError, match="closed"):  # the SDK's own client: really closed
         backend._client.batches.get(name=external_id)
+
+
+def test_the_fallback_answers_rows_while_the_job_s_own_spend_cap_leaves_room(emu, tmp_path) -> None:
+    backend = make_backend(emu, fallback_concurrency=3)
+    script = BatchScript(queued_s=MINUTES, final="stuck", done_on_cancel=4, echo_metadata=True)
+    emu.script_batch("capped", script)
+    # $1 a token: a batch row (4 + 7 tokens at half price) $5.50, an on-demand row $11
+    prices = {"gemini-2.5-flash": {"input": 1e6, "output": 1e6}}
+    spec = make_spec(tmp_path, "capped", 10, prices=prices, spend={"usd": 60})
+    batch_id = backend.submit(spec)
+    wait_status(backend, batch_id, lambda s: s.state == ExternalState.RUNNING)
+
+    outcome = backend.fallback(spec, batch_id)
+    # $22 kept from the batch; one row measured ($33), two more fit ($55); a fourth would not
+    assert emu.count("models.generateContent") == 3
+    assert outcome["cost_usd"] == 55.0 and outcome["cost_usd"] <= 60
+    rec = outcome["reconciliation"]
+    assert (rec["succeeded"], rec["missing"], rec["fallback"]) == (7, 3, 3)
+    assert "spend cap of the job: $55.00 of $60 spent, 3 row(s) not answered" in outcome["summary"]
+    assert [r["key"] for r in read_jsonl(outcome["retry_file"])] == ["row-7", "row-8", "row-9"]
+    assert outcome["ok"] is False

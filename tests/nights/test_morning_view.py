@@ -91,6 +91,21 @@ def subflows(run_id: UUID) -> list[Any]:
         return list(c.read_flow_runs(flow_run_filter=parent))
 
 
+def summary_forecast_runs(sandbox: Path, night: str) -> list[str]:
+    """The runs of ``night`` that kept a forecast in the ledger."""
+    from nightshift.config.loader import load_catalogue
+    from nightshift.config.settings import load_settings
+    from nightshift.store.forecasts import Forecasts
+    from nightshift.store.ledger import Ledger
+
+    key = load_catalogue(sandbox / "nightshift.yaml").key
+    ledger = Ledger(load_settings().ledger_url(), key)
+    try:
+        return [f.run_id for f in Forecasts(ledger.engine, key).of_night(night)]
+    finally:
+        ledger.close()
+
+
 def logs(run_ids: list[UUID]) -> list[Any]:
     from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
 
@@ -235,9 +250,14 @@ def test_the_night_report_is_an_artifact_the_cli_prints_and_summary_json_keeps(
     run_id = state.state_details.flow_run_id
     only = ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run_id]))
     with client() as c:
-        artifacts = {a.key: a for a in c.read_artifacts(artifact_filter=only)}
+        listed = list(c.read_artifacts(artifact_filter=only))
+    artifacts = {a.key: a for a in listed}
     # listed by the night it ran, not a random name
     assert flow_run(run_id).name == "night 2026-11-30"
+    # the run's first artifact: its forecast, made at its start
+    first = min(listed, key=lambda a: a.created)
+    assert first.key == "nightly-forecast", [a.key for a in listed]
+    assert first.data.startswith("# Forecast · night 2026-11-30 · nightshift\n")
     page = artifacts["nightly-report"]
     assert page.type == "markdown"
     text = page.data
@@ -249,6 +269,9 @@ def test_the_night_report_is_an_artifact_the_cli_prints_and_summary_json_keeps(
     assert "**broken** (Failed): exit code 3" in text
     assert "disk full on /data" in text  # the excerpt of its log
     assert "![durations against budgets](data:image/png;base64," in text
+    # held against what happened: nothing learned yet, so a night of 0 s, finished later
+    assert "## Forecast against actual" in text and ", finished " in text
+    assert summary_forecast_runs(sandbox, "2026-11-30") == [str(run_id)]  # kept in the ledger
 
     summary = json.loads((folder / "summary.json").read_text())
     assert summary["report"]["headline"] == page.description

@@ -20,6 +20,7 @@ from alembic.script import ScriptDirectory
 from nightshift.budgets import snapshots as snapshots_module
 from nightshift.store import alert_log as alert_log_module
 from nightshift.store import cancel_requests as cancel_requests_module
+from nightshift.store import forecasts as forecasts_module
 from nightshift.store import lease as lease_module
 from nightshift.store import ledger as ledger_module
 from nightshift.store import migrations
@@ -158,7 +159,17 @@ def test_head_is_the_last_revision_on_disk() -> None:
 
     chain = [rev.revision for rev in script.walk_revisions()]
 
-    assert chain == [migrations.HEAD, "0006", "0005", "0004", "0003", "0002", "0001"]
+    assert chain == [
+        migrations.HEAD,
+        "0008",
+        "0007",
+        "0006",
+        "0005",
+        "0004",
+        "0003",
+        "0002",
+        "0001",
+    ]
     assert script.get_current_head() == migrations.HEAD
 
 
@@ -173,6 +184,7 @@ def test_a_new_database_gets_exactly_the_schema_the_code_declares(db_url: str) -
         outbox_module._metadata,
         slot_holders_module._metadata,
         cancel_requests_module._metadata,
+        forecasts_module._metadata,
     ]
     with ledger.engine.connect() as conn:
         context = MigrationContext.configure(conn, opts={"version_table": migrations.VERSION_TABLE})
@@ -257,8 +269,8 @@ def test_a_schema_newer_than_the_code_is_refused_in_one_line(db_url: str) -> Non
         Ledger(db_url)
 
     assert str(caught.value) == (
-        "ledger schema is at revision 0099, newer than this Nightshift knows (up to 0007): "
-        "upgrade Nightshift"
+        "ledger schema is at revision 0099, newer than this Nightshift knows "
+        f"(up to {migrations.HEAD}): upgrade Nightshift"
     )
 
 
@@ -328,6 +340,37 @@ def test_a_lease_taken_before_the_first_ledger_is_kept(db_url: str) -> None:
     assert _revision(db_url) == migrations.HEAD
     held = Lease(db_url, "nightly.yaml", "other").holder()
     assert held is not None and held[0] == "early:1:z"
+
+
+@pytest.mark.parametrize(
+    "revision", [r for r in migrations.KNOWN if r not in (None, migrations.HEAD)]
+)
+def test_a_ledger_at_any_earlier_revision_upgrades_to_head(db_url: str, revision: str) -> None:
+    engine = make_engine(db_url)
+    config = Config()
+    config.set_main_option("script_location", str(Path(migrations.__file__).parent))
+    from alembic import command
+
+    with engine.begin() as conn:
+        config.attributes["connection"] = conn
+        command.upgrade(config, revision)
+    engine.dispose()
+    assert _revision(db_url) == revision
+
+    ledger = Ledger(db_url, "nightly.yaml")
+
+    assert ledger.schema_upgrade == (revision, migrations.HEAD)
+    ledger.close()
+
+
+def test_every_revision_on_disk_up_to_head_is_known() -> None:
+    config = Config()
+    config.set_main_option("script_location", str(Path(migrations.__file__).parent))
+    script = ScriptDirectory.from_config(config)
+
+    below_head = [rev.revision for rev in script.iterate_revisions(migrations.HEAD, "base")]
+
+    assert set(below_head) <= set(migrations.KNOWN)  # a ledger at any of them is upgraded
 
 
 def test_revision_0002_can_be_undone_and_redone(db_url: str) -> None:

@@ -206,3 +206,19 @@ def test_a_big_catalogues_textfile_is_written_a_few_jobs_at_a_time(tmp_path: Pat
     assert peak < size / 4, f"writing a {size / 2**10:.0f} KB file took {peak / 2**10:.0f} KB"
     assert path.read_bytes() == generate_latest(registry(data))
     assert [p.name for p in tmp_path.iterdir()] == ["m.prom"]  # no temporary file left
+
+
+def test_the_latest_night_s_spend_is_a_gauge_per_catalogue(db_url: str, tmp_path: Path) -> None:
+    ledger = _fill(db_url)
+    # the latest night of n.yaml: one paid job settled at $4.25, one still out there at $2
+    ledger.record_submit("2026-11-29", "gen", "http", "g", 1, at=T0, committed_usd=3.0)
+    ledger.record_state("2026-11-29", "gen", "succeeded", finished_at=T0, spent_usd=4.25)
+    ledger.record_submit("2026-11-29", "batch", "gemini_batch", "b", 1, committed_usd=2.0)
+    ledger.record_submit("2026-11-28", "old", "http", "o", 1, at=T0, committed_usd=9.0)
+    path = tmp_path / "nightshift.prom"
+
+    assert export_metrics(read_metrics(ledger.engine), path) is True
+
+    got = _parse(path.read_text())
+    assert got[("nightshift_spend_usd", (("catalogue", "n.yaml"),))] == 6.25
+    assert ("nightshift_spend_usd", (("catalogue", "other.yaml"),)) not in got  # nothing paid

@@ -109,3 +109,15 @@ def test_server_sent_events_are_parsed_as_the_spec_says() -> None:
         ("status", '{"a":\n1}', "7"),
         ("message", "plain", "7"),
     ]
+
+
+def test_a_final_answer_says_what_the_job_cost_where_cost_path_points() -> None:
+    paths = Paths(state="data.status", cost="data.usage.usd")
+    done = to_status({"data": {"status": "finished", "usage": {"usd": "4.10"}}}, paths, STATES)
+    assert done.extra["cost_usd"] == 4.1
+    # only a final answer's cost counts; a cost that is no number is no cost
+    running = to_status({"data": {"status": "started", "usage": {"usd": 1}}}, paths, STATES)
+    assert "cost_usd" not in running.extra
+    for odd in ("n/a", True, -1, None, "nan"):
+        answer = {"data": {"status": "failed", "usage": {"usd": odd}}}
+        assert "cost_usd" not in to_status(answer, paths, STATES).extra

@@ -328,3 +328,15 @@ def test_the_summary_table_artifact_is_worst_first_as_the_report_is(monkeypatch)
     published.publish_summary(NIGHT)
     assert [r["job"] for r in tables[0]] == ["broken", "stuck", "fast", "kept", "slow"]
     assert tail_end("a\nb\nc", lines=2) == ["b", "c"]  # the report's excerpt: a tail's end
+
+
+def test_the_page_says_what_tonight_spent_against_its_cap() -> None:
+    from nightshift.engine.spend import SpendTotals
+
+    assert build_report(NIGHT, night="2026-11-29", catalogue="n")["spend"] is None
+    spent = SpendTotals(50, 41.2, 0, refused=("report_c",))
+    page = build_report(replace(NIGHT, spend=spent), night="2026-11-29", catalogue="n")
+    assert page["spend"] == "spend: $41.20 of a $50 cap; not submitted by the cap: report_c"
+    assert "\n**Spend: $41.20 of a $50 cap; not submitted by the cap: report\\_c**\n" in (
+        render_report(page)
+    )

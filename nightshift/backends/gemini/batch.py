@@ -10,7 +10,6 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,6 +18,7 @@ from google.genai import types
 
 from nightshift.backends.base import ExternalState, JobSpec, JobStatus
 from nightshift.backends.gemini.batch_input import BatchRow, load_batch_input, sdk_request
+from nightshift.backends.gemini.capped import answer_within
 from nightshift.backends.gemini.client import (
     Failure,
     RetryPolicy,
@@ -290,11 +290,23 @@ class GeminiBatchBackend:
         if opts.fallback == "none":
             todo = []
         self._note(external_id, f"fallback: {len(todo)} row(s) on demand")
-        with ThreadPoolExecutor(max_workers=self._fallback_concurrency) as pool:
-            answers = list(pool.map(lambda row: self._generate(opts.model, row), todo))
+        # a job's own spend cap holds here, where its cost grows row by row
+        answers, capped = answer_within(
+            todo,
+            lambda row: row.key,
+            lambda row: self._generate(opts.model, row),
+            model=opts.model,
+            kept=results,
+            cap_usd=opts.spend_usd,
+            concurrency=self._fallback_concurrency,
+            prices=opts.prices,
+        )
+        if capped is not None:
+            notes.append(capped)
         fallback_keys = set()  # rows whose result (answer or error) came from the fallback
-        for row, answer in zip(todo, answers, strict=True):
-            if "response" in answer or row.key not in results:
+        for row in todo:
+            answer = answers.get(row.key)
+            if answer is not None and ("response" in answer or row.key not in results):
                 results[row.key] = answer
                 fallback_keys.add(row.key)
         return self._finish(opts, external_id, rows, results, fallback_keys, True, notes)

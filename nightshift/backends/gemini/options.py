@@ -25,6 +25,7 @@ class GeminiJobOptions:
     inline_threshold_rows: int = 1000
     inline_threshold_bytes: int = 10 * 1024 * 1024
     prices: dict[str, Price] = field(default_factory=dict)  # the catalogue's, over built-ins
+    spend_usd: float | None = None  # the job's own spend cap (`spend: {usd: ...}`)
 
     @classmethod
     def from_spec(cls, spec: JobSpec) -> GeminiJobOptions:
@@ -38,6 +39,7 @@ class GeminiJobOptions:
                 f"gemini job {spec.label!r}: fallback must be on_demand|none"
             )
         sla = opts.get("sla")
+        spend = opts.get("spend")
         return cls(
             model=str(opts["model"]),
             input=Path(opts["input"]),
@@ -50,6 +52,7 @@ class GeminiJobOptions:
                 str(model): Price(float(p["input"]), float(p["output"]))
                 for model, p in (opts.get("prices") or {}).items()
             },
+            spend_usd=float(spend["usd"]) if isinstance(spend, dict) and "usd" in spend else None,
         )
 
     @property

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from nightshift.backends.base import COST_USD
 from nightshift.backends.gemini.batch_input import BatchRow, render_rows, sdk_request
 from nightshift.backends.gemini.options import GeminiJobOptions
 from nightshift.backends.gemini.pricing import job_cost
@@ -214,7 +215,7 @@ def finish_job(
         "ok": batch_ok and rec.failed == 0 and rec.missing == 0,
         "reconciliation": rec.as_dict(),
         "tokens": usage.as_dict(),
-        "cost_usd": None if cost is None else round(cost, 6),  # None: no known price
+        COST_USD: None if cost is None else round(cost, 6),  # None: no known price
         "summary": summary,
         "notes": list(notes),
         "output": str(opts.output),

@@ -52,6 +52,7 @@ class Api:
             id=job.id_path,
             result=job.result_path,
             error=job.error_path,
+            cost=job.cost_path,
             created_at=job.created_at_path,
             started_at=job.started_at_path,
             finished_at=job.finished_at_path,

@@ -14,6 +14,7 @@ No I/O here: the backend (``http.py``) sends requests and hands the answers to t
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, Literal
 
-from nightshift.backends.base import ExternalState, JobStatus
+from nightshift.backends.base import COST_USD, ExternalState, JobStatus
 from nightshift.config.http_api import PATH_PATTERN, placeholders
 
 __all__ = [
@@ -122,6 +123,7 @@ class Paths:
     id: str | None = None
     result: str | None = None
     error: str | None = None
+    cost: str | None = None
     created_at: str | None = None
     started_at: str | None = None
     finished_at: str | None = None
@@ -159,6 +161,8 @@ def to_status(answer: Any, paths: Paths, states: StateMap) -> JobStatus:
         extra["result"] = result
     if paths.id is not None and (found := get(paths.id)) is not None:
         extra["job_id"] = found
+    if state.final and (usd := _usd(get(paths.cost))) is not None:
+        extra[COST_USD] = usd
     return JobStatus(
         state=state,
         started_at=_time(get(paths.started_at)),
@@ -167,6 +171,17 @@ def to_status(answer: Any, paths: Paths, states: StateMap) -> JobStatus:
         detail=detail,
         extra=extra,
     )
+
+
+def _usd(value: Any) -> float | None:
+    """A cost the answer gives (a number, or a number as text); None: none, or not a number."""
+    if isinstance(value, bool):
+        return None
+    try:
+        usd = float(value) if isinstance(value, int | float | str) else math.nan
+    except ValueError:
+        return None
+    return usd if math.isfinite(usd) and usd >= 0 else None
 
 
 def _text(value: Any) -> str:

@@ -24,7 +24,7 @@ from nightshift.errors import NightshiftError
 
 __all__ = ["HEAD", "VERSION_TABLE", "SchemaTooNewError", "current_revision", "upgrade"]
 
-HEAD = "0007"  # the newest revision under versions/; a test checks they agree
+HEAD = "0009"  # the newest revision under versions/; a test checks they agree
 KNOWN = (
     None,
     "0001",
@@ -32,6 +32,9 @@ KNOWN = (
     "0003",
     "0004",
     "0005",
+    "0006",
+    "0007",
+    "0008",
     HEAD,
 )  # oldest first; None: no revision kept (new, or before migrations)
 VERSION_TABLE = "nightshift_alembic_version"  # where the ledger keeps its revision

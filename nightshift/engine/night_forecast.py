@@ -1,0 +1,80 @@
+"""A night's forecast as ``nightshift plan`` and the night at its start make it (pure: no I/O).
+
+Both simulate the same plan with the same learned spans, caps, stagger and rates
+(``engine/forecast.py``); the night keeps what it forecast (``forecast_body``) so the morning can
+hold it against what happened (``engine/forecast_check.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from nightshift.engine.forecast import Forecast, Late, Span, durations_of, forecast
+
+if TYPE_CHECKING:
+    from nightshift.budgets.lookup import Budgets
+    from nightshift.config.catalogue import Catalogue
+    from nightshift.engine.plan import Plan
+
+__all__ = ["forecast_body", "forecast_night"]
+
+
+def forecast_night(
+    catalogue: Catalogue,
+    plan: Plan,
+    budgets: Budgets,
+    *,
+    start: datetime,
+    caps: Mapping[str, int] | None = None,
+    kept: Collection[str] = (),
+) -> Forecast:
+    """The night of ``plan`` from ``start``: the catalogue's caps (``caps`` override them), its
+    stagger and rates, each job's learned span; a job ``kept`` from an earlier run takes 0 s."""
+    spans = durations_of(budgets, catalogue, plan.labels)
+    for label in kept:
+        if label in spans:
+            spans[label] = Span(0.0, 0.0, spans[label].basis)
+    return forecast(
+        plan,
+        {x: catalogue.job(x).backend for x in plan.labels},
+        spans,
+        start=start,
+        deadline_s=catalogue.defaults.deadline,
+        caps={**catalogue.caps, **(caps or {})},
+        stagger=catalogue.defaults.stagger,
+        rates=catalogue.rates,
+    )
+
+
+def _iso(at: datetime) -> str:
+    return at.astimezone(UTC).isoformat(timespec="seconds")
+
+
+def _late(late: list[Late]) -> list[dict[str, Any]]:
+    return [{"label": x.label, "seconds": round(x.seconds, 1)} for x in late]
+
+
+def forecast_body(f: Forecast, kept: Collection[str] = ()) -> dict[str, Any]:
+    """What a night keeps of its forecast besides its finish and path: each job's start and
+    end (p50, p95), slot wait and basis, the deadline, the late jobs, the jobs kept."""
+    return {
+        "deadline": _iso(f.deadline),
+        "jobs": [
+            {
+                "label": j.label,
+                "backend": j.backend,
+                "start_p50": _iso(j.start_p50),
+                "end_p50": _iso(j.end_p50),
+                "start_p95": _iso(j.start_p95),
+                "end_p95": _iso(j.end_p95),
+                "wait_s": round(j.wait_s, 1),
+                "basis": j.basis,
+            }
+            for j in f.jobs
+        ],
+        "late": _late(f.late),
+        "late_p95": _late(f.late_p95),
+        "kept": sorted(kept),
+    }

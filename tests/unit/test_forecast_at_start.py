@@ -1,0 +1,73 @@
+"""The night's forecast at its start: kept in the ledger, and never the reason a night fails."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nightshift.config.loader import parse_catalogue
+from nightshift.engine.plan import plan_night
+from nightshift.orchestration import night_forecast
+from nightshift.orchestration.night_forecast import forecast_at_start
+from nightshift.orchestration.prepared_night import PreparedNight
+from nightshift.store.forecasts import Forecasts
+from nightshift.store.ledger import Ledger
+from tests.support import new_ledger_url
+
+CATALOGUE = """\
+name: team-a
+jobs:
+  - {label: a, backend: command, argv: [x]}
+  - {label: b, backend: command, argv: [x], depends_on: [a]}
+"""
+
+
+def _prepared(tmp_path: Path) -> PreparedNight:
+    catalogue = parse_catalogue(CATALOGUE, tmp_path / "nightshift.yaml")
+    return PreparedNight(
+        settings=None,  # type: ignore[arg-type]
+        catalogue=catalogue,
+        night="2026-03-01",
+        only=None,
+        plan=plan_night(catalogue),
+        ledger=Ledger(new_ledger_url(tmp_path / "ledger.db"), catalogue.key),
+        run_path=tmp_path / "run",
+    )
+
+
+def test_the_forecast_is_kept_with_the_runs_id_and_its_budgets_handed_on(tmp_path: Path) -> None:
+    prepared = _prepared(tmp_path)
+
+    budgets = forecast_at_start(prepared, "run-1", logging.getLogger("t"), publish=False)
+
+    assert budgets is not None
+    (kept,) = Forecasts(prepared.ledger.engine, prepared.catalogue.key).of_night("2026-03-01")
+    assert kept.run_id == "run-1" and kept.critical_path == ["a", "b"]
+    assert [j["basis"] for j in kept.body["jobs"]] == ["none", "none"]  # nothing learned yet
+    prepared.close()
+
+
+def test_a_forecast_that_cannot_be_kept_or_read_is_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    prepared = _prepared(tmp_path)
+    logger = logging.getLogger("t")
+
+    def refuse(*_: Any, **__: Any) -> None:
+        raise OSError("database is locked")
+
+    monkeypatch.setattr(Forecasts, "save", refuse)
+    with caplog.at_level(logging.WARNING):
+        assert forecast_at_start(prepared, "run-1", logger, publish=False) is not None
+    assert (
+        "the forecast could not be kept in the ledger: OSError: database is locked" in caplog.text
+    )
+
+    monkeypatch.setattr(night_forecast, "current_budgets", refuse)
+    with caplog.at_level(logging.WARNING):
+        assert forecast_at_start(prepared, "run-2", logger, publish=False) is None
+    assert "no forecast tonight: the budgets could not be read: OSError" in caplog.text
+    prepared.close()
