@@ -239,10 +239,10 @@ def _as_json(
     }
 
 
-def _clock(at: datetime, start: datetime) -> str:
-    """``02:41:05 UTC``, with ``+1d`` when it falls on a later day than the start."""
+def _clock(at: datetime, start: datetime, form: str = "%H:%M:%S") -> str:
+    """``02:41:05`` (UTC), with ``+1d`` when it falls on a later day than the start."""
     days = (at.astimezone(UTC).date() - start.astimezone(UTC).date()).days
-    return f"{at.astimezone(UTC):%H:%M:%S}" + (f" +{days}d" if days else "")
+    return f"{at.astimezone(UTC):{form}}" + (f" +{days}d" if days else "")
 
 
 def _print(
@@ -267,19 +267,31 @@ def _print(
     if dependents:
         line(f"also removed, as they depend on a removed job: {', '.join(dependents)}")
     # no vertical rules: at 80 columns a label and its times are never cut, the rest may wrap
-    table = Table(title="tonight, forecast (UTC)", box=box.SIMPLE_HEAD, pad_edge=False)
+    table = Table(
+        title="tonight, forecast (UTC; end: the expected p50, p95: the late case)",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+    )
     paid = bool(money.cost.jobs)  # a cost column only where some job costs money
-    whole = ("label", "backend", "start", "end p50", "end p95", "basis", "cost")
-    columns = ("label", "backend", "start", "end p50", "end p95", "wait", "basis")
+    whole = ("start", "end", "p95", "wait", "cost")  # the rest fold when they must
+    columns = ("label", "backend", "start", "end", "p95", "wait", "basis")
+    # a label keeps its width (up to 28) before any other column gives up its room
+    least = {
+        "label": min(28, max((len(j.label) for j in f.jobs), default=5)),
+    }
     for column in (*columns, "cost") if paid else columns:
-        table.add_column(column, no_wrap=column in whole)
+        table.add_column(
+            column, no_wrap=column in whole, overflow="fold", min_width=least.get(column)
+        )
     for j in f.jobs:
         table.add_row(
             Text(j.label),
             j.backend,
-            _clock(j.start_p50, f.start),
-            _clock(j.end_p50, f.start),
-            _clock(j.end_p95, f.start),
+            # minutes in the table, to fit 80 columns; the lines below and --json say seconds
+            _clock(j.start_p50, f.start, "%H:%M"),
+            _clock(j.end_p50, f.start, "%H:%M"),
+            _clock(j.end_p95, f.start, "%H:%M"),
             format_duration(j.wait_s) if j.wait_s > 0 else "-",
             j.basis,
             *([cost_cell(money, j.label)] if paid else []),

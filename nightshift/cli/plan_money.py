@@ -114,8 +114,6 @@ def money_lines(m: PlanMoney, clock: Callable[[datetime], str]) -> list[str]:
     if not c.jobs:
         out.append("cost: no paid jobs")
         return out
-    if any(j is not None and j.basis == "declared" for j in c.jobs.values()):
-        out.append("cost*: declared in the catalogue (`cost:`), nothing learned yet")
     if c.total_p50 is not None and c.total_p95 is not None:
         text = f"cost: {money(c.total_p50)} expected (p95 {money(c.total_p95)})"
     else:
@@ -124,6 +122,8 @@ def money_lines(m: PlanMoney, clock: Callable[[datetime], str]) -> list[str]:
     if c.unknown:
         text += f"; unknown (nothing learned, no `cost:` declared): {', '.join(c.unknown)}"
     out.append(text)
+    if any(j is not None and j.basis == "declared" for j in c.jobs.values()):
+        out.append("cost*: declared in the catalogue (`cost:`), nothing learned yet")
     if c.cap_usd is not None:
         if c.refused:
             for label, why in c.refused:

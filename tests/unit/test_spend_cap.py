@@ -4,11 +4,12 @@ clock: what is submitted, what is refused and said at once, and what a rerun of 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from nightshift.backends.base import ExternalState
+from nightshift.backends.base import ExternalState, JobSpec
 from nightshift.config.loader import parse_catalogue
 from nightshift.engine.admission import Admission
 from nightshift.engine.events import JobFinished, NightEvent
@@ -22,6 +23,7 @@ from nightshift.engine.spend import (
     expected_costs,
     money,
 )
+from nightshift.errors import TransientBackendError
 from nightshift.store.ledger import Ledger
 from tests.night_kit import run_night
 from tests.support import EPOCH, FakeClock, ScriptedBackend, new_ledger_url
@@ -93,12 +95,31 @@ def ledger(tmp_path: Path) -> Iterator[Ledger]:
     ledger.close()
 
 
+@dataclass
+class FlakySubmits(ScriptedBackend):
+    """A submit of ``flaky`` that fails for now once (the job task retries it)."""
+
+    flaky: str = ""
+    tries: int = 0
+
+    def submit(self, spec: JobSpec) -> str:
+        if spec.label == self.flaky and self.tries == 0:
+            self.tries += 1
+            raise TransientBackendError("connection reset before the answer")
+        return super().submit(spec)
+
+
 def _night(
-    tmp_path: Path, ledger: Ledger, text: str, scripts: dict, run_id: str
+    tmp_path: Path,
+    ledger: Ledger,
+    text: str,
+    scripts: dict,
+    run_id: str,
+    flaky: str = "",
 ) -> tuple[NightSummary, ScriptedBackend, list[NightEvent]]:
     catalogue = parse_catalogue(text, tmp_path / "nightshift.yaml")
     clock = FakeClock(epoch=EPOCH)
-    backend = ScriptedBackend(name="command", scripts=dict(scripts))  # type: ignore[arg-type]
+    backend = FlakySubmits(name="command", scripts=dict(scripts), flaky=flaky)  # type: ignore[arg-type]
     events: list[NightEvent] = []
     parts = NightParts(
         backends={"command": backend},
@@ -187,3 +208,18 @@ def test_the_ledger_learns_a_label_cost_per_night_from_its_results(tmp_path, led
         ledger.record_state(night, "gen", "succeeded", finished_at=at, data=data)
     assert ledger.job_costs(["gen", "other"], EPOCH - timedelta(days=1)) == {"gen": [1.5, 2.5]}
     assert ledger.job_costs(["gen"], EPOCH + timedelta(days=1)) == {"gen": [2.5]}
+
+
+def test_a_retried_submit_commits_its_cost_once(tmp_path, ledger) -> None:
+    # the cap has room for two reports; report-a's first submit fails for now and is retried
+    text = _catalogue(40).replace("retries: 0", "retries: 2, retry_delay: 1s")
+    summary, backend, _ = _night(tmp_path, ledger, text, ALL_OK, "first", flaky="report-a")
+
+    assert backend.tries == 1  # the transient error happened, and the job task retried it
+    states = {j.label: j.state for j in summary.jobs}
+    assert states["report-a"] is Outcome.SUCCEEDED  # its retry did not count its cost twice
+    assert sorted(states[x] for x in ("report-b", "report-c")) == [
+        Outcome.SKIPPED,
+        Outcome.SUCCEEDED,
+    ]
+    assert summary.spend is not None and summary.spend.spent_usd == 40
