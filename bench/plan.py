@@ -40,7 +40,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -50,10 +50,10 @@ sys.path.insert(0, str(REPO))
 from nightshift.backoff import Backoff  # noqa: E402
 from nightshift.budgets.current import build_snapshot, current_budgets  # noqa: E402
 from nightshift.cli import plan as plan_cli  # noqa: E402
+from nightshift.cli.plan_money import plan_money  # noqa: E402
 from nightshift.config.loader import load_catalogue  # noqa: E402
 from nightshift.engine.forecast import durations_of, forecast  # noqa: E402
-from nightshift.engine.night import expected_durations  # noqa: E402
-from nightshift.engine.plan import plan_night  # noqa: E402
+from nightshift.engine.plan import expected_durations, plan_night  # noqa: E402
 from nightshift.sandbox.history import Habits, Usual, generate, write  # noqa: E402
 from nightshift.store.ledger import Ledger  # noqa: E402
 
@@ -158,6 +158,9 @@ def split(path: Path, url: str) -> dict[str, float]:
         budgets, steps["budgets read (snapshot)"] = timed(
             lambda: current_budgets(ledger, now, catalogue.defaults.min_samples)
         )
+        learned, steps["costs read (job_costs)"] = timed(
+            lambda: ledger.job_costs(labels, now - timedelta(days=30))
+        )
     finally:
         ledger.close()
     start, _ = plan_cli.scheduled_start(path, None, now)
@@ -175,9 +178,16 @@ def split(path: Path, url: str) -> dict[str, float]:
         )
 
     result, steps["simulation (durations_of + forecast)"] = timed(simulate)
-    _, steps["render --json"] = timed(lambda: json.dumps(plan_cli._as_json(result, "now", [], [])))
+    money, steps["cost, cap and finish_by"] = timed(
+        lambda: plan_money(catalogue, result, learned, UTC)
+    )
+    _, steps["render --json"] = timed(
+        lambda: json.dumps(plan_cli._as_json(result, "now", [], [], money))
+    )
     with contextlib.redirect_stdout(io.StringIO()):
-        _, steps["render table (rich)"] = timed(lambda: plan_cli._print(result, "now", [], []))
+        _, steps["render table (rich)"] = timed(
+            lambda: plan_cli._print(result, "now", [], [], money)
+        )
     return steps
 
 

@@ -120,9 +120,8 @@ def _show(
     from nightshift.budgets.current import current_budgets
     from nightshift.cli.plan_money import plan_money
     from nightshift.config.settings import load_settings
-    from nightshift.engine.night import HISTORY_DAYS, expected_durations
     from nightshift.engine.night_forecast import forecast_night
-    from nightshift.engine.plan import plan_night
+    from nightshift.engine.plan import HISTORY_DAYS, expected_durations, plan_night
     from nightshift.store.ledger import Ledger
 
     now = datetime.now(UTC)

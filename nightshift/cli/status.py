@@ -93,7 +93,7 @@ def lease_holder(ledger: Ledger, key: str, now: datetime | None = None) -> Lease
 
 def show_status(url: str, catalogue: Catalogue, night: str, *, as_json: bool) -> int:
     """Print the night's jobs and its lease; raises NoSuchNight when it has no jobs."""
-    from nightshift.engine.night import HISTORY_DAYS
+    from nightshift.engine.plan import HISTORY_DAYS
     from nightshift.store.ledger import Ledger
     from nightshift.store.night_reads import night_jobs
 

@@ -26,7 +26,7 @@ from nightshift.engine.context import NightContext, utcnow
 from nightshift.engine.dwell_watch import BudgetLoader, watch_dwells
 from nightshift.engine.events import Logger, NightFinished, Sink
 from nightshift.engine.outcomes import JobOutcome, NightSummary, Outcome, join
-from nightshift.engine.plan import Plan
+from nightshift.engine.plan import HISTORY_DAYS, Plan
 from nightshift.engine.poll_hints import ledger_poll_hints
 from nightshift.engine.runner import end_job, stopped_outcome
 from nightshift.engine.spend import SpendCap, expected_costs
@@ -41,12 +41,10 @@ if TYPE_CHECKING:
     from nightshift.config.settings import Settings
 
 __all__ = [
-    "HISTORY_DAYS",
     "Hold",
     "NightId",
     "NightParts",
     "build_parts",
-    "expected_durations",
     "finish_night",
     "night_spend",
     "no_hold",
@@ -54,7 +52,6 @@ __all__ = [
     "watcher_stopped",
 ]
 
-HISTORY_DAYS = 30  # the past nights whose durations order tonight's jobs
 # holds a server-side slot of a capped backend while its job is in flight: (backend, timeout)
 Hold = Callable[[str, float], AbstractContextManager[object]]
 
@@ -153,14 +150,6 @@ def build_parts(
         broken=broken,
         logger=logger,
     )
-
-
-def expected_durations(
-    catalogue: Catalogue, ledger: Ledger, now: datetime | None = None
-) -> dict[str, float]:
-    """Each job's usual duration in the ledger's recent nights: long ones start first."""
-    since = (now or utcnow()) - timedelta(days=HISTORY_DAYS)
-    return ledger.expected_durations([j.label for j in catalogue.jobs], since)
 
 
 @contextmanager

@@ -3,11 +3,26 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
+from typing import TYPE_CHECKING
 
 from nightshift.config.catalogue import Catalogue
 
-__all__ = ["Plan", "check_only", "parse_night", "plan_night", "tonight", "which_night"]
+if TYPE_CHECKING:
+    from nightshift.store.ledger import Ledger
+
+__all__ = [
+    "HISTORY_DAYS",
+    "Plan",
+    "check_only",
+    "expected_durations",
+    "parse_night",
+    "plan_night",
+    "tonight",
+    "which_night",
+]
+
+HISTORY_DAYS = 30  # the past nights whose durations order tonight's jobs (and cost it)
 
 
 @dataclass(frozen=True)
@@ -107,3 +122,11 @@ def parse_night(value: str) -> str:
         return date.fromisoformat(value).isoformat()
     except ValueError:
         raise ValueError(f"--night must be a date like 2026-11-29, not {value!r}") from None
+
+
+def expected_durations(
+    catalogue: Catalogue, ledger: Ledger, now: datetime | None = None
+) -> dict[str, float]:
+    """Each job's usual duration in the ledger's recent nights: long ones start first."""
+    since = (now or datetime.now(UTC)) - timedelta(days=HISTORY_DAYS)
+    return ledger.expected_durations([j.label for j in catalogue.jobs], since)

@@ -13,8 +13,7 @@ from pathlib import Path
 from nightshift.config.catalogue import Catalogue
 from nightshift.config.loader import load_catalogue
 from nightshift.config.settings import Settings, load_settings
-from nightshift.engine.night import expected_durations
-from nightshift.engine.plan import Plan, check_only, plan_night, which_night
+from nightshift.engine.plan import Plan, check_only, expected_durations, plan_night, which_night
 from nightshift.errors import NightArgumentError
 from nightshift.store.lease import Lease
 from nightshift.store.ledger import Ledger

@@ -26,12 +26,11 @@ from nightshift.engine.forecast_check import check_night
 from nightshift.engine.night import (
     NightId,
     NightParts,
-    expected_durations,
     finish_night,
     open_night,
 )
 from nightshift.engine.night_forecast import forecast_body, forecast_night
-from nightshift.engine.plan import plan_night
+from nightshift.engine.plan import expected_durations, plan_night
 from nightshift.engine.watcher import Watcher
 from nightshift.states import is_final
 from nightshift.store.forecasts import Forecasts, StoredForecast
