@@ -223,3 +223,19 @@ def test_a_retried_submit_commits_its_cost_once(tmp_path, ledger) -> None:
         Outcome.SUCCEEDED,
     ]
     assert summary.spend is not None and summary.spend.spent_usd == 40
+
+
+def test_a_night_that_died_with_a_paid_job_out_there_still_counts_it(tmp_path, ledger) -> None:
+    # the night was killed after report-a's submit: its row is live, its $20 committed
+    ledger.record_submit(NIGHT, "report-a", "command", "report-a", 1, committed_usd=20.0)
+    ledger.record_state(NIGHT, "report-a", "running")
+
+    summary, backend, _ = _night(tmp_path, ledger, _catalogue(30), ALL_OK, "after-kill")
+
+    assert "report-a" not in backend.submitted  # re-attached, never submitted twice
+    states = {j.label: j.state for j in summary.jobs}
+    assert states["report-a"] is Outcome.SUCCEEDED
+    # $20 committed before the kill: neither other report fits under $30
+    assert (states["report-b"], states["report-c"]) == (Outcome.SKIPPED, Outcome.SKIPPED)
+    record = ledger.get_job(NIGHT, "report-a")
+    assert record is not None and (record.spent_usd, record.committed_usd) == (20.0, None)
