@@ -44,6 +44,10 @@ if sys.dont_write_bytecode:
     sys.pycache_prefix = str(Path(tempfile.gettempdir()) / "nightshift-tests-pycache")
     sys.dont_write_bytecode = False
 
+# the night report's picture is a second Python with matplotlib at each night's end (about 1 s
+# of CPU): off for the nights of the suite, on for the tests marked `picture` that look at it
+os.environ["NIGHTSHIFT_REPORT_PLOT"] = "false"
+
 LOCAL_POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
 
@@ -85,6 +89,13 @@ def prefect_server() -> Iterator[None]:
             temporary_settings({PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}),
         ):
             yield
+
+
+@pytest.fixture(autouse=True)
+def _report_picture(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test marked ``picture`` has its nights draw report.png, as a user's night does."""
+    if request.node.get_closest_marker("picture") is not None:
+        monkeypatch.setenv("NIGHTSHIFT_REPORT_PLOT", "true")
 
 
 @pytest.fixture
@@ -172,6 +183,7 @@ LAYERS = {
 def pytest_configure(config: pytest.Config) -> None:
     for name, what in LAYERS.items():
         config.addinivalue_line("markers", f"{name}: {what}")
+    config.addinivalue_line("markers", "picture: the nights of this test draw the report's picture")
     # the PostgreSQL variants run whenever a server answers; NIGHTSHIFT_TEST_POSTGRES_URL= (empty)
     # skips them, another URL points them elsewhere. Set before collection (modules read it) and
     # before xdist starts its workers (they inherit it); not looked for when only unit tests run

@@ -26,6 +26,8 @@ __all__ = [
     "build_snapshot",
     "current_budgets",
     "latest_snapshot",
+    "refresh_budgets",
+    "starting_budgets",
     "window_history",
 ]
 
@@ -47,6 +49,36 @@ def current_budgets(ledger: Ledger, now: datetime, min_samples: int = MIN_SAMPLE
         return stored[1]  # read as rows: no pandas in a night that only looks budgets up
     snapshot = build_snapshot(ledger, now)
     return Budgets.from_frames(*snapshot.tables, min_samples=min_samples)
+
+
+def starting_budgets(ledger: Ledger, now: datetime, min_samples: int = MIN_SAMPLES) -> Budgets:
+    """The budgets a night starts with, before its first submit: the latest snapshot's, however
+    old (the night's end refreshes a stale one: ``refresh_budgets``); with none stored, nothing
+    when the window holds no dwell to learn from (a new ledger: no pandas, no snapshot), else
+    one built now (the first night after history came in, once)."""
+    from nightshift.budgets.columns import WINDOW
+
+    stored = BudgetSnapshots(ledger.engine).latest_budgets(min_samples=min_samples)
+    if stored is not None:
+        return stored[1]
+    if not ledger.has_dwells(now - WINDOW):
+        return Budgets()
+    snapshot = build_snapshot(ledger, now)
+    return Budgets.from_frames(*snapshot.tables, min_samples=min_samples)
+
+
+def refresh_budgets(ledger: Ledger, now: datetime) -> SnapshotInfo | None:
+    """Build a snapshot when the latest is older than ``MAX_AGE`` (or there is none and the
+    window has dwells): at a night's end, so the next night starts without learning first.
+    The new snapshot's info; None when the latest is fresh or nothing was learned."""
+    from nightshift.budgets.columns import WINDOW
+
+    info = BudgetSnapshots(ledger.engine).latest_info()
+    if info is not None and now - info.built_at <= MAX_AGE:
+        return None
+    if info is None and not ledger.has_dwells(now - WINDOW):
+        return None
+    return build_snapshot(ledger, now).info
 
 
 def latest_snapshot(ledger: Ledger, catalogue: str | None = None) -> Snapshot | None:

@@ -34,6 +34,9 @@ class Settings(BaseSettings):
     # none) and a Pushgateway to push to at the end of each night and watchdog run
     metrics_file: Path | None = None
     pushgateway_url: str | None = None
+    # the night report's picture (report.png, inline in the artifact): drawn by a second Python
+    # with matplotlib at the night's end, about a second of CPU; false: the report without it
+    report_plot: bool = True
 
     @field_validator("state_dir")
     @classmethod

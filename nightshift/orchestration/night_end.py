@@ -3,7 +3,8 @@
 The order is the point: summary.json is written first (what follows may wait on the Prefect
 API, which may be gone), then Slack and the report page while the ledger is open, then the
 ledger is closed and ``stop.over`` set (a caller bounding a stop waits for that), then the
-UI's progress flushed, and only then the artifacts published.
+UI's progress flushed, and only then the artifacts published. Last, a budget snapshot older
+than a week is learned again, so the next night's first submit never waits for pandas.
 """
 
 from __future__ import annotations
@@ -112,7 +113,44 @@ def _close(
         setup.stop.over.set()
     if progress is not None:
         progress.flush(timeout=PROGRESS_FLUSH_S)
-    report(setup.prepared.run_path, summary, reason=reason, exit_code=exit_code, page=page)
+    plot = setup.prepared.settings.report_plot
+    report(
+        setup.prepared.run_path,
+        summary,
+        reason=reason,
+        exit_code=exit_code,
+        page=page,
+        plot=plot,
+    )
+    if tell:  # last, when nobody waits for it: tomorrow's night starts without learning first
+        _learn(setup)
+
+
+def _learn(setup: NightSetup) -> None:
+    """A stale budget snapshot (older than a week) rebuilt from the last 30 days, this night's
+    dwells included; a failure is one warning (the next night's end tries again)."""
+    from datetime import UTC, datetime
+
+    from nightshift.budgets.current import refresh_budgets
+    from nightshift.store.ledger import Ledger
+
+    prepared = setup.prepared
+    try:
+        ledger = Ledger(prepared.settings.ledger_url(), prepared.catalogue.key)
+        try:
+            built = refresh_budgets(ledger, datetime.now(UTC))
+        finally:
+            ledger.close()
+    except Exception as exc:  # a view of the past: the night is over and said so
+        setup.logger.warning("the budgets could not be learned again: %s", exc)
+        return
+    if built is not None:
+        setup.logger.info(
+            "budgets learned again from %d dwells (snapshot %d): tomorrow's night watches "
+            "with them",
+            built.dwells,
+            built.id,
+        )
 
 
 def _tell(setup: NightSetup, summary: NightSummary) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 from prefect.artifacts import create_markdown_artifact
 
-from nightshift.budgets.current import current_budgets
+from nightshift.budgets.current import starting_budgets
 from nightshift.budgets.lookup import Budgets
 from nightshift.config.durations import format_duration
 from nightshift.engine.night_forecast import forecast_body, forecast_night
@@ -66,7 +66,8 @@ def forecast_at_start(
     catalogue, ledger = prepared.catalogue, prepared.ledger
     start = datetime.now(UTC)
     try:
-        budgets = current_budgets(ledger, start, catalogue.defaults.min_samples)
+        # the latest snapshot however old: learning waits for the night's end (night_end.py)
+        budgets = starting_budgets(ledger, start, catalogue.defaults.min_samples)
     except Exception as exc:  # the dwell watch tries again and says so too
         logger.warning("no forecast tonight: the budgets could not be read: %s", _why(exc))
         return None

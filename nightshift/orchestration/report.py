@@ -63,13 +63,14 @@ def report(
     exit_code: int | None = None,
     page: Mapping[str, Any] | None = None,
     publish: bool = True,
+    plot: bool = True,
 ) -> None:
     """summary.json and (``publish``) the artifacts: what happened, and why a night ended early
     (``interrupted``: stopped by Ctrl-C or SIGTERM, jobs left running).
 
     ``page`` is the night report (``build_report``): kept in summary.json under ``report``,
-    drawn as ``report.png`` and published as the ``nightly-report`` markdown artifact, its plot
-    inline.
+    drawn as ``report.png`` (unless not ``plot``: ``NIGHTSHIFT_REPORT_PLOT=false``) and
+    published as the ``nightly-report`` markdown artifact, its plot inline.
     """
     data = summary_json(summary)
     if exit_code is not None:
@@ -79,14 +80,15 @@ def report(
         data["catalogue"] = page["catalogue"]
         data["report"] = dict(page)
     write_atomic(run_path / SUMMARY_FILE, json.dumps(data, indent=2) + "\n")
-    if page is not None:
+    png = None
+    if page is not None and plot:  # a second Python with matplotlib: about 1 s of CPU
         png = draw_apart(page)
         (run_path / PLOT_FILE).write_bytes(png)
     if not publish:
         return
     publish_summary(summary, reason)
     if page is not None:
-        inline = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+        inline = None if png is None else "data:image/png;base64," + base64.b64encode(png).decode()
         markdown = render_report(page, plot=inline)
         if reason:
             markdown = f"> {reason}\n\n{markdown}"

@@ -316,6 +316,13 @@ class Ledger:
         with self.engine.begin() as conn:
             return [(str(n), str(lb), str(st), float(d)) for n, lb, st, d in conn.execute(query)]
 
+    def has_dwells(self, since: datetime) -> bool:
+        """Whether any catalogue's completed dwell ended at or after ``since`` (budgets are
+        learned across catalogues): one indexed row at most, no pandas."""
+        query = self._completed_dwells(since, (), [sa.literal(1)]).limit(1)
+        with self.engine.begin() as conn:
+            return conn.execute(query).first() is not None
+
     @staticmethod
     def _completed_dwells(
         since: datetime, scope: tuple[sa.ColumnElement[bool], ...], first: list[Any]

@@ -175,6 +175,7 @@ def _seed(state_dir: Path, night: str) -> None:
 
 
 @pytest.mark.timeout(900)  # a server, a deploy and a worker on a loaded machine
+@pytest.mark.picture
 def test_the_retried_nights_report_page_tells_both_runs_and_its_tables_fit_at_1400px(
     tmp_path: Path,
 ) -> None:

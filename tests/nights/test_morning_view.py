@@ -235,6 +235,7 @@ def test_a_night_names_its_states_and_its_chains_and_says_each_failure_once(
     assert progress.data == 100.0
 
 
+@pytest.mark.picture
 def test_the_night_report_is_an_artifact_the_cli_prints_and_summary_json_keeps(
     sandbox: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

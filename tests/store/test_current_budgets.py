@@ -10,7 +10,10 @@ from nightshift.budgets.current import (
     build_snapshot,
     current_budgets,
     latest_snapshot,
+    refresh_budgets,
+    starting_budgets,
 )
+from nightshift.budgets.lookup import Budgets
 from nightshift.budgets.snapshots import BudgetSnapshots
 from nightshift.store.ledger import Ledger
 
@@ -94,4 +97,33 @@ def test_a_snapshot_older_than_a_week_is_rebuilt_by_the_night_that_asks(db_url: 
     info = BudgetSnapshots(ledger.engine).latest_info()
     assert info is not None and info.built_at == stale
     assert budgets.budget("team-a", "etl", "queued") == Budget(1000.0, 1000.0, 20, "job")
+    ledger.close()
+
+
+def test_a_night_starts_with_the_snapshot_it_finds_and_its_end_learns_a_stale_one_again(
+    db_url: str,
+) -> None:
+    ledger = Ledger(db_url, "team-a")
+    # a new ledger: nothing to learn, nothing stored, no pandas
+    assert starting_budgets(ledger, NOW) == Budgets()
+    assert latest_snapshot(ledger) is None
+    assert refresh_budgets(ledger, NOW) is None
+
+    _nights(ledger, 100.0)
+    first = starting_budgets(ledger, NOW)  # history and no snapshot: learned once, at the start
+    assert first.budget("team-a", "etl", "queued") == Budget(100.0, 100.0, 7, "job")
+    stored = latest_snapshot(ledger)
+    assert stored is not None
+
+    # a month on, the snapshot is stale: the night starts with it all the same
+    _nights(ledger, 1000.0, first=7, count=20)
+    stale = NOW + MAX_AGE + timedelta(days=1)
+    assert starting_budgets(ledger, stale) == first
+    assert BudgetSnapshots(ledger.engine).latest_info() == stored.info
+    # and its end learns again, so the next night starts with the new one
+    built = refresh_budgets(ledger, stale)
+    assert built is not None and built.id != stored.info.id
+    again = starting_budgets(ledger, stale).budget("team-a", "etl", "queued")
+    assert again is not None and (again.p50, again.p95) == (1000.0, 1000.0)
+    assert refresh_budgets(ledger, stale) is None  # fresh now: nothing to do
     ledger.close()

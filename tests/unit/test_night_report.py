@@ -340,3 +340,16 @@ def test_the_page_says_what_tonight_spent_against_its_cap() -> None:
     assert "\n**Spend: $41.20 of a $50 cap; not submitted by the cap: report\\_c**\n" in (
         render_report(page)
     )
+
+
+def test_a_report_without_its_picture_keeps_the_rest(tmp_path) -> None:
+    import json
+
+    from nightshift.orchestration.report import PLOT_FILE, SUMMARY_FILE, report
+
+    page = build_report(NIGHT, night="2026-11-29", catalogue="n")
+    report(tmp_path, NIGHT, page=page, publish=False, plot=False)  # NIGHTSHIFT_REPORT_PLOT=false
+    assert not (tmp_path / PLOT_FILE).exists()
+    kept = json.loads((tmp_path / SUMMARY_FILE).read_text())
+    assert kept["report"]["jobs"] == page["jobs"]
+    assert "Tonight against the budgets" not in render_report(page, plot=None)
