@@ -279,3 +279,25 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     """The run is over: the interpreter's last collection would walk every object the tests made
     (1 s of the unit layer's 16, measured); frozen, they are left to the process's end."""
     gc.freeze()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """With ``NIGHTSHIFT_TEST_CPU=FILE``: each test's CPU seconds (this worker and the processes
+    it waited for: servers, subprocesses) appended to FILE as ``seconds<TAB>nodeid``, to find
+    where the suite's CPU goes. A session-scoped server's CPU counts when it stops."""
+    out = os.environ.get("NIGHTSHIFT_TEST_CPU")
+    if not out:
+        yield
+        return
+    import resource
+
+    def cpu() -> float:
+        own = resource.getrusage(resource.RUSAGE_SELF)
+        waited = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return own.ru_utime + own.ru_stime + waited.ru_utime + waited.ru_stime
+
+    before = cpu()
+    yield
+    with open(out, "a", encoding="utf-8") as log:
+        log.write(f"{cpu() - before:.2f}\t{item.nodeid}\n")

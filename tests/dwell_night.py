@@ -20,7 +20,7 @@ from nightshift.config.loader import parse_catalogue
 from nightshift.engine.admission import Admission
 from nightshift.engine.alerts import Alert
 from nightshift.engine.context import NightContext
-from nightshift.engine.dwell_watch import BudgetLoader
+from nightshift.engine.dwell_watch import BudgetLoader, DwellWatch
 from nightshift.engine.events import JobChanged, LevelChanged, NightEvent
 from nightshift.engine.night import NightId, NightParts, open_night
 from nightshift.engine.plan import plan_night
@@ -57,6 +57,11 @@ class Recorder:
         self.sent.append(alert)
 
 
+def dwell_of(ctx: NightContext) -> DwellWatch | None:
+    """The night's dwell watch (the last of its sinks), None when it has no budgets."""
+    return next((s for s in ctx.events.sinks if isinstance(s, DwellWatch)), None)
+
+
 @dataclass
 class Night:
     """A running night and what the test watches of it."""
@@ -85,7 +90,7 @@ class Night:
         """Move the clock, wake the watcher and the dwell timer, wait for both to catch up."""
         self.clock.advance(seconds)
         self.ctx.watcher.poke()
-        dwell = self.ctx.dwell
+        dwell = dwell_of(self.ctx)
         if dwell is not None:
             dwell.poke()
         self.ctx.watcher.wait_idle(timeout=10)

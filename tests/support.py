@@ -22,8 +22,10 @@ from nightshift.backends.base import Backend, ExternalState, JobSpec, JobStatus
 from nightshift.errors import BackendError
 
 if TYPE_CHECKING:
+    from nightshift.config.catalogue import Catalogue
     from nightshift.engine.context import NightContext
     from nightshift.engine.watcher import Watcher
+    from nightshift.store.ledger import Ledger
 
 __all__ = [
     "EPOCH",
@@ -247,31 +249,67 @@ def new_ledger_url(path: Path) -> str:
     return f"sqlite:///{path}"
 
 
+def make_context(
+    catalogue: Catalogue,
+    ledger: Ledger,
+    backends: dict[str, Backend],
+    run_dir: Path,
+    *,
+    wall: Callable[[], datetime] | None = None,
+    reports: bool = True,
+    **fields: Any,
+) -> NightContext:
+    """A night's context made in the night's order: its records and marks, a watcher that
+    reports to them (``reports``; else to nobody), the context. The ledger writer asks the
+    context's ``owns_night``, so a test may take the lease away by setting it."""
+    from nightshift.engine.admission import Admission
+    from nightshift.engine.context import NightContext, night_records, utcnow
+    from nightshift.engine.watcher import Watcher
+
+    box: list[NightContext] = []
+    clock = wall or utcnow
+    records, marks = night_records(
+        catalogue, "2026-11-29", ledger, "test", [], wall=clock,
+        owns_night=lambda: box[0].owns_night(),
+    )  # fmt: skip
+    if reports:
+        watcher = Watcher(on_change=marks.seen, on_error=marks.poll_failed)
+    else:
+        watcher = Watcher(on_change=lambda *_: None)
+    box.append(
+        NightContext(
+            catalogue=catalogue,
+            night="2026-11-29",
+            run_id="test",
+            run_dir=run_dir,
+            backends=backends,
+            ledger=ledger,
+            watcher=watcher,
+            admission=fields.pop("admission", Admission(0)),
+            deadline_at=watcher.now() + 60,
+            records=records,
+            marks=marks,
+            wall=clock,
+            **fields,
+        )
+    )
+    return box[0]
+
+
 @contextmanager
 def night_context(
     tmp_path: Path, catalogue: str, backends: dict[str, Backend]
 ) -> Iterator[NightContext]:
-    """A night's context on a SQLite ledger under ``tmp_path``; watcher and ledger closed after."""
+    """A night's context on a SQLite ledger under ``tmp_path``; watcher and ledger closed after.
+    Its watcher reports to nobody: a test wires the one it needs."""
     from nightshift.config.loader import parse_catalogue
-    from nightshift.engine.admission import Admission
-    from nightshift.engine.context import NightContext
-    from nightshift.engine.watcher import Watcher
     from nightshift.store.ledger import Ledger
 
     ledger = Ledger(new_ledger_url(tmp_path / "ledger.db"))
-    watcher = Watcher(on_change=lambda *_: None)
+    parsed = parse_catalogue(catalogue, tmp_path / "nightshift.yaml")
+    ctx = make_context(parsed, ledger, backends, tmp_path / "run", reports=False)
     try:
-        yield NightContext(
-            catalogue=parse_catalogue(catalogue, tmp_path / "nightshift.yaml"),
-            night="2026-11-29",
-            run_id="test",
-            run_dir=tmp_path / "run",
-            backends=backends,
-            ledger=ledger,
-            watcher=watcher,
-            admission=Admission(0),
-            deadline_at=watcher.now() + 60,
-        )
+        yield ctx
     finally:
-        watcher.stop()
+        ctx.watcher.stop()
         ledger.close()

@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING
 from nightshift.backends.base import Backend, ExternalState, JobStatus
 from nightshift.config.catalogue import Catalogue
 from nightshift.engine.admission import Admission
-from nightshift.engine.events import JobChanged, Logger, PollFailed, Publisher, Since, Sink
+from nightshift.engine.events import Logger, Publisher, Sink
 from nightshift.engine.job_run import JobRun
 from nightshift.engine.ledger_sink import LedgerSink
+from nightshift.engine.marks import JobMarks
 from nightshift.engine.outcomes import JobOutcome
 from nightshift.engine.spend import SpendCap
 from nightshift.engine.stopping import NightStop
@@ -23,11 +24,8 @@ from nightshift.store.ledger import Ledger
 
 if TYPE_CHECKING:
     from nightshift.budgets.lookup import Budgets
-    from nightshift.engine.dwell_watch import DwellWatch
 
-__all__ = ["NightContext", "utcnow"]
-
-RUNNING = ExternalState.RUNNING.value
+__all__ = ["NightContext", "night_records", "utcnow"]
 
 
 def utcnow() -> datetime:
@@ -37,7 +35,8 @@ def utcnow() -> datetime:
 
 @dataclass
 class NightContext:
-    """Everything the jobs of one night share. Built by the flow, used from task threads."""
+    """Everything the jobs of one night share, made once, in order (``open_night``): its
+    records and marks come first (the watcher reports to them), then the watcher, then this."""
 
     catalogue: Catalogue
     night: str
@@ -48,24 +47,23 @@ class NightContext:
     watcher: Watcher
     admission: Admission
     deadline_at: float  # on the watcher's clock
+    # the one writer of the night's ledger rows (and its reads): orders, retries, lease rule
+    records: LedgerSink
+    # each job's run and state changes, published on the night's events (``engine/marks.py``)
+    marks: JobMarks
     priorities: dict[str, int] = field(default_factory=dict)
-    # who hears the night's events besides the ledger (always the first sink)
-    sinks: list[Sink] = field(default_factory=list)
     logger: Logger | None = None  # where a failing sink is reported
     wall: Callable[[], datetime] = utcnow
     # backends that could not be built, with the reason their jobs fail
     broken: dict[str, str] = field(default_factory=dict)
     # every job's outcome once it has one, whichever path ended it
     outcomes: dict[str, JobOutcome] = field(default_factory=dict)
-    # each job's run: its attempt, its external id, when its end was seen (``job_run``)
-    runs: dict[str, JobRun] = field(default_factory=dict)
     # holds a server-side slot of a capped backend while its job is in flight; (backend, timeout)
     hold: Callable[[str, float], AbstractContextManager[object]] = lambda _b, _t: nullcontext()
     # why no more jobs may be submitted (the night's lease was lost), or None
     stop_reason: Callable[[], str | None] = lambda: None
-    # False once another night took this one's lease: its ledger rows are no longer ours
+    # False once another night took this one's lease (its ledger writer was told at its making)
     owns_night: Callable[[], bool] = lambda: True
-    dwell: DwellWatch | None = None  # tonight's dwell watch (None: no budgets to watch with)
     # asked when the night is interrupted: no more submits, jobs in flight are left running
     stop: NightStop = field(default_factory=NightStop)
     # why `nightshift cancel` asked to cancel a job of this night, if it did; (label, fresh=)
@@ -73,76 +71,45 @@ class NightContext:
     budgets: Budgets | None = None  # tonight's learned budgets (learned timeouts), if any
     # tonight's spend on paid jobs, checked before each paid submit (no paid jobs: counts none)
     spend: SpendCap = field(default_factory=lambda: SpendCap(None, {}))
-    events: Publisher = field(init=False)
-    # the one writer of the night's ledger rows (and its reads): orders, retries, lease rule
-    records: LedgerSink = field(init=False)
-    _since: Since = field(init=False, default_factory=Since)
 
-    def __post_init__(self) -> None:
-        # the ledger is a sink like the others; it keeps the lease rule (`owns_night`) itself
-        self.records = LedgerSink(self.ledger, self.run_id, owns_night=lambda: self.owns_night())
-        self.events = Publisher([self.records, *self.sinks], logger=self.logger)
+    @property
+    def events(self) -> Publisher:
+        """The night's publisher: the ledger's sink first, then the others."""
+        return self.marks.events
+
+    @property
+    def runs(self) -> dict[str, JobRun]:
+        """Each job's run tonight (``job_run``)."""
+        return self.marks.runs
 
     def job_run(self, label: str) -> JobRun:
         """The job's run tonight, made the first time it is asked for."""
-        run = self.runs.get(label)
-        if run is None:  # setdefault: two threads asking at once get the same one
-            run = self.runs.setdefault(label, JobRun(label, self.catalogue.job(label)))
-        return run
+        return self.marks.job_run(label)
 
     def mark(
         self, label: str, state: str, external_id: str | None = None, at: datetime | None = None
     ) -> None:
         """Publish a job's state change (the ledger and the live table are sinks)."""
-        run = self.job_run(label)
-        if external_id is not None:
-            run.external_id = external_id
-        at = at or self.wall()
-        self.events.publish(
-            JobChanged(
-                night=self.night,
-                catalogue=self.catalogue.key,
-                label=label,
-                backend=run.job.backend,
-                attempt=run.attempt,
-                external_id=external_id or run.external_id,
-                state=str(state),
-                at=at,
-                dwell_s=self._since.enter(label, str(state), at),
-            )
-        )
+        self.marks.mark(label, state, external_id, at)
 
     def seen(self, label: str, state: ExternalState, status: JobStatus | None = None) -> None:
-        """The watcher saw a job change state, dated when the backend says it began (else now).
-        A final state is recorded by the runner only, once it knows the true outcome (a
-        SUCCEEDED batch with missing rows is ``partial``)."""
-        since = status.since if status is not None else None
-        if state.final:
-            started = status.started_at if status is not None else None
-            current = self._since.current(label)
-            if started is not None and (current is None or current[0] != RUNNING):
-                # no poll saw it running: the backend says when it did
-                self.mark(label, RUNNING, at=self._began(label, started))
-            seen = self._began(label, since)
-            run = self.job_run(label)
-            if run.final_seen is None:
-                run.final_seen = seen
-            return
-        self.mark(label, state.value, at=self._began(label, since))
+        """The watcher saw a job change state (``JobMarks.seen``)."""
+        self.marks.seen(label, state, status)
 
-    def _began(self, label: str, reported: datetime | None) -> datetime:
-        """When a job's new state began: as reported, kept between its previous transition
-        and now (the backend's clock may disagree with ours); now if nothing was reported."""
-        now = self.wall()
-        if reported is None:
-            return now
-        previous = self._since.current(label)
-        at = min(reported, now)
-        return at if previous is None else max(at, previous[1])
 
-    def poll_failed(self, label: str, error: BaseException | None) -> None:
-        """The watcher could not read a job's status (it may try again)."""
-        text = f"{type(error).__name__}: {error}" if error is not None else "no status"
-        backend = self.catalogue.job(label).backend
-        key = self.catalogue.key
-        self.events.publish(PollFailed(self.night, key, label, backend, text, self.wall()))
+def night_records(
+    catalogue: Catalogue,
+    night: str,
+    ledger: Ledger,
+    run_id: str,
+    sinks: list[Sink],
+    *,
+    logger: Logger | None = None,
+    wall: Callable[[], datetime] = utcnow,
+    owns_night: Callable[[], bool] = lambda: True,
+) -> tuple[LedgerSink, JobMarks]:
+    """The night's ledger writer and its marks, publishing to the ledger first, then ``sinks``;
+    a night that lost its lease (``owns_night`` False) writes no more rows."""
+    records = LedgerSink(ledger, run_id, owns_night=owns_night)
+    events = Publisher([records, *sinks], logger=logger)
+    return records, JobMarks(catalogue, night, events, wall)

@@ -12,7 +12,7 @@ from contextlib import AbstractContextManager, ExitStack, contextmanager, nullco
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from nightshift.backends import build_backends, close_backends
 from nightshift.backends.base import Backend
@@ -22,9 +22,10 @@ from nightshift.config.limits import BackendLimit
 from nightshift.engine.admission import Admission
 from nightshift.engine.alerts import AlertSink, LogAlertSink
 from nightshift.engine.cancelling import CancelWatch
-from nightshift.engine.context import NightContext, utcnow
+from nightshift.engine.context import NightContext, night_records, utcnow
 from nightshift.engine.dwell_watch import BudgetLoader, watch_dwells
 from nightshift.engine.events import Logger, NightFinished, Sink
+from nightshift.engine.marks import JobMarks
 from nightshift.engine.outcomes import JobOutcome, NightSummary, Outcome, join
 from nightshift.engine.plan import HISTORY_DAYS, Plan
 from nightshift.engine.poll_hints import ledger_poll_hints
@@ -172,42 +173,19 @@ def open_night(
     """
     with ExitStack() as cleanup:  # whatever fails below, everything built so far is closed
         cleanup.callback(close_backends, parts.backends)
-        ctx: NightContext | None = None
-
-        def seen(label: str, state: Any, status: Any) -> None:
-            assert ctx is not None
-            ctx.seen(label, state, status)
-
-        def poll_failed(label: str, error: BaseException | None) -> None:
-            assert ctx is not None
-            ctx.poll_failed(label, error)
-
-        def ended(label: str) -> None:  # seen final: its slots go to the next job now
-            assert ctx is not None
-            backend = catalogue.job(label).backend
-            priority = ctx.priorities.get(label, 0)
-            if ctx.admission.holds(backend, priority) and isinstance(parts.hold, HandsOn):
-                parts.hold.hand_on(backend)  # first, so the lease waits for the next job
-            ctx.admission.free(backend, priority)
-
         if isinstance(parts.hold, HandsOn):
             cleanup.callback(parts.hold.close)
-
-        hints = (
-            {}
-            if parts.poll_hints is None
-            else parts.poll_hints(catalogue, parts.ledger, parts.wall(), parts.logger)
-        )
-        watcher = Watcher(
-            on_change=seen,
-            clock=parts.clock,
-            on_error=poll_failed,
-            expected=hints.get,
-            on_final=ended,
-            # a listing that hangs holds its jobs half a poll cap at most: then they go singly
-            listing_deadline=catalogue.defaults.poll.max / 2,
-        )
+        # chain steps rank after every mapped job: they wait for their turn, not the other way
+        priorities = {label: i for i, label in enumerate(plan.labels)}
+        records, marks = night_records(
+            catalogue, night.night, parts.ledger, night.run_id, list(parts.sinks),
+            logger=parts.logger, wall=parts.wall, owns_night=parts.owns_night,
+        )  # fmt: skip
+        watcher = _watcher(catalogue, parts, marks, priorities)
         cleanup.callback(watcher.stop)
+        cancels = _cancel_watch(catalogue, parts, night.night, watcher)
+        if cancels is not None:
+            cleanup.callback(cancels.start().stop)
         ctx = NightContext(
             catalogue=catalogue,
             night=night.night,
@@ -218,9 +196,9 @@ def open_night(
             watcher=watcher,
             admission=parts.admission,
             deadline_at=watcher.now() + catalogue.defaults.deadline,
-            # chain steps rank after every mapped job: they wait for their turn, not the other way
-            priorities={label: i for i, label in enumerate(plan.labels)},
-            sinks=list(parts.sinks),
+            records=records,
+            marks=marks,
+            priorities=priorities,
             logger=parts.logger,
             wall=parts.wall,
             broken=dict(parts.broken),
@@ -229,6 +207,7 @@ def open_night(
             stop_reason=lambda: (parts.stop_reason or watcher_stopped)(watcher),
             owns_night=parts.owns_night,
             stop=stop if stop is not None else NightStop(),
+            cancel_reason=cancels.reason if cancels is not None else _no_cancel,
             spend=night_spend(catalogue, parts.ledger, night.night, parts.wall()),
         )
         # on a stop: waits for a turn or a slot end at once, every watched job is let go
@@ -236,27 +215,57 @@ def open_night(
             if listener is not None:
                 cleanup.callback(ctx.stop.on_request(listener))
         cleanup.callback(ctx.stop.on_request(watcher.detach))
-        if parts.cancel_poll_s is not None:
-            requests = CancelRequests(parts.ledger.engine, catalogue.key)
-            cancels = CancelWatch(
-                requests,
-                night.night,
-                watcher.look_now,
-                since=parts.wall(),
-                every=parts.cancel_poll_s,
-            )
-            cleanup.callback(cancels.start().stop)
-            ctx.cancel_reason = cancels.reason
         if (dwell := watch_dwells(ctx, parts.budgets, parts.alerts)) is not None:
             cleanup.callback(dwell.stop)
-            ctx.dwell = dwell
         for backend in catalogue.caps:
             # with a cap, jobs start longest-expected first: announce them in that order
-            ranks = [
-                ctx.priorities[x] for x in plan.independent if catalogue.job(x).backend == backend
-            ]
+            ranks = [priorities[x] for x in plan.independent if catalogue.job(x).backend == backend]
             ctx.admission.expect(backend, ranks)
         yield ctx
+
+
+def _watcher(
+    catalogue: Catalogue, parts: NightParts, marks: JobMarks, priorities: Mapping[str, int]
+) -> Watcher:
+    """The night's watcher, reporting to its marks; a job seen final hands its slot on."""
+
+    def ended(label: str) -> None:  # seen final: its slots go to the next job now
+        backend = catalogue.job(label).backend
+        priority = priorities.get(label, 0)
+        if parts.admission.holds(backend, priority) and isinstance(parts.hold, HandsOn):
+            parts.hold.hand_on(backend)  # first, so the lease waits for the next job
+        parts.admission.free(backend, priority)
+
+    hints = (
+        {}
+        if parts.poll_hints is None
+        else parts.poll_hints(catalogue, parts.ledger, parts.wall(), parts.logger)
+    )
+    return Watcher(
+        on_change=marks.seen,
+        clock=parts.clock,
+        on_error=marks.poll_failed,
+        expected=hints.get,
+        on_final=ended,
+        # a listing that hangs holds its jobs half a poll cap at most: then they go singly
+        listing_deadline=catalogue.defaults.poll.max / 2,
+    )
+
+
+def _cancel_watch(
+    catalogue: Catalogue, parts: NightParts, night: str, watcher: Watcher
+) -> CancelWatch | None:
+    """What `nightshift cancel` asks of the night, read every ``cancel_poll_s`` (None: never)."""
+    if parts.cancel_poll_s is None:
+        return None
+    requests = CancelRequests(parts.ledger.engine, catalogue.key)
+    return CancelWatch(
+        requests, night, watcher.look_now, since=parts.wall(), every=parts.cancel_poll_s
+    )
+
+
+def _no_cancel(_label: str, fresh: bool = False) -> str | None:
+    return None
 
 
 def night_spend(catalogue: Catalogue, ledger: Ledger, night: str, now: datetime) -> SpendCap:

@@ -22,15 +22,13 @@ from nightshift.backends.gemini.batch import GeminiBatchBackend, RetryPolicy, bu
 from nightshift.backoff import Backoff
 from nightshift.config.loader import parse_catalogue
 from nightshift.config.settings import Settings
-from nightshift.engine.admission import Admission
 from nightshift.engine.context import NightContext
 from nightshift.engine.outcomes import Outcome
-from nightshift.engine.watcher import Watcher
 from nightshift.sandbox.gemini_emulator import BatchScript, GeminiEmulator
 from nightshift.store.ledger import Ledger, Transition
 from tests.conftest import GEMINI_KEY
 from tests.night_kit import run_job
-from tests.support import wait_final, wait_status, write_rows
+from tests.support import make_context, wait_final, wait_status, write_rows
 
 AGY = [sys.executable, "-m", "nightshift.sandbox.agy"]
 FAST = RetryPolicy(attempts=4, backoff=Backoff(initial=0.01, factor=2, max=0.05, jitter=0.01))
@@ -130,25 +128,13 @@ def watched_night(
 ) -> Iterator[NightContext]:
     """A night's context whose watcher reports to it, on the real wall clock."""
     ledger = Ledger(f"sqlite:///{tmp_path / 'ledger.db'}")
-    box: list[NightContext] = []
-    watcher = Watcher(on_change=lambda label, state, status: box[0].seen(label, state, status))
+    ctx = make_context(
+        parse_catalogue(catalogue, tmp_path / "nightshift.yaml"), ledger, backends, tmp_path / "run"
+    )
     try:
-        box.append(
-            NightContext(
-                catalogue=parse_catalogue(catalogue, tmp_path / "nightshift.yaml"),
-                night="2026-11-29",
-                run_id="test",
-                run_dir=tmp_path / "run",
-                backends=backends,
-                ledger=ledger,
-                watcher=watcher,
-                admission=Admission(0),
-                deadline_at=watcher.now() + 60,
-            )
-        )
-        yield box[0]
+        yield ctx
     finally:
-        watcher.stop()
+        ctx.watcher.stop()
         ledger.close()
 
 

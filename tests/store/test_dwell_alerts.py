@@ -11,7 +11,7 @@ import pytest
 from nightshift.budgets.lookup import FLOOR_S
 from nightshift.store.alert_log import DWELL, AlertLog
 from nightshift.store.ledger import Ledger
-from tests.dwell_night import NIGHT, S, budgets, dwell_night, rows
+from tests.dwell_night import NIGHT, S, budgets, dwell_night, dwell_of, rows
 from tests.support import EPOCH, wait_until
 
 WATCH = ("slow", "submitted", "watch")
@@ -34,7 +34,7 @@ def test_watch_then_alert_at_their_moments_with_no_poll_between(
     monkeypatch.setattr("nightshift.engine.dwell_watch.dwell_floor", lambda _poll: FLOOR_S)
     # polled every 100 s: the job sits in `submitted` from EPOCH, past both levels before a poll
     with dwell_night(tmp_path, ledger, [S], load) as night:
-        dwell = night.ctx.dwell
+        dwell = dwell_of(night.ctx)
         assert dwell is not None
         watch_at, alert_at = (
             EPOCH + timedelta(seconds=10) + TICK,

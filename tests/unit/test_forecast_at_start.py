@@ -66,7 +66,7 @@ def test_a_forecast_that_cannot_be_kept_or_read_is_a_warning(
         "the forecast could not be kept in the ledger: OSError: database is locked" in caplog.text
     )
 
-    monkeypatch.setattr(night_forecast, "current_budgets", refuse)
+    monkeypatch.setattr(night_forecast, "starting_budgets", refuse)
     with caplog.at_level(logging.WARNING):
         assert forecast_at_start(prepared, "run-2", logger, publish=False) is None
     assert "no forecast tonight: the budgets could not be read: OSError" in caplog.text

@@ -26,7 +26,7 @@ from nightshift.engine.timers import job_timers, learned_limit
 from nightshift.notify.sinks import NoticeSink
 from nightshift.sandbox.history import Habits, Usual, generate, write
 from nightshift.store.ledger import Ledger
-from tests.dwell_night import NIGHT, Recorder
+from tests.dwell_night import NIGHT, Recorder, dwell_of
 from tests.night_kit import start_jobs
 from tests.support import FakeClock, ScriptedBackend, new_ledger_url, wait_until
 
@@ -137,8 +137,8 @@ def night_with_history(
 def _move(ctx: Any, clocks: FakeClock, seconds: float) -> None:
     clocks.advance(seconds)
     ctx.watcher.poke()
-    if ctx.dwell is not None:  # the dwell timer raises the levels due by now
-        ctx.dwell.poke()
+    if (dwell := dwell_of(ctx)) is not None:  # the dwell timer raises the levels due by now
+        dwell.poke()
     ctx.watcher.wait_idle(timeout=10)
 
 

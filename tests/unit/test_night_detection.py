@@ -12,7 +12,7 @@ import pytest
 from nightshift.budgets.current import current_budgets
 from nightshift.engine.events import ExpectedDurations, LevelChanged
 from nightshift.store.ledger import Ledger
-from tests.dwell_night import NIGHT, Q, R, S, budgets, dwell_night, rows
+from tests.dwell_night import NIGHT, Q, R, S, budgets, dwell_night, dwell_of, rows
 from tests.support import EPOCH, FakeClock, new_ledger_url, wait_until
 
 WATCH = ("slow", "queued", "watch")
@@ -65,8 +65,9 @@ def test_a_rerun_re_attaching_repeats_nothing(tmp_path: Path, ledger: Ledger) ->
     later = FakeClock(epoch=EPOCH + timedelta(minutes=5))
     try:
         with dwell_night(tmp_path, again, [Q, Q, S], load, clock=later) as second:
-            assert second.ctx.dwell is not None
-            assert second.ctx.dwell.detector.raised == {WATCH, ALERT}  # seeded from the log
+            dwell = dwell_of(second.ctx)
+            assert dwell is not None
+            assert dwell.detector.raised == {WATCH, ALERT}  # seeded from the log
             second.run_out(5.0)  # queued for 200 s: far past both levels, polled and ticked
         assert second.backend.submitted == []  # re-attached, not submitted again
         assert [e.state for e in second.events if hasattr(e, "state")][-1] == "succeeded"
@@ -85,9 +86,10 @@ def test_a_night_that_lost_its_lease_keeps_and_announces_nothing(
     ) as night:
         night.move(100)
         wait_until(lambda: night.state() == "queued", what="queued")
-        assert night.ctx.dwell is not None
+        dwell = dwell_of(night.ctx)
+        assert dwell is not None
         night.move(25)
-        detector = night.ctx.dwell.detector
+        detector = dwell.detector
         wait_until(lambda: detector.raised == {WATCH, ALERT}, what="the levels passed")
     # the night is over, its timer joined: whatever it was doing has been done
     assert rows(ledger) == []
@@ -113,7 +115,7 @@ def test_a_night_with_no_history_behaves_as_before(tmp_path: Path) -> None:
         ledger = Ledger(new_ledger_url(folder / "ledger.db"), "test")
         try:
             with dwell_night(folder, ledger, [Q] * 30 + [R] * 30 + [S], load, poll="1s") as n:
-                assert (n.ctx.dwell is not None) == (load is not None)
+                assert (dwell_of(n.ctx) is not None) == (load is not None)
                 n.run_out(1.0)
             shapes.append(_shape(n.events))
             assert not any(isinstance(e, LevelChanged | ExpectedDurations) for e in n.events)
@@ -134,7 +136,7 @@ def test_budgets_that_cannot_be_read_log_one_line_and_the_night_runs(
         caplog.at_level(logging.WARNING, logger="nightshift.detection"),
         dwell_night(tmp_path, ledger, [Q, S], broken, poll="1s") as night,  # type: ignore[arg-type]
     ):
-        assert night.ctx.dwell is None
+        assert dwell_of(night.ctx) is None
         night.run_out(1.0)
     lines = [r.getMessage() for r in caplog.records if r.name == "nightshift.detection"]
     assert lines == [

@@ -16,13 +16,11 @@ import pytest
 
 from nightshift.backends.base import ExternalState, JobSpec, JobStatus
 from nightshift.config.loader import parse_catalogue
-from nightshift.engine.admission import Admission
 from nightshift.engine.context import NightContext
 from nightshift.engine.outcomes import Outcome
-from nightshift.engine.watcher import Watcher
 from nightshift.store.ledger import Ledger
 from tests.night_kit import run_job
-from tests.support import FakeClock, new_ledger_url
+from tests.support import FakeClock, make_context, new_ledger_url
 
 Q, R, S = ExternalState.QUEUED, ExternalState.RUNNING, ExternalState.SUCCEEDED
 T0 = datetime(2026, 11, 29, 22, 0, tzinfo=UTC)
@@ -78,26 +76,17 @@ def night(tmp_path: Path) -> Iterator[tuple[NightContext, PolledBackend]]:
     wall = FakeClock(T0)
     backend = PolledBackend(wall)
     ledger = Ledger(new_ledger_url(tmp_path / "ledger.db"))
-    box: list[NightContext] = []
-    watcher = Watcher(on_change=lambda label, state, status: box[0].seen(label, state, status))
-    box.append(
-        NightContext(
-            catalogue=parse_catalogue(CATALOGUE, tmp_path / "nightshift.yaml"),
-            night="2026-11-29",
-            run_id="test",
-            run_dir=tmp_path / "run",
-            backends={"command": backend},
-            ledger=ledger,
-            watcher=watcher,
-            admission=Admission(0),
-            deadline_at=watcher.now() + 60,
-            wall=wall,
-        )
+    ctx = make_context(
+        parse_catalogue(CATALOGUE, tmp_path / "nightshift.yaml"),
+        ledger,
+        {"command": backend},
+        tmp_path / "run",
+        wall=wall,
     )
     try:
-        yield box[0], backend
+        yield ctx, backend
     finally:
-        watcher.stop()
+        ctx.watcher.stop()
         ledger.close()
 
 
