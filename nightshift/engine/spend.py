@@ -100,7 +100,7 @@ class SpendTotals:
     spent_usd: float
     committed_usd: float
     refused: tuple[str, ...] = ()  # labels not submitted because of a cap
-    unknown: tuple[str, ...] = ()  # paid labels submitted with no known cost
+    unknown: tuple[str, ...] = ()  # paid labels submitted whose cost nothing has said yet
 
     @property
     def total_usd(self) -> float:
@@ -202,8 +202,11 @@ class SpendCap:
             if label not in self._committed:
                 return None
             committed = self._committed.pop(label)
-            cost = actual if actual is not None and actual >= 0 else committed
+            said = actual is not None and actual >= 0
+            cost = actual if said and actual is not None else committed
             cost = cost if submitted else 0.0
+            if said and label in self._unknown:  # its results said: no longer unknown
+                self._unknown.remove(label)
             self._spent[label] = self._spent.get(label, 0.0) + cost
             return self._spent[label]
 

@@ -61,7 +61,8 @@ def test_a_job_over_its_own_cap_and_an_unknown_cost_at_a_full_cap_are_refused() 
     assert cap.reserve("big") == "spend cap of the job: $6 expected > $5"
     assert cap.reserve("new") is None  # unknown: counted at nothing while the cap has room
     assert cap.totals().unknown == ("new",)
-    cap.settle("new", 12.5)  # its results said what it cost
+    cap.settle("new", 12.5)  # its results said what it cost: no longer unknown
+    assert cap.totals().unknown == ()
     assert cap.reserve("new") == "spend cap: $12.50 spent or committed, cost unknown, >= $10"
 
 
