@@ -83,6 +83,7 @@ def run_prune(
     verb = "would remove" if dry_run else "removed"
     print(f"{verb} {report.transitions} ledger transitions before {report.cutoff.isoformat()}")
     print(f"{verb} {report.jobs} ledger job rows")
+    print(f"{verb} {report.forecasts} forecasts of nights")
     if report.manifests is None:
         print("skipped Gemini submit manifests (give --catalogue to prune them)")
     else:

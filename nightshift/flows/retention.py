@@ -37,10 +37,12 @@ def retention(
     )
     verb = "would remove" if dry_run else "removed"
     logger.info(
-        "%s %d transitions and %d job rows before %s, %d command-job folders (%d bytes)%s",
+        "%s %d transitions, %d job rows and %d forecasts before %s, %d command-job folders (%d "
+        "bytes)%s",
         verb,
         report.transitions,
         report.jobs,
+        report.forecasts,
         report.cutoff.isoformat(),
         report.folders,
         report.folder_bytes,

@@ -1,7 +1,8 @@
 """What each run of a night expected of itself when it started: one row per run.
 
-Written only by the night, at its start (``save``); read by the night report and by
-``nightshift plan --accuracy``, which hold it against the ledger's transitions of that run.
+Written only by the night, at its start (``save``), and forgotten by retention (``prune``); read
+by the night report and by ``nightshift plan --accuracy``, which hold it against the ledger's
+transitions of that run.
 """
 
 from __future__ import annotations
@@ -84,6 +85,20 @@ class Forecasts:
         )
         with self.engine.begin() as conn:
             return [_stored(row._asdict()) for row in conn.execute(query)]
+
+    def prune(
+        self, before: datetime, *, every_catalogue: bool = False, dry_run: bool = False
+    ) -> int:
+        """Forget the forecasts made before ``before`` (this catalogue's, or ``every_catalogue``'s):
+        retention's, as for the ledger's rows; how many (would) go."""
+        where = [_forecasts.c.made_at < before.astimezone(UTC)]
+        if not every_catalogue:
+            where.append(_forecasts.c.catalogue == self.catalogue)
+        with self.engine.begin() as conn:
+            if dry_run:
+                count = sa.select(sa.func.count()).select_from(_forecasts).where(*where)
+                return int(conn.execute(count).scalar_one())
+            return int(conn.execute(sa.delete(_forecasts).where(*where)).rowcount)
 
     def nights(self) -> list[str]:
         """The nights with a forecast, newest first."""

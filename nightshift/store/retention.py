@@ -44,6 +44,7 @@ class PruneReport:
     manifest_bytes: int
     folders: int
     folder_bytes: int
+    forecasts: int = 0  # the nights' forecasts (one a run), made before the cutoff
 
 
 def retention_scope(path: str | None) -> tuple[str | None, list[Path] | None]:
@@ -174,9 +175,24 @@ def prune(
     now = now or datetime.now(UTC)
     cutoff = datetime.fromtimestamp(now.timestamp() - keep_s, tz=UTC)
     n_t, n_j = prune_ledger(url, cutoff, catalogue=catalogue, dry_run=dry_run)
+    n_f = _prune_forecasts(url, cutoff, catalogue, dry_run)
     manifests: int | None = None
     manifest_bytes = 0
     if outputs is not None:
         manifests, manifest_bytes = prune_manifests(outputs, cutoff, dry_run=dry_run)
     folders, folder_bytes = prune_folders(state_dir, cutoff, dry_run=dry_run)
-    return PruneReport(cutoff, dry_run, n_t, n_j, manifests, manifest_bytes, folders, folder_bytes)
+    return PruneReport(
+        cutoff, dry_run, n_t, n_j, manifests, manifest_bytes, folders, folder_bytes, n_f
+    )
+
+
+def _prune_forecasts(url: str, cutoff: datetime, catalogue: str | None, dry_run: bool) -> int:
+    """The forecasts made before ``cutoff`` (``catalogue`` None: every catalogue's)."""
+    from nightshift.store.forecasts import Forecasts
+
+    ledger = Ledger(url, catalogue or "default")
+    try:
+        forecasts = Forecasts(ledger.engine, catalogue or "default")
+        return forecasts.prune(cutoff, every_catalogue=catalogue is None, dry_run=dry_run)
+    finally:
+        ledger.close()

@@ -10,6 +10,7 @@ from nightshift.backends.gemini.results import manifest_path
 from nightshift.cli import exits
 from nightshift.cli.main import main
 from nightshift.config.settings import load_settings
+from nightshift.store.forecasts import Forecasts, StoredForecast
 from nightshift.store.ledger import Ledger
 
 
@@ -22,6 +23,9 @@ def _old_history(sandbox: Path) -> Path:
         ledger.transition(night, "r", "etl", "cli", "x", "succeeded", at=at)
         ledger.record_submit(night, "etl", "cli", "x", 1, at=at - timedelta(seconds=5))
         ledger.record_state(night, "etl", "succeeded", finished_at=at)
+        made = at - timedelta(seconds=5)
+        forecast = StoredForecast(night, "r", made, made, at, at, ["etl"], {"jobs": []})
+        Forecasts(ledger.engine, "team-a").save(forecast)  # each night's, made at its start
     ledger.close()
     old = (now - timedelta(days=100)).timestamp()
     jobdir = sandbox / "state" / "jobs" / "etl-1"
@@ -47,6 +51,7 @@ def test_prune_dry_run_then_prune_say_what_goes(sandbox: Path, capsys) -> None:
     assert out[0].startswith("would remove 2 ledger transitions before ")
     assert out[1:] == [
         "would remove 1 ledger job rows",
+        "would remove 1 forecasts of nights",
         "would remove 1 Gemini submit manifests (3 bytes)",
         "would remove 1 command-job folders (1 bytes)",
     ]
@@ -57,12 +62,15 @@ def test_prune_dry_run_then_prune_say_what_goes(sandbox: Path, capsys) -> None:
     assert out[0].startswith("removed 2 ledger transitions before ")
     assert out[1:] == [
         "removed 1 ledger job rows",
+        "removed 1 forecasts of nights",
         "removed 1 Gemini submit manifests (3 bytes)",
         "removed 1 command-job folders (1 bytes)",
     ]
     assert not (sandbox / "state" / "jobs" / "etl-1").exists()
     ledger = Ledger(load_settings().ledger_url(), "team-a")
     assert ledger.get_job("old", "etl") is None and ledger.get_job("new", "etl") is not None
+    kept = Forecasts(ledger.engine, "team-a")
+    assert (kept.of_night("old"), len(kept.of_night("new"))) == ([], 1)
     ledger.close()
 
 
@@ -72,6 +80,7 @@ def test_prune_without_a_catalogue_skips_manifests(sandbox: Path, capsys) -> Non
     out = capsys.readouterr().out.splitlines()
     assert out[1:] == [
         "removed 0 ledger job rows",
+        "removed 0 forecasts of nights",
         "skipped Gemini submit manifests (give --catalogue to prune them)",
         "removed 0 command-job folders (0 bytes)",
     ]
