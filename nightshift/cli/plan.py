@@ -199,16 +199,19 @@ def _iso(at: datetime) -> str:
     return at.astimezone(UTC).isoformat(timespec="seconds")
 
 
-def _late_json(late: list[Late]) -> list[dict[str, Any]]:
+def _late_json(late: list[Late], past: str | None = None) -> list[dict[str, Any]]:
+    """Late jobs as ``--json`` says them; ``past``: what they end after, when it is said."""
+    tag = {} if past is None else {"past": past}
     return [
-        {"label": x.label, "seconds": round(x.seconds, 1), "submitted": x.submitted} for x in late
+        {"label": x.label, "seconds": round(x.seconds, 1), "submitted": x.submitted, **tag}
+        for x in late
     ]
 
 
 def _as_json(
     f: Forecast, source: str, without: list[str], dependents: list[str], money: PlanMoney
 ) -> dict[str, Any]:
-    from nightshift.cli.plan_money import late_json, money_json
+    from nightshift.cli.plan_money import money_json
 
     jobs = [
         {
@@ -222,14 +225,14 @@ def _as_json(
         }
         for j in f.jobs
     ]
-    late = [{**x, "past": "deadline"} for x in _late_json(f.late)]
+    late = _late_json(f.late, "deadline") + _late_json(money.late, "finish_by")
     return {
         "start": _iso(f.start),
         "start_from": source,
         "deadline": _iso(f.deadline),
         "finish": {"p50": _iso(f.finish_p50), "p95": _iso(f.finish_p95)},
         "critical_path": f.critical_path,
-        "late": late + late_json(money),  # past the deadline, then past finish_by
+        "late": late,  # past the deadline, then past finish_by
         "late_p95": _late_json(f.late_p95),
         "without": without,
         "removed_dependents": dependents,

@@ -8,7 +8,8 @@ from datetime import UTC, datetime, tzinfo
 from typing import TYPE_CHECKING, Any
 
 from nightshift.config.durations import format_duration
-from nightshift.engine.finish_by import finish_by_at, past
+from nightshift.engine.finish_by import finish_by_at
+from nightshift.engine.forecast import past
 from nightshift.engine.spend import NightCost, expected_costs, money, night_cost
 
 if TYPE_CHECKING:
@@ -74,11 +75,6 @@ def money_json(m: PlanMoney) -> dict[str, Any]:
         },
         "finish_by": None if m.finish_by is None else m.finish_by.astimezone(UTC).isoformat(),
     }
-
-
-def late_json(m: PlanMoney) -> list[dict[str, Any]]:
-    """The jobs past finish_by, for ``late`` beside those past the deadline."""
-    return [{"label": x.label, "seconds": round(x.seconds, 1), "past": "finish_by"} for x in m.late]
 
 
 def cost_cell(m: PlanMoney, label: str) -> str:

@@ -25,7 +25,16 @@ if TYPE_CHECKING:
     from nightshift.config.catalogue import Catalogue
     from nightshift.engine.plan import Plan
 
-__all__ = ["Basis", "Forecast", "JobForecast", "Late", "Span", "durations_of", "forecast"]
+__all__ = [
+    "Basis",
+    "Forecast",
+    "JobForecast",
+    "Late",
+    "Span",
+    "durations_of",
+    "forecast",
+    "past",
+]
 
 # learned: the whole job's own budget; fallback: the sum of its states' budgets (its own, else
 # its backend's); none: nothing learned, counted as 0 s
@@ -149,8 +158,8 @@ def forecast(
         finish_p95=at(max((r.end for r in p95.values()), default=0.0)),
         critical_path=_critical_path(plan.labels, p50),
         deadline=at(deadline_s),
-        late=_late(plan.labels, p50, deadline_s),
-        late_p95=_late(plan.labels, p95, deadline_s),
+        late=past(jobs, at(deadline_s)),
+        late_p95=past(jobs, at(deadline_s), p95=True),
     )
 
 
@@ -217,7 +226,12 @@ def _critical_path(labels: list[str], runs: Mapping[str, _Run]) -> list[str]:
     return path[::-1]
 
 
-def _late(labels: list[str], runs: Mapping[str, _Run], deadline_s: float) -> list[Late]:
-    """Jobs ending past the deadline, latest first, with how late."""
-    late = [Late(x, runs[x].end - deadline_s, runs[x].start <= deadline_s) for x in labels]
-    return sorted((x for x in late if x.seconds > 0), key=lambda x: -x.seconds)
+def past(jobs: list[JobForecast], at: datetime, *, p95: bool = False) -> list[Late]:
+    """Jobs whose expected (or ``p95``) end is after ``at`` (the deadline, ``finish_by``),
+    latest first, with how late; ``submitted`` False when even their start is after it."""
+    late = []
+    for job in jobs:
+        end, start = (job.end_p95, job.start_p95) if p95 else (job.end_p50, job.start_p50)
+        if (seconds := (end - at).total_seconds()) > 0:
+            late.append(Late(job.label, seconds, start <= at))
+    return sorted(late, key=lambda x: -x.seconds)
