@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
@@ -52,8 +51,7 @@ def run_job(ctx: NightContext, label: str, attempt: int = 1) -> JobOutcome:
     """One try of one job, as the job task's body runs it: a transient error propagates."""
 
     async def one() -> JobOutcome:
-        with _pools() as pools:
-            return await run_job_step_async(ctx, label, pools, attempt)
+        return await run_job_step_async(ctx, label, JobPools(ctx.loop), attempt)
 
     return asyncio.run(one())
 
@@ -127,8 +125,7 @@ def run_jobs(
     """The night's jobs on an event loop of their own, until every one has its outcome."""
 
     async def night() -> dict[str, JobOutcome]:
-        with _pools() as pools:
-            return await night_jobs(ctx, plan, pools, clock=clock, waits=waits)
+        return await night_jobs(ctx, plan, JobPools(ctx.loop), clock=clock, waits=waits)
 
     return asyncio.run(night())
 
@@ -189,13 +186,3 @@ class ClockDriver:
             self._clock.advance(1.0)
             self._watcher.poke()
             self._watcher.wait_idle(timeout=10)
-
-
-@contextmanager
-def _pools() -> Iterator[JobPools]:
-    """The night's job pools, shut down on the way out."""
-    pools = JobPools()
-    try:
-        yield pools
-    finally:
-        pools.shutdown()

@@ -264,6 +264,7 @@ def make_context(
     context's ``owns_night``, so a test may take the lease away by setting it."""
     from nightshift.engine.admission import Admission
     from nightshift.engine.context import NightContext, night_records, utcnow
+    from nightshift.engine.loop import NightLoop
     from nightshift.engine.watcher import Watcher
 
     box: list[NightContext] = []
@@ -272,10 +273,11 @@ def make_context(
         catalogue, "2026-11-29", ledger, "test", [], wall=clock,
         owns_night=lambda: box[0].owns_night(),
     )  # fmt: skip
+    loop = NightLoop()  # the night's: the test closes it after the watcher (``close_context``)
     if reports:
-        watcher = Watcher(on_change=marks.seen, on_error=marks.poll_failed)
+        watcher = Watcher(on_change=marks.seen, on_error=marks.poll_failed, loop=loop)
     else:
-        watcher = Watcher(on_change=lambda *_: None)
+        watcher = Watcher(on_change=lambda *_: None, loop=loop)
     box.append(
         NightContext(
             catalogue=catalogue,
@@ -311,5 +313,11 @@ def night_context(
     try:
         yield ctx
     finally:
-        ctx.watcher.stop()
+        close_context(ctx)
         ledger.close()
+
+
+def close_context(ctx: NightContext) -> None:
+    """What ``open_night`` closes of a context made by ``make_context``: its watcher, its loop."""
+    ctx.watcher.stop()
+    ctx.loop.close()

@@ -15,6 +15,7 @@ from nightshift.engine.admission import Admission
 from nightshift.engine.events import Logger, Publisher, Sink
 from nightshift.engine.job_run import JobRun
 from nightshift.engine.ledger_sink import LedgerSink
+from nightshift.engine.loop import NightLoop
 from nightshift.engine.marks import JobMarks
 from nightshift.engine.outcomes import JobOutcome
 from nightshift.engine.spend import SpendCap
@@ -71,6 +72,11 @@ class NightContext:
     budgets: Budgets | None = None  # tonight's learned budgets (learned timeouts), if any
     # tonight's spend on paid jobs, checked before each paid submit (no paid jobs: counts none)
     spend: SpendCap = field(default_factory=lambda: SpendCap(None, {}))
+
+    @property
+    def loop(self) -> NightLoop:
+        """The night's one event loop (its watcher's): its time, and its blocking pools."""
+        return self.watcher.loop
 
     @property
     def events(self) -> Publisher:

@@ -25,6 +25,7 @@ from nightshift.engine.cancelling import CancelWatch
 from nightshift.engine.context import NightContext, night_records, utcnow
 from nightshift.engine.dwell_watch import BudgetLoader, watch_dwells
 from nightshift.engine.events import Logger, NightFinished, Sink
+from nightshift.engine.loop import NightLoop
 from nightshift.engine.marks import JobMarks
 from nightshift.engine.outcomes import JobOutcome, NightSummary, Outcome, join
 from nightshift.engine.plan import HISTORY_DAYS, Plan
@@ -173,6 +174,8 @@ def open_night(
     """
     with ExitStack() as cleanup:  # whatever fails below, everything built so far is closed
         cleanup.callback(close_backends, parts.backends)
+        loop = NightLoop()  # the night's time: its watch, streams, dwell ticks, cancel reads
+        cleanup.callback(loop.close)
         if isinstance(parts.hold, HandsOn):
             cleanup.callback(parts.hold.close)
         # chain steps rank after every mapped job: they wait for their turn, not the other way
@@ -181,7 +184,7 @@ def open_night(
             catalogue, night.night, parts.ledger, night.run_id, list(parts.sinks),
             logger=parts.logger, wall=parts.wall, owns_night=parts.owns_night,
         )  # fmt: skip
-        watcher = _watcher(catalogue, parts, marks, priorities)
+        watcher = _watcher(catalogue, parts, marks, priorities, loop)
         cleanup.callback(watcher.stop)
         cancels = _cancel_watch(catalogue, parts, night.night, watcher)
         if cancels is not None:
@@ -225,7 +228,11 @@ def open_night(
 
 
 def _watcher(
-    catalogue: Catalogue, parts: NightParts, marks: JobMarks, priorities: Mapping[str, int]
+    catalogue: Catalogue,
+    parts: NightParts,
+    marks: JobMarks,
+    priorities: Mapping[str, int],
+    loop: NightLoop,
 ) -> Watcher:
     """The night's watcher, reporting to its marks; a job seen final hands its slot on."""
 
@@ -249,6 +256,7 @@ def _watcher(
         on_final=ended,
         # a listing that hangs holds its jobs half a poll cap at most: then they go singly
         listing_deadline=catalogue.defaults.poll.max / 2,
+        loop=loop,
     )
 
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from functools import partial
 
 from nightshift.engine.context import NightContext
+from nightshift.engine.loop import NightLoop
 from nightshift.engine.outcomes import JobOutcome, Outcome
 from nightshift.engine.runner import Watching, begin_job, end_job, end_job_watch, stopped_outcome
 from nightshift.engine.watcher import WatchResult
@@ -35,32 +35,26 @@ START_THREADS = 8  # per backend: jobs waiting for their turn to submit, and sub
 FINISH_THREADS = 6  # jobs whose watch ended: collect, record, release their slot
 
 
-def _pool(threads: int, name: str) -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(max_workers=threads, thread_name_prefix=name)
-
-
-@dataclass
 class JobPools:
-    """The night's threads for the blocking parts of its jobs; a job in flight holds none.
+    """The night's threads for the blocking parts of its jobs, on the night's loop (``loop.py``);
+    a job in flight holds none.
 
     A job's first step may wait for its turn (a capped backend's slot): each backend has its
     start pool, so jobs of a backend that waits for its cap don't hold up the others' submits.
     The slot is freed by a later step, on the finish pool, which never queues behind a wait.
+    The pools end with the night's loop.
     """
 
-    finish: ThreadPoolExecutor = field(default_factory=lambda: _pool(FINISH_THREADS, "job-end"))
-    starts: dict[str, ThreadPoolExecutor] = field(default_factory=dict)
+    def __init__(self, loop: NightLoop) -> None:
+        self._loop = loop
+        self.finish = loop.blocking("job-end", FINISH_THREADS)
+        self._starts: dict[str, ThreadPoolExecutor] = {}
 
     def start(self, backend: str) -> ThreadPoolExecutor:
         """The pool where jobs of ``backend`` wait for their turn and submit."""
-        if backend not in self.starts:  # only the flow's event loop asks: no race
-            self.starts[backend] = _pool(START_THREADS, f"job-start-{backend}")
-        return self.starts[backend]
-
-    def shutdown(self) -> None:
-        """Done with: idle threads end; a night that ended early does not wait for stragglers."""
-        for pool in [*self.starts.values(), self.finish]:
-            pool.shutdown(wait=False, cancel_futures=True)
+        if backend not in self._starts:  # only the night's event loop asks: no race
+            self._starts[backend] = self._loop.blocking(f"job-start-{backend}", START_THREADS)
+        return self._starts[backend]
 
 
 def withdraw(ctx: NightContext, label: str) -> None:

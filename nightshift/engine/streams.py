@@ -1,7 +1,8 @@
-"""Listening to jobs' event streams instead of polling them: one asyncio loop on one thread.
+"""Listening to jobs' event streams instead of polling them: tasks on the night's loop.
 
 A backend that ``Streams`` (base.py) hands out a job's statuses as an async iterator; the
-listener runs every such iterator on its one loop, so 500 streams cost one thread, not 500.
+listener runs every such iterator as a task on the night's loop (``loop.py``), so 500 streams
+cost no thread at all.
 Each status goes to ``on_status`` (the watcher queues it like a poll's answer); a stream that
 ends before its job did, or fails, goes to ``on_drop`` once (the watcher polls that job again,
 on its backoff). ``forget`` stops listening to one job; ``close`` to all of them.
@@ -17,6 +18,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from nightshift.backends.base import JobStatus, Streams
+from nightshift.engine.loop import NightLoop
 
 __all__ = ["StreamListener"]
 
@@ -25,31 +27,14 @@ OnDrop = Callable[[BaseException], None]
 
 
 class StreamListener:
-    """Runs jobs' event streams on one event loop, on one thread started at first use."""
+    """Runs jobs' event streams as tasks on the night's loop."""
 
-    def __init__(self) -> None:
+    def __init__(self, loop: NightLoop) -> None:
+        self._night = loop
         self._lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
         self._tasks: dict[Hashable, Future[None]] = {}
         self._backends: dict[int, Streams] = {}
         self._closed = False
-
-    def _started(self) -> asyncio.AbstractEventLoop:
-        if self._loop is None:
-            loop = asyncio.new_event_loop()
-            ready = threading.Event()
-
-            def run() -> None:
-                asyncio.set_event_loop(loop)
-                loop.call_soon(ready.set)
-                loop.run_forever()
-
-            self._thread = threading.Thread(target=run, name="nightshift-streams", daemon=True)
-            self._thread.start()
-            ready.wait(timeout=30)
-            self._loop = loop
-        return self._loop
 
     def listen(
         self,
@@ -63,11 +48,8 @@ class StreamListener:
         with self._lock:
             if self._closed:
                 raise RuntimeError("the stream listener is closed")
-            loop = self._started()
             self._backends[id(backend)] = backend
-            future = asyncio.run_coroutine_threadsafe(
-                _listen(backend, external_id, on_status, on_drop), loop
-            )
+            future = self._night.submit(_listen(backend, external_id, on_status, on_drop))
             self._tasks[key] = future
         future.add_done_callback(lambda _f: self._done(key, future))
 
@@ -90,22 +72,22 @@ class StreamListener:
             return len(self._tasks)
 
     def close(self) -> None:
-        """Stop every stream, close the backends' stream clients, end the thread."""
+        """Stop every stream and close the backends' stream clients."""
         with self._lock:
+            if self._closed:
+                return
             self._closed = True
             tasks, self._tasks = list(self._tasks.values()), {}
-            loop, backends = self._loop, list(self._backends.values())
+            backends = list(self._backends.values())
         for future in tasks:
             future.cancel()
-        if loop is None:
+        if not backends or self._night.closed:
             return
-        closing = asyncio.run_coroutine_threadsafe(_aclose(backends), loop)
+        if self._night.on_loop():  # closed from the loop itself: the clients close after
+            self._night.submit(_aclose(backends))
+            return
         with contextlib.suppress(Exception):
-            closing.result(timeout=10)
-        loop.call_soon_threadsafe(loop.stop)
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-        loop.close()
+            self._night.run(_aclose(backends), timeout=10)
 
 
 async def _listen(backend: Streams, external_id: str, on_status: OnStatus, on_drop: OnDrop) -> None:

@@ -40,12 +40,13 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from nightshift.backends.base import Backend, ExternalState, JobStatus, capabilities
 from nightshift.backoff import Backoff
+from nightshift.engine.loop import NightLoop, Signal
 from nightshift.engine.poll_schedule import PollSchedule
 from nightshift.engine.streams import StreamListener
 from nightshift.errors import (
@@ -176,13 +177,18 @@ class Watcher:
         on_final: Callable[[str], None] = lambda _label: None,
         listing_deadline: float = LISTING_DEADLINE_S,
         cancel_deadline: float = CANCEL_DEADLINE_S,
+        loop: NightLoop | None = None,
     ) -> None:
         self._on_change = on_change
         self._on_error = on_error
         self._expected = expected
         self._on_final = on_final
         self._clock = clock
-        self._cond = threading.Condition()
+        # the night's loop runs the watch (a watcher made alone runs on a loop of its own)
+        self._night = loop if loop is not None else NightLoop("nightshift-watcher")
+        self._owns_loop = loop is None
+        self._lock = threading.RLock()  # the entries: read and changed by the loop and the calls
+        self._changed = Signal(self._night)  # wakes the watch (and ``wait_idle``)
         self._entries: list[WatchRequest] = []
         self._stopped = False
         self._detached = False
@@ -194,16 +200,16 @@ class Watcher:
         self._hung_listings: set[int] = set()
         self._listing_deadline = listing_deadline
         self._cancel_deadline = cancel_deadline
-        self._pool = ThreadPoolExecutor(
-            max_workers=_THREADS, thread_name_prefix="nightshift-status"
-        )
+        self._pool = self._night.blocking("nightshift-status", _THREADS)
         # cancels run apart from the status calls: one waited on holds no status call's thread
-        self._cancels = ThreadPoolExecutor(
-            max_workers=_CANCEL_THREADS, thread_name_prefix="nightshift-cancel"
-        )
-        self._streams = StreamListener()  # one thread for every stream, started at first use
-        self._thread = threading.Thread(target=self._loop, name="nightshift-watcher", daemon=True)
-        self._thread.start()
+        self._cancels = self._night.blocking("nightshift-cancel", _CANCEL_THREADS)
+        self._streams = StreamListener(self._night)  # every stream a task on the night's loop
+        self._task = self._night.submit(self._watch())
+
+    @property
+    def loop(self) -> NightLoop:
+        """The loop the watch runs on (the night's)."""
+        return self._night
 
     def now(self) -> float:
         """The watcher's clock."""
@@ -219,14 +225,14 @@ class Watcher:
         request.schedule = PollSchedule(request.policy, usual)
         request.origin = now
         request.next_at = now if request.look_first else self._next_poll(request, now)
-        with self._cond:
+        with self._lock:
             if self._detached:  # the night stops watching: this job is left running too
                 self._settle(request, WatchResult("detached", None, 0))
                 return request.future
             if self._stopped:
                 raise RuntimeError("watcher is stopped")
             self._entries.append(request)
-            self._cond.notify_all()
+            self._changed.fire()
         self._listen(request)
         request.future.add_done_callback(lambda future: self._given_up(request, future))
         return request.future
@@ -239,57 +245,76 @@ class Watcher:
 
     def in_flight(self) -> list[str]:
         """Labels still being watched."""
-        with self._cond:
+        with self._lock:
             return [e.label for e in self._entries]
 
     def look_now(self, labels: list[str]) -> None:
         """Ask about these jobs at once (someone cancelled them out there)."""
         wanted = set(labels)
-        with self._cond:
+        with self._lock:
             now = self._clock()
             for entry in self._entries:
                 if entry.label in wanted:
                     entry.next_at = min(entry.next_at, now)
-            self._cond.notify_all()
+            self._changed.fire()
 
     def poke(self) -> None:
         """Look at the clock again now (a test moved its fake clock)."""
-        with self._cond:
-            self._cond.notify_all()
+        with self._lock:
+            self._changed.fire()
 
     def wait_idle(self, timeout: float) -> bool:
         """Wait until no call is in flight and nothing is due; False if ``timeout`` ran out."""
-        end = time.monotonic() + timeout
-        with self._cond:
-            while self._busy():
-                left = end - time.monotonic()
-                if left <= 0:
+        if self._night.closed:  # stopped: only the calls still out there can end
+            end = time.monotonic() + timeout
+            while self._busy_now():
+                if time.monotonic() >= end:
                     return False
-                self._cond.wait(timeout=left)
+                time.sleep(0.001)
+            return True
+        try:
+            self._night.run(self._until_idle(), timeout)
+        except TimeoutError:
+            return False
         return True
 
+    def _busy_now(self) -> bool:
+        with self._lock:
+            return self._busy()
+
+    async def _until_idle(self) -> None:
+        while True:
+            with self._lock:
+                if not self._busy():
+                    return
+            await self._changed.wait(None)
+
     def stop(self) -> None:
-        """Stop the loop; jobs still watched get a RuntimeError on their futures."""
-        with self._cond:
+        """Stop the watch; jobs still watched get a RuntimeError on their futures."""
+        with self._lock:
             self._stopped = True
             stranded, self._entries = self._entries, []
-            self._cond.notify_all()
-        self._thread.join(timeout=10)
+        self._changed.fire()
+        if not self._night.on_loop():
+            with contextlib.suppress(Exception):  # its end (or the bug that ended it)
+                self._task.result(timeout=10)
         self._streams.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._cancels.shutdown(wait=False, cancel_futures=True)
+        if self._owns_loop:
+            self._night.close()
         for entry in stranded:
             self._settle(entry, exc=RuntimeError("watcher stopped"))
 
     def detach(self) -> None:
         """Stop watching without a verdict (the night was interrupted): every job's future,
         and any job's registered later, gets a ``detached`` result now. Nothing is cancelled."""
-        with self._cond:
+        with self._lock:
             self._detached = True
             left, self._entries = self._entries, []
             for entry in left:
                 entry.closing = True  # a status call in flight is ignored when it answers
-            self._cond.notify_all()
+            self._changed.fire()
         for entry in left:
             self._settle(entry, WatchResult("detached", entry.last_status, entry.checks))
 
@@ -310,17 +335,19 @@ class Watcher:
             for e in self._entries
         )
 
-    def _loop(self) -> None:
+    async def _watch(self) -> None:
+        """The watch: fire due timers, start due calls, sleep until the next is due or a change
+        (an answer, a new job, a stop) wakes it."""
         try:
             while True:
-                with self._cond:
+                with self._lock:
                     if self._stopped:
                         return
                     now = self._clock()
                     work, wake = self._take_work(now)
-                    if not work:
-                        self._cond.wait(timeout=max(0.0, min(wake - now, 3600.0)))
-                        continue
+                if not work:
+                    await self._changed.wait(max(0.0, min(wake - now, 3600.0)))
+                    continue
                 for fn, args in work:
                     self._pool.submit(fn, *args)
         except BaseException as exc:  # a bug here must not leave every job waiting forever
@@ -401,7 +428,7 @@ class Watcher:
                     entry.next_at = min(entry.next_at, now)
 
     def _strand(self, exc: BaseException) -> None:
-        with self._cond:
+        with self._lock:
             self._stopped = True
             stranded, self._entries = self._entries, []
         for entry in stranded:
@@ -415,10 +442,10 @@ class Watcher:
                 seen = exc
             self._advance(entry, seen)
         finally:
-            with self._cond:
+            with self._lock:
                 self._calls[key] -= 1
                 entry.checking = False
-                self._cond.notify_all()
+                self._changed.fire()
 
     # -- streams (engine/streams.py): a streamed status is taken like a poll's answer --------
     def _listen(self, entry: WatchRequest) -> None:
@@ -431,28 +458,28 @@ class Watcher:
                 return
         except Exception:
             return
-        with self._cond:
+        with self._lock:
             if entry.closing:  # its watch ended meanwhile (a timer, the night's stop)
                 return
             polls_at, entry.streaming, entry.next_at = entry.next_at, True, float("inf")
 
         def heard(status: JobStatus) -> None:
-            with self._cond:
+            with self._lock:
                 entry.streamed.append(status)
-                self._cond.notify_all()
+                self._changed.fire()
 
         def dropped(_error: BaseException) -> None:  # polled again, on its backoff
-            with self._cond:
+            with self._lock:
                 if entry.streaming and not entry.closing:
                     entry.streaming = False
                     entry.stream_drops += 1
                     entry.next_at = self._next_poll(entry, self._clock())
-                    self._cond.notify_all()
+                    self._changed.fire()
 
         try:
             self._streams.listen(id(entry), streams, entry.external_id, heard, dropped)
         except Exception:
-            with self._cond:
+            with self._lock:
                 entry.streaming, entry.next_at = False, polls_at
             return
         if entry.closing:  # closed while the stream was being opened: it had none to forget
@@ -461,27 +488,27 @@ class Watcher:
     def _run_streamed(self, entry: WatchRequest) -> None:
         try:
             while True:
-                with self._cond:
+                with self._lock:
                     if not entry.streamed:
                         return
                     seen = entry.streamed.pop(0)
                 self._advance(entry, seen, polled=False)
-                with self._cond:
+                with self._lock:
                     if entry.streaming:
                         entry.next_at = float("inf")  # _take set a poll: the stream still holds
         finally:
-            with self._cond:
+            with self._lock:
                 entry.checking = False
-                self._cond.notify_all()
+                self._changed.fire()
 
     def _run_listing(self, key: int, entries: list[WatchRequest]) -> None:
         # while this listing is out (or given up and not back), no other one of its backend
         # starts: its key in ``_listing`` says it was not given up
         statuses = self._list(entries)
-        with self._cond:
+        with self._lock:
             if key not in self._listing:  # given up at its deadline: its jobs went on singly
                 self._hung_listings.discard(key)
-                self._cond.notify_all()
+                self._changed.fire()
                 return
             del self._listing[key]  # from here on it cannot be given up
         unlisted: list[WatchRequest] = []
@@ -492,13 +519,13 @@ class Watcher:
                 else:
                     unlisted.append(entry)
         finally:
-            with self._cond:
+            with self._lock:
                 for entry in entries:
                     entry.checking, entry.listed = False, None
                 for entry in unlisted:  # asked at once, each on a call of its own
                     entry.single = True
                     entry.next_at = min(entry.next_at, self._clock())
-                self._cond.notify_all()
+                self._changed.fire()
 
     @staticmethod
     def _list(entries: list[WatchRequest]) -> Mapping[str, JobStatus | BaseException]:
@@ -536,7 +563,7 @@ class Watcher:
                 self._close(entry, result=self._give_up(entry, "lost", seen))
                 return
             entry.unseen += 1
-            with self._cond:
+            with self._lock:
                 entry.next_at = min(self._next_poll(entry, self._clock()), entry.visible_at)
             return
         if isinstance(seen, BaseException) or seen is None:
@@ -568,7 +595,7 @@ class Watcher:
                 self._final(entry.label)
                 self._close(entry, result=WatchResult("final", seen, entry.checks))
                 return
-        with self._cond:
+        with self._lock:
             # a look asked for while its stream holds (look_now): the stream goes on alone
             polls_next = self._next_poll(entry, self._clock())
             entry.next_at = float("inf") if entry.streaming else polls_next
@@ -637,11 +664,11 @@ class Watcher:
         result: WatchResult | None = None,
         exc: BaseException | None = None,
     ) -> None:
-        with self._cond:
+        with self._lock:
             entry.closing = True
             if entry in self._entries:
                 self._entries.remove(entry)
-            self._cond.notify_all()
+            self._changed.fire()
         if entry.streaming:
             self._streams.forget(id(entry))
         self._settle(entry, result, exc)

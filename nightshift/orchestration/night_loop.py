@@ -1,15 +1,15 @@
-"""A night's jobs on an event loop and a thread of their own, stopped first by a signal."""
+"""A night's jobs on the night's event loop, stopped first by a signal."""
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
-import contextvars
 import logging
-import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
+from nightshift.engine.loop import NightLoop
 from nightshift.engine.stopping import INTERRUPTED, NightStop
 from nightshift.heap import TRIM_EVERY_S, trimmer
 
@@ -23,42 +23,28 @@ T = TypeVar("T")
 
 
 def on_a_loop(
+    loop: NightLoop,
     work: Coroutine[Any, Any, T],
     stop: NightStop,
     trim: Callable[[], object] | None = None,
     trim_every: float = TRIM_EVERY_S,
 ) -> T:
-    """Run ``work`` on an event loop of its own, on a thread of its own (the flow run's context
-    goes with it), for what it returns. A signal raised on this thread while it waits (a
-    worker's SIGTERM when the run is cancelled, a Ctrl-C) stops the night first: its jobs are
-    let go, nothing more is submitted or written, then the signal goes on (the cancel hook
-    cancels the jobs).
+    """Run ``work`` on the night's loop (``engine/loop.py``: the flow run's context went with
+    it), for what it returns. A signal raised on this thread while it waits (a worker's SIGTERM
+    when the run is cancelled, a Ctrl-C) stops the night first: its jobs are let go, nothing
+    more is submitted or written, then the signal goes on (the cancel hook cancels the jobs).
 
     While it runs, ``trim`` (default: the C heap's, ``heap.py``) is called every
     ``trim_every`` seconds, so a night of thousands of jobs gives freed memory back.
     """
-    errors: list[BaseException] = []
-    results: list[T] = []
-    trim = trim or trimmer()
-
-    def run() -> None:
-        try:
-            results.append(asyncio.run(_trimming(work, trim, trim_every)))
-        except BaseException as exc:  # handed to the flow's thread
-            errors.append(exc)
-
-    context = contextvars.copy_context()
-    thread = threading.Thread(target=context.run, args=(run,), name="night-loop", daemon=True)
-    thread.start()
+    running = loop.submit(_trimming(work, trim or trimmer(), trim_every))
     try:
-        thread.join()
+        return running.result()
     except BaseException:
-        stop.request(INTERRUPTED, 143)
-        thread.join(STOP_GRACE_S)
+        if not running.done():  # interrupted while it ran: let its jobs go, then go on
+            stop.request(INTERRUPTED, 143)
+            concurrent.futures.wait([running], STOP_GRACE_S)
         raise
-    if errors:
-        raise errors[0]
-    return results[0]
 
 
 async def _trimming(

@@ -76,13 +76,10 @@ def run_night(
         outcomes=results,
         stop=setup.stop,
     ) as ctx:
-        pools = JobPools()
-        try:
-            logger.info("night %s: %s", night, plan.describe())
-            with quiet_job_finish():
-                outcomes = on_a_loop(run_jobs(Night(ctx, pools, kept), plan), setup.stop)
-        finally:
-            pools.shutdown()
+        pools = JobPools(ctx.loop)
+        logger.info("night %s: %s", night, plan.describe())
+        with quiet_job_finish():
+            outcomes = on_a_loop(ctx.loop, run_jobs(Night(ctx, pools, kept), plan), setup.stop)
     return finish_night(ctx, plan, started_at, outcomes), progress
 
 

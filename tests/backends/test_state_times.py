@@ -28,7 +28,7 @@ from nightshift.sandbox.gemini_emulator import BatchScript, GeminiEmulator
 from nightshift.store.ledger import Ledger, Transition
 from tests.conftest import GEMINI_KEY
 from tests.night_kit import run_job
-from tests.support import make_context, wait_final, wait_status, write_rows
+from tests.support import close_context, make_context, wait_final, wait_status, write_rows
 
 AGY = [sys.executable, "-m", "nightshift.sandbox.agy"]
 FAST = RetryPolicy(attempts=4, backoff=Backoff(initial=0.01, factor=2, max=0.05, jitter=0.01))
@@ -134,7 +134,7 @@ def watched_night(
     try:
         yield ctx
     finally:
-        ctx.watcher.stop()
+        close_context(ctx)
         ledger.close()
 
 

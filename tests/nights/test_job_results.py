@@ -77,11 +77,8 @@ def _night_of(tmp_path: Path, backend: ScriptedBackend, work: Any, kept: set[str
     plan = plan_night(catalogue)
     try:
         with open_night(catalogue, parts, plan, NightId(NIGHT, "r", tmp_path)) as ctx:
-            pools = JobPools()
-            try:
-                return asyncio.run(work(Night(ctx, pools, kept)))
-            finally:
-                pools.shutdown()
+            pools = JobPools(ctx.loop)
+            return asyncio.run(work(Night(ctx, pools, kept)))
     finally:
         ledger.close()
 

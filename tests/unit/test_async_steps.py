@@ -51,19 +51,16 @@ def test_fifty_jobs_in_flight_hold_a_few_threads(
     before = threading.active_count()
 
     async def night() -> list[Outcome]:
-        pools = JobPools()
-        try:
-            jobs = [asyncio.ensure_future(run_job_step_async(ctx, x, pools)) for x in labels]
-            # all submitted, all still running; a night that never gets there fails, not hangs
-            deadline = time.monotonic() + 30
-            while len(backend.submitted) < len(labels):
-                assert time.monotonic() < deadline, f"{len(backend.submitted)} jobs in flight"
-                await asyncio.sleep(0.01)
-            for label in labels:
-                backend.scripts[label] = [S]
-            return [o.state for o in await asyncio.gather(*jobs)]
-        finally:
-            pools.shutdown()
+        pools = JobPools(ctx.loop)
+        jobs = [asyncio.ensure_future(run_job_step_async(ctx, x, pools)) for x in labels]
+        # all submitted, all still running; a night that never gets there fails, not hangs
+        deadline = time.monotonic() + 30
+        while len(backend.submitted) < len(labels):
+            assert time.monotonic() < deadline, f"{len(backend.submitted)} jobs in flight"
+            await asyncio.sleep(0.01)
+        for label in labels:
+            backend.scripts[label] = [S]
+        return [o.state for o in await asyncio.gather(*jobs)]
 
     with night_context(tmp_path, catalogue(0, JOBS), {"cli": backend}) as ctx:
         states = asyncio.run(night())
@@ -81,20 +78,15 @@ def test_jobs_waiting_for_a_capped_backend_hold_up_no_other_backend(tmp_path: Pa
         free.scripts[f"l{i}"] = [R, S]
 
     async def night() -> tuple[list[Outcome], list[Outcome]]:
-        pools = JobPools()
-        try:
-            waiting = [run_job_step_async(ctx, f"c{i}", pools) for i in range(12)]
-            held = asyncio.gather(*waiting)
-            others = await asyncio.gather(
-                *(run_job_step_async(ctx, f"l{i}", pools) for i in range(3))
-            )
-            # the cap still holds the rest (which one went first is the threads' race: no ranks)
-            assert len(capped.submitted) == 1
-            for label in capped.scripts:
-                capped.scripts[label] = [S]
-            return [o.state for o in others], [o.state for o in await held]
-        finally:
-            pools.shutdown()
+        pools = JobPools(ctx.loop)
+        waiting = [run_job_step_async(ctx, f"c{i}", pools) for i in range(12)]
+        held = asyncio.gather(*waiting)
+        others = await asyncio.gather(*(run_job_step_async(ctx, f"l{i}", pools) for i in range(3)))
+        # the cap still holds the rest (which one went first is the threads' race: no ranks)
+        assert len(capped.submitted) == 1
+        for label in capped.scripts:
+            capped.scripts[label] = [S]
+        return [o.state for o in others], [o.state for o in await held]
 
     with night_context(tmp_path, catalogue(12, 3), {"command": capped, "cli": free}) as ctx:
         ctx.admission = Admission(0, {"command": 1})
@@ -118,15 +110,12 @@ def test_a_job_cancelled_while_watched_gives_back_its_slot_and_is_no_longer_watc
     capped.scripts = {"c0": [R], "c1": [S]}
 
     async def night() -> Outcome:
-        pools = JobPools()
-        try:
-            first = await _in_flight(ctx, "c0", pools)
-            first.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await first
-            return (await run_job_step_async(ctx, "c1", pools)).state
-        finally:
-            pools.shutdown()
+        pools = JobPools(ctx.loop)
+        first = await _in_flight(ctx, "c0", pools)
+        first.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        return (await run_job_step_async(ctx, "c1", pools)).state
 
     with night_context(tmp_path, catalogue(2, 0), {"command": capped}) as ctx:
         ctx.admission = Admission(0, {"command": 1})
@@ -144,20 +133,17 @@ def test_a_job_cancelled_while_it_waits_for_its_turn_gives_it_back_once_it_has_i
     capped.scripts = {"c0": [R], "c1": [R], "c2": [S]}
 
     async def night() -> Outcome:
-        pools = JobPools()
-        try:
-            first = await _in_flight(ctx, "c0", pools)
-            second = asyncio.ensure_future(run_job_step_async(ctx, "c1", pools))
-            while "c1" not in ctx.runs:  # its try began on a pool thread: it waits for c0's slot
-                await asyncio.sleep(0.001)
-            second.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await second
-            capped.scripts["c0"] = [S]
-            assert (await first).state is Outcome.SUCCEEDED
-            return (await run_job_step_async(ctx, "c2", pools)).state
-        finally:
-            pools.shutdown()
+        pools = JobPools(ctx.loop)
+        first = await _in_flight(ctx, "c0", pools)
+        second = asyncio.ensure_future(run_job_step_async(ctx, "c1", pools))
+        while "c1" not in ctx.runs:  # its try began on a pool thread: it waits for c0's slot
+            await asyncio.sleep(0.001)
+        second.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await second
+        capped.scripts["c0"] = [S]
+        assert (await first).state is Outcome.SUCCEEDED
+        return (await run_job_step_async(ctx, "c2", pools)).state
 
     with night_context(tmp_path, catalogue(3, 0), {"command": capped}) as ctx:
         ctx.admission = Admission(0, {"command": 1})
@@ -172,12 +158,9 @@ def test_a_watch_that_cannot_start_gives_back_the_jobs_slot(tmp_path: Path) -> N
     capped.scripts = {"c0": [R]}
 
     async def night() -> None:
-        pools = JobPools()
-        try:
-            with pytest.raises(RuntimeError, match="watcher is stopped"):
-                await run_job_step_async(ctx, "c0", pools)
-        finally:
-            pools.shutdown()
+        pools = JobPools(ctx.loop)
+        with pytest.raises(RuntimeError, match="watcher is stopped"):
+            await run_job_step_async(ctx, "c0", pools)
 
     with night_context(tmp_path, catalogue(1, 0), {"command": capped}) as ctx:
         ctx.admission = Admission(0, {"command": 1})
@@ -209,11 +192,8 @@ def test_a_chain_tells_each_skipped_step_as_it_is_skipped(tmp_path: Path) -> Non
         seen.append(f"skipped {outcome.label}: {outcome.detail}")
 
     async def chain() -> list[JobOutcome]:
-        pools = JobPools()
-        try:
-            return await run_chain_steps_async(ctx, ["a", "b", "c", "x"], step, pools, skipped)
-        finally:
-            pools.shutdown()
+        pools = JobPools(ctx.loop)
+        return await run_chain_steps_async(ctx, ["a", "b", "c", "x"], step, pools, skipped)
 
     with night_context(tmp_path, text, {"command": ScriptedBackend(name="command")}) as ctx:
         done = asyncio.run(chain())

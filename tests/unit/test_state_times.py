@@ -20,7 +20,7 @@ from nightshift.engine.context import NightContext
 from nightshift.engine.outcomes import Outcome
 from nightshift.store.ledger import Ledger
 from tests.night_kit import run_job
-from tests.support import FakeClock, make_context, new_ledger_url
+from tests.support import FakeClock, close_context, make_context, new_ledger_url
 
 Q, R, S = ExternalState.QUEUED, ExternalState.RUNNING, ExternalState.SUCCEEDED
 T0 = datetime(2026, 11, 29, 22, 0, tzinfo=UTC)
@@ -86,7 +86,7 @@ def night(tmp_path: Path) -> Iterator[tuple[NightContext, PolledBackend]]:
     try:
         yield ctx, backend
     finally:
-        ctx.watcher.stop()
+        close_context(ctx)
         ledger.close()
 
 
