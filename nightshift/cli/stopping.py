@@ -69,7 +69,7 @@ def run_stoppable(
         alive = True
         while thread.is_alive():
             thread.join(0.1)
-            if not stop.over.is_set() or not thread.is_alive():
+            if not stop.over or not thread.is_alive():
                 continue
             if over_since is None:
                 over_since = time.monotonic()

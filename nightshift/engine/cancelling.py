@@ -10,9 +10,11 @@ the jobs ``cancelled`` itself, as the night would have.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -20,6 +22,7 @@ from typing import TYPE_CHECKING
 from nightshift.backends import build_backends, close_backends
 from nightshift.backends.base import Backend
 from nightshift.config.catalogue import Catalogue
+from nightshift.engine.loop import CHORE_THREADS, CHORES, NightLoop
 from nightshift.engine.outcomes import Outcome, is_final
 from nightshift.errors import BackendError, LockHeldError
 from nightshift.states import LIVE as LIVE_STATES
@@ -135,7 +138,8 @@ def _record(ledger: Ledger, night: str, jobs: list[NightJob], reason: str, at: d
 
 
 class CancelWatch:
-    """A live night's view of the cancel requests: read every ``every`` seconds on a thread.
+    """A live night's view of the cancel requests: read every ``every`` seconds by a task on the
+    night's loop (each read off the loop, among the night's chores).
 
     ``on_new`` hears the labels newly asked for (the night looks at them now). Requests made
     before ``since`` (the night's start) were for an earlier run of the night: ignored.
@@ -147,22 +151,25 @@ class CancelWatch:
         night: str,
         on_new: Callable[[list[str]], None],
         since: datetime,
+        loop: NightLoop,
         every: float = 2.0,
     ) -> None:
         self._requests, self._night, self._on_new, self._every = requests, night, on_new, every
         self._since = since
         self._seen: dict[str, CancelRequest] = {}
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="nightshift-cancels", daemon=True)
+        self._loop = loop
+        self._reads: Future[None] | None = None
 
     def start(self) -> CancelWatch:
+        """Read the requests now, then every ``every`` seconds until ``stop``."""
         self.read()
-        self._thread.start()
+        self._reads = self._loop.submit(self._read_every())
         return self
 
     def stop(self) -> None:
-        self._stop.set()
+        if self._reads is not None:
+            self._reads.cancel()
 
     def reason(self, label: str, *, fresh: bool = False) -> str | None:
         """Why the job was asked to cancel, if it was (``fresh``: read the requests first)."""
@@ -186,6 +193,9 @@ class CancelWatch:
         if new:
             self._on_new(new)
 
-    def _run(self) -> None:
-        while not self._stop.wait(self._every):
-            self.read()
+    async def _read_every(self) -> None:
+        loop = asyncio.get_running_loop()
+        chores = self._loop.blocking(CHORES, CHORE_THREADS)
+        while True:
+            await asyncio.sleep(self._every)
+            await loop.run_in_executor(chores, self.read)

@@ -1,8 +1,9 @@
 """The night's detector at work: fed each job change, woken between polls, announcing once.
 
 ``DwellWatch`` is a sink of the night's events: a job entering a state that is not final is
-observed by the ``Detector``, a final state forgets it. Between polls a small timer thread sleeps
-until ``Detector.next_wake()`` and ticks, so a level changes on time whatever the poll interval.
+observed by the ``Detector``, a final state forgets it. Between polls a task on the night's loop
+sleeps until ``Detector.next_wake()`` and ticks (off the loop: a tick writes the alert log and
+sends), so a level changes on time whatever the poll interval.
 Each level change is kept in the alert log first; only a change the log had not seen (a rerun
 re-attaching repeats nothing) becomes a ``LevelChanged`` event for the sinks and goes to the
 ``AlertSink`` at once (watches too: the sink sends what ``notify.alert_levels`` lists). A night
@@ -11,9 +12,12 @@ that lost its lease keeps and announces nothing: the night holding it does.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import threading
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal, cast
@@ -29,6 +33,7 @@ from nightshift.engine.events import (
     NightEvent,
 )
 from nightshift.engine.expected import typical_of
+from nightshift.engine.loop import CHORE_THREADS, CHORES, NightLoop, Signal
 from nightshift.engine.outcomes import is_final
 from nightshift.store.alert_log import DWELL, AlertLog, AlertRecord
 
@@ -77,6 +82,7 @@ class DwellWatch:
         wall: Callable[[], datetime],
         owns_night: Callable[[], bool] = lambda: True,
         logger: Logger | None = None,
+        loop: NightLoop | None = None,
     ) -> None:
         self.detector = detector
         self._publish = outlets.publish
@@ -86,21 +92,25 @@ class DwellWatch:
         self._owns_night = owns_night
         self._logger: Logger = logger or logging.getLogger("nightshift.detection")
         self._entered: dict[str, tuple[str, datetime]] = {}
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
+        # the night's loop runs the timer (a watch made alone runs on a loop of its own)
+        self._night = loop if loop is not None else NightLoop("nightshift-dwell")
+        self._owns_loop = loop is None
+        self._changed = Signal(self._night)
         self._stopped = False
         self._waiting_for: datetime | None = None
-        self._thread = threading.Thread(target=self._loop, name="nightshift-dwell", daemon=True)
+        self._task: Future[None] | None = None
 
     # -- the sink -------------------------------------------------------------------------
     def __call__(self, event: NightEvent) -> None:
         if not isinstance(event, JobChanged):
             return
         if is_final(event.state):
-            with self._cond:
+            with self._lock:
                 self._entered.pop(event.label, None)
             self.detector.forget(event.label)
             return
-        with self._cond:
+        with self._lock:
             previous = self._entered.get(event.label)
             if previous is None or previous[0] != event.state:
                 self._entered[event.label] = (event.state, event.at)
@@ -117,51 +127,52 @@ class DwellWatch:
 
     # -- the timer ------------------------------------------------------------------------
     def start(self) -> DwellWatch:
-        """Start the timer thread."""
-        self._thread.start()
+        """Start the timer, a task on the night's loop."""
+        self._task = self._night.submit(self._timer())
         return self
 
     def stop(self) -> None:
-        """Stop the timer thread (the night is over)."""
-        with self._cond:
-            self._stopped = True
-            self._cond.notify_all()
-        if self._thread.is_alive():
-            self._thread.join(timeout=10)
+        """Stop the timer (the night is over)."""
+        self._stopped = True
+        self._changed.fire()
+        if self._task is not None and not self._night.on_loop():
+            with contextlib.suppress(Exception):
+                self._task.result(timeout=10)
+        if self._owns_loop:
+            self._night.close()
 
     def poke(self) -> None:
         """Look at the clock again now (a new observation, or a test moved its fake clock)."""
-        with self._cond:
-            self._cond.notify_all()
+        self._changed.fire()
 
     @property
     def waiting_for(self) -> datetime | None:
         """The wall time the timer sleeps until, None when nothing is pending or it is busy."""
-        with self._cond:
+        with self._lock:
             return self._waiting_for
 
     def tick(self) -> None:
         """Announce every level reached by now, without a poll."""
         self._announce(self.detector.tick(self._wall()))
 
-    def _loop(self) -> None:
-        while True:
-            with self._cond:
-                if self._stopped:
-                    return
-                wake, now = self.detector.next_wake(), self._wall()
-                if wake is None or wake > now:
+    async def _timer(self) -> None:
+        loop = asyncio.get_running_loop()
+        chores = self._night.blocking(CHORES, CHORE_THREADS)
+        while not self._stopped:
+            wake, now = self.detector.next_wake(), self._wall()
+            if wake is None or wake > now:
+                left = _MAX_WAIT if wake is None else (wake - now).total_seconds()
+                with self._lock:
                     self._waiting_for = wake
-                    left = _MAX_WAIT if wake is None else (wake - now).total_seconds()
-                    self._cond.wait(timeout=min(max(left, _MIN_WAIT), _MAX_WAIT))
+                await self._changed.wait(min(max(left, _MIN_WAIT), _MAX_WAIT))
+                with self._lock:
                     self._waiting_for = None
-                    continue
+                continue
             try:
-                self.tick()
+                await loop.run_in_executor(chores, self.tick)
             except Exception:  # a bug here must not end the night; the next poll still observes
                 self._logger.exception("dwell detection failed on a tick")
-                with self._cond:
-                    self._cond.wait(timeout=_MAX_WAIT)
+                await self._changed.wait(_MAX_WAIT)
 
     # -- announcing -----------------------------------------------------------------------
     def _announce(self, changes: list[Alert]) -> None:
@@ -249,6 +260,7 @@ def watch_dwells(
         wall=ctx.wall,
         owns_night=ctx.owns_night,
         logger=logger,
+        loop=ctx.loop,
     )
     ctx.events.add(watch)  # the last sink: the others hear a change before its level
     return watch.start()

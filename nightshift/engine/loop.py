@@ -19,9 +19,12 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-__all__ = ["NightLoop", "Signal"]
+__all__ = ["CHORES", "CHORE_THREADS", "NightLoop", "Signal"]
 
 T = TypeVar("T")
+# the night's own blocking chores (a dwell tick's alert log row and message, a read of the
+# cancel requests, a progress post): one pool for them all, apart from the jobs' and watches'
+CHORES, CHORE_THREADS = "nightshift-chores", 2
 _CLOSE_S = 10.0  # what closing waits for the loop's tasks and thread, at most
 
 
@@ -91,6 +94,12 @@ class NightLoop:
                 pool = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix=name)
                 self._pools[name] = pool
             return pool
+
+    def __enter__(self) -> NightLoop:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
 
     def close(self) -> None:
         """Cancel the loop's tasks, let its executors' idle threads end, end its thread."""

@@ -80,7 +80,8 @@ def no_hold(_backend: str, _timeout: float) -> AbstractContextManager[object]:
 
 @dataclass
 class NightParts:
-    """What a night is made of. The night closes its backends when it ends."""
+    """What a night is made of. The night closes its backends when it ends (and its loop, when
+    it made its own)."""
 
     backends: dict[str, Backend]
     ledger: Ledger
@@ -101,6 +102,9 @@ class NightParts:
     stop_reason: Callable[[Watcher], str | None] | None = None
     # False once the night lost its lease: then it writes no ledger rows
     owns_night: Callable[[], bool] = lambda: True
+    # the night's one event loop, its maker's to close (None: the night makes and closes its
+    # own); a flow's outlives the night: its progress is posted on its chores at the end
+    loop: NightLoop | None = None
 
 
 @dataclass(frozen=True)
@@ -120,6 +124,7 @@ def build_parts(
     logger: Logger | None = None,
     slots: Callable[[dict[str, BackendLimit]], Hold] = lambda _limits: no_hold,
     admission: Callable[..., Admission] = Admission,
+    loop: NightLoop | None = None,
 ) -> NightParts:
     """The real parts: backends from settings, the admission and the slot holder for the limits
     (no sinks besides the ledger's: the caller adds its own).
@@ -151,6 +156,7 @@ def build_parts(
         hold=hold,
         broken=broken,
         logger=logger,
+        loop=loop,
     )
 
 
@@ -174,8 +180,11 @@ def open_night(
     """
     with ExitStack() as cleanup:  # whatever fails below, everything built so far is closed
         cleanup.callback(close_backends, parts.backends)
-        loop = NightLoop()  # the night's time: its watch, streams, dwell ticks, cancel reads
-        cleanup.callback(loop.close)
+        # the night's time: its watch, streams, dwell ticks, cancel reads, its jobs
+        loop = parts.loop
+        if loop is None:
+            loop = NightLoop()
+            cleanup.callback(loop.close)
         if isinstance(parts.hold, HandsOn):
             cleanup.callback(parts.hold.close)
         # chain steps rank after every mapped job: they wait for their turn, not the other way
@@ -268,7 +277,12 @@ def _cancel_watch(
         return None
     requests = CancelRequests(parts.ledger.engine, catalogue.key)
     return CancelWatch(
-        requests, night, watcher.look_now, since=parts.wall(), every=parts.cancel_poll_s
+        requests,
+        night,
+        watcher.look_now,
+        since=parts.wall(),
+        loop=watcher.loop,
+        every=parts.cancel_poll_s,
     )
 
 

@@ -24,30 +24,34 @@ class NightStop:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._event = threading.Event()
+        self._requested = False
         self._listeners: list[Callable[[], None]] = []
         self.reason: str | None = None
         self.exit_code: int | None = None
-        # set by the night once its summary is written and its lease given back: what is left
-        # is Prefect's bookkeeping, which a caller may bound when the API is gone
-        self.over = threading.Event()
+        self._over = False
 
     @property
     def requested(self) -> bool:
         """Whether the night was asked to stop."""
-        return self._event.is_set()
+        return self._requested
 
-    def wait(self, timeout: float | None = None) -> bool:
-        """Wait until the night is asked to stop; False if ``timeout`` ran out first."""
-        return self._event.wait(timeout)
+    @property
+    def over(self) -> bool:
+        """Whether the night said it is over (``end``)."""
+        return self._over
+
+    def end(self) -> None:
+        """The night's summary is written and its lease given back: what is left is Prefect's
+        bookkeeping, which a caller may bound when the API is gone."""
+        self._over = True
 
     def request(self, reason: str = INTERRUPTED, exit_code: int = 130) -> bool:
         """Ask the night to stop; False if it already was (the first reason stays)."""
         with self._lock:
-            if self._event.is_set():
+            if self._requested:
                 return False
             self.reason, self.exit_code = reason, exit_code
-            self._event.set()
+            self._requested = True
             listeners = list(self._listeners)
         for listener in listeners:
             self._tell(listener)
@@ -56,7 +60,7 @@ class NightStop:
     def on_request(self, listener: Callable[[], None]) -> Callable[[], None]:
         """Call ``listener`` when the stop comes (now, if it came); returns its removal."""
         with self._lock:
-            told = self._event.is_set()
+            told = self._requested
             if not told:
                 self._listeners.append(listener)
         if told:

@@ -15,6 +15,7 @@ from prefect.runtime import flow_run
 from prefect.states import Failed, State
 from prefect.utilities.annotations import quote
 
+from nightshift.engine.loop import NightLoop
 from nightshift.engine.outcomes import JobOutcome
 from nightshift.engine.plan import Plan, which_night
 from nightshift.engine.stopping import NightStop
@@ -85,19 +86,22 @@ def nightly(
     notifier = notifier_for(prepared.catalogue, prepared.ledger, logger)
     stop = stop if stop is not None else NightStop()
     setup = NightSetup(prepared, stop, notifier, notify, logger)
-    try:
-        # a deployment's tags are on the flow run only: jobs and chains carry them too
-        with tags(*(flow_run.tags or [])):
-            # the owner names the flow run too: `nightshift status` shows it
-            owner = default_owner() + (f":{flow_run.id}" if flow_run.id else "")
-            key, ttl = prepared.catalogue.key, prepared.settings.lease_ttl
-            with Lease(prepared.ledger.engine, key, owner=owner, ttl_s=ttl) as lease:
-                live_sinks = [live] if live is not None else []
-                summary, progress = run_night(setup, lease, results, live_sinks, _run_jobs)
-    except Exception as exc:
-        end_early(setup, exc, results, started_at)
-        raise  # the CLI reads a LockHeldError from the flow run's result (exit 3)
-    return end_night(setup, summary, progress)
+    with NightLoop() as loop:  # the night's one event loop, until its end is posted
+        try:
+            # a deployment's tags are on the flow run only: jobs and chains carry them too
+            with tags(*(flow_run.tags or [])):
+                # the owner names the flow run too: `nightshift status` shows it
+                owner = default_owner() + (f":{flow_run.id}" if flow_run.id else "")
+                key, ttl = prepared.catalogue.key, prepared.settings.lease_ttl
+                with Lease(prepared.ledger.engine, key, owner=owner, ttl_s=ttl) as lease:
+                    live_sinks = [live] if live is not None else []
+                    summary, progress = run_night(
+                        setup, lease, results, live_sinks, _run_jobs, loop
+                    )
+        except Exception as exc:
+            end_early(setup, exc, results, started_at)
+            raise  # the CLI reads a LockHeldError from the flow run's result (exit 3)
+        return end_night(setup, summary, progress)
 
 
 async def _run_jobs(night: Night, plan: Plan) -> dict[str, JobOutcome]:

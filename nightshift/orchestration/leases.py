@@ -5,7 +5,9 @@ the limit shows (and, across nights, enforces) the jobs in flight. When the watc
 end, its lease goes straight to the next job the night's gate lets in: no release and acquire
 round trip, no wait on Prefect's retry timer. A lease nobody takes within ``grace`` seconds is
 released; all are released when the night ends. A limit that is full is asked again on a short
-poll of our own. Slot leases are renewed by one thread for the whole night.
+poll of our own. Slot leases are renewed by one task on the night's loop for the whole night,
+and a spare lease's grace is a timer on it (each renewal and release off the loop, among the
+night's chores: ``engine/loop.py``).
 
 With a ``book`` (``store/slot_holders.py``) each lease taken and given back is written down with
 the night that holds it; ``heal_orphans`` gives back, when a night starts, the slots of nights
@@ -15,10 +17,13 @@ died with it, by decrementing the limit's ``active_slots``.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -26,6 +31,7 @@ if TYPE_CHECKING:
     from prefect.client.orchestration import SyncPrefectClient
 
 from nightshift.backoff import Backoff
+from nightshift.engine.loop import CHORE_THREADS, CHORES, NightLoop
 
 __all__ = [
     "FULL",
@@ -96,6 +102,7 @@ class SlotLeases:
         sleep: Callable[[float], None] = time.sleep,
         renew_every: float = LEASE_S * 0.75,
         book: SlotBook | None = None,
+        loop: NightLoop | None = None,
     ) -> None:
         self._api = api
         self._book = book
@@ -108,9 +115,12 @@ class SlotLeases:
         self._spare: dict[str, list[tuple[str, float]]] = {}  # name -> (lease, spare since)
         self._in_use: dict[str, list[str]] = {}
         self._early: dict[str, int] = {}  # leases handed on before their holder let go
-        self._closed = threading.Event()
-        self._interrupted = threading.Event()
-        self._renewer: threading.Thread | None = None
+        self._closed = False
+        self._interrupted = False
+        # the night's loop (leases made alone make one of their own when first needed)
+        self._loop = loop
+        self._owns_loop = loop is None
+        self._renewing: Future[None] | None = None
 
     def open(self) -> None:
         """Connect to the server before the night's first job asks for a slot."""
@@ -139,12 +149,12 @@ class SlotLeases:
 
     def interrupt(self) -> None:
         """The night stops: a job waiting for a slot gives up now (``TimeoutError``)."""
-        self._interrupted.set()
+        self._interrupted = True
 
     def _take(self, name: str, end: float) -> str | None:
         waits = 0
         while True:
-            if self._interrupted.is_set():
+            if self._interrupted:
                 raise TimeoutError(f"the night stopped before a slot of {name} came")
             with self._lock:
                 spare = self._spare.get(name)
@@ -177,9 +187,8 @@ class SlotLeases:
                 return
             lease = in_use.pop()
             self._spare.setdefault(name, []).append((lease, self._clock()))
-        timer = threading.Timer(self._grace, self.release_spare)
-        timer.daemon = True
-        timer.start()
+        night = self._night()
+        night.call(night.loop.call_later, self._grace, self._chore, self.release_spare)
 
     def release_spare(self, older_than: float | None = None) -> int:
         """Release the spare leases nobody took for ``grace`` (or ``older_than``) seconds."""
@@ -196,7 +205,11 @@ class SlotLeases:
 
     def close(self) -> None:
         """The night is over: release every lease it still has."""
-        self._closed.set()
+        with self._lock:
+            self._closed = True
+            renewing, self._renewing = self._renewing, None
+        if renewing is not None:
+            renewing.cancel()
         with self._lock:
             leases = [lease for spare in self._spare.values() for lease, _ in spare]
             leases += [lease for in_use in self._in_use.values() for lease in in_use]
@@ -205,6 +218,8 @@ class SlotLeases:
         for lease in leases:
             self._release(lease)
         self._api.close()
+        if self._owns_loop and self._loop is not None:
+            self._loop.close()
 
     def _release(self, lease: str) -> None:
         try:
@@ -223,25 +238,40 @@ class SlotLeases:
         except Exception as exc:
             log.warning("could not write down a Prefect slot lease: %s", exc)
 
-    def _start_renewing(self) -> None:
+    def _night(self) -> NightLoop:
         with self._lock:
-            if self._renewer is not None:
-                return
-            self._renewer = threading.Thread(
-                target=self._renew_loop, name="nightshift-lease-renewal", daemon=True
-            )
-        self._renewer.start()
+            if self._loop is None:
+                self._loop = NightLoop("nightshift-slots")
+            return self._loop
 
-    def _renew_loop(self) -> None:
-        while not self._closed.wait(self._renew_every):
-            with self._lock:
-                leases = [lease for spare in self._spare.values() for lease, _ in spare]
-                leases += [lease for in_use in self._in_use.values() for lease in in_use]
-            for lease in leases:
-                try:
-                    self._api.renew(lease)
-                except Exception as exc:  # not strict: the job runs on, the cap may be exceeded
-                    log.warning("could not renew a Prefect concurrency lease: %s", exc)
+    def _chore(self, work: Callable[[], object]) -> None:
+        """On the loop: ``work`` off it, among the night's chores (none once the night ended)."""
+        with contextlib.suppress(RuntimeError):
+            self._night().blocking(CHORES, CHORE_THREADS).submit(work)
+
+    def _start_renewing(self) -> None:
+        night = self._night()
+        with self._lock:
+            if self._renewing is not None or self._closed:
+                return
+            self._renewing = night.submit(self._renew_every_while())
+
+    async def _renew_every_while(self) -> None:
+        loop = asyncio.get_running_loop()
+        chores = self._night().blocking(CHORES, CHORE_THREADS)
+        while True:
+            await asyncio.sleep(self._renew_every)
+            await loop.run_in_executor(chores, self._renew_all)
+
+    def _renew_all(self) -> None:
+        with self._lock:
+            leases = [lease for spare in self._spare.values() for lease, _ in spare]
+            leases += [lease for in_use in self._in_use.values() for lease in in_use]
+        for lease in leases:
+            try:
+                self._api.renew(lease)
+            except Exception as exc:  # not strict: the job runs on, the cap may be exceeded
+                log.warning("could not renew a Prefect concurrency lease: %s", exc)
 
 
 class Orphans(Protocol):

@@ -27,6 +27,7 @@ from prefect.concurrency.sync import rate_limit
 
 from nightshift.config.catalogue import Catalogue
 from nightshift.config.limits import BackendLimit
+from nightshift.engine.loop import NightLoop
 from nightshift.orchestration.leases import (
     LEASE_S,
     Orphans,
@@ -166,12 +167,14 @@ def night_slots(
     scope: str | None,
     lease_s: float,
     book_for: Callable[[str], _Book],
+    loop: NightLoop | None = None,
 ) -> PrefectHold:
     """``prefect_slots`` for a night: each slot lease written down in ``book_for(server)``,
-    and the slots of nights that died holding them given back first."""
+    and the slots of nights that died holding them given back first; renewed on ``loop``."""
     api = PrefectLeaseApi(lease_s)
     book = book_for(api.server())
-    hold = prefect_slots(limits, scope, SlotLeases(api, renew_every=lease_s * 0.75, book=book))
+    leases = SlotLeases(api, renew_every=lease_s * 0.75, book=book, loop=loop)
+    hold = prefect_slots(limits, scope, leases)
     try:
         heal_orphans(book, api)
     except Exception as exc:  # the ledger is down: the dead night's slots expire on their own

@@ -2,7 +2,7 @@
 
 The order is the point: summary.json is written first (what follows may wait on the Prefect
 API, which may be gone), then Slack and the report page while the ledger is open, then the
-ledger is closed and ``stop.over`` set (a caller bounding a stop waits for that), then the
+ledger is closed and ``stop.end()`` said (a caller bounding a stop waits for that), then the
 UI's progress flushed, and only then the artifacts published. Last, a budget snapshot older
 than a week is learned again, so the next night's first submit never waits for pandas.
 """
@@ -110,7 +110,7 @@ def _close(
         page = _page(setup, summary)
     finally:
         setup.prepared.ledger.close()
-        setup.stop.over.set()
+        setup.stop.end()
     if progress is not None:
         progress.flush(timeout=PROGRESS_FLUSH_S)
     plot = setup.prepared.settings.report_plot

@@ -17,6 +17,7 @@ from prefect.runtime import flow_run
 from nightshift.engine.admission import Admission
 from nightshift.engine.alerts import NoAlertSink
 from nightshift.engine.events import LogSink, Sink
+from nightshift.engine.loop import CHORE_THREADS, CHORES, NightLoop
 from nightshift.engine.night import NightId, NightParts, build_parts, finish_night, open_night
 from nightshift.engine.outcomes import JobOutcome, NightSummary
 from nightshift.engine.plan import Plan
@@ -47,10 +48,12 @@ def run_night(
     results: dict[str, JobOutcome],
     live: list[Sink],
     run_jobs: RunJobs,
+    loop: NightLoop,
 ) -> tuple[NightSummary, ProgressSink]:
     """Fan out the prepared plan, watch, join the outcomes ``run_jobs`` gathers: the night's
     summary and its progress sink. ``results`` fills with each job's outcome as it comes (a
-    night that ends early still says them)."""
+    night that ends early still says them). The night runs on ``loop``, which the caller closes
+    once the night's end has posted its progress."""
     prepared = setup.prepared
     catalogue, ledger, night, plan = (
         prepared.catalogue,
@@ -64,8 +67,8 @@ def run_night(
     kept = {r.label for r in ledger.jobs_of(night) if r.state == "succeeded" and r.external_id}
     # the run's first artifact; its budgets are the ones the night then watches with
     budgets = forecast_at_start(prepared, run_id, logger, kept=kept)
-    progress = ProgressSink(plan.labels)
-    parts = _parts(setup, lease, [*live, progress, LogSink(logger)], logger)
+    progress = ProgressSink(plan.labels, posts=loop.blocking(CHORES, CHORE_THREADS))
+    parts = _parts(setup, lease, [*live, progress, LogSink(logger)], logger, loop)
     if budgets is not None:
         parts.budgets = lambda _ledger, _now, _min_samples: budgets
     with open_night(
@@ -83,7 +86,9 @@ def run_night(
     return finish_night(ctx, plan, started_at, outcomes), progress
 
 
-def _parts(setup: NightSetup, lease: Lease, sinks: list[Sink], logger: Any) -> NightParts:
+def _parts(
+    setup: NightSetup, lease: Lease, sinks: list[Sink], logger: Any, loop: NightLoop
+) -> NightParts:
     """The engine's parts of a night under Prefect: its caps as Prefect's concurrency limits,
     its notices and alert levels to Slack, the lease's rule for submits and ledger rows."""
     prepared, notifier = setup.prepared, setup.notifier
@@ -104,8 +109,10 @@ def _parts(setup: NightSetup, lease: Lease, sinks: list[Sink], logger: Any) -> N
             limit_scope(catalogue),
             slot_lease_s(settings.lease_ttl),
             lambda server: SlotHolders(ledger.engine, lease.owner, catalogue.key, server),
+            loop,
         ),
         admission=Admission,
+        loop=loop,
     )
     parts.sinks = sinks
     # dwell levels into the night's Slack thread; the LogSink in ``sinks`` logs each level once

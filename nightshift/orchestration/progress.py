@@ -1,6 +1,7 @@
 """The night's progress artifact on the flow run, as a sink of the night's events.
 
-The artifact is moved off the night's threads, one update at a time, the latest text winning:
+The artifact is moved on the night's chores pool (``engine/loop.py``), one update at a time, the
+latest text winning:
 a slow or gone Prefect API never holds a job's end, and 300 jobs ending at once cost a few calls.
 """
 
@@ -10,6 +11,7 @@ import contextvars
 import logging
 import threading
 from collections.abc import Callable
+from concurrent.futures import Executor, Future, wait
 from datetime import datetime
 from typing import Any
 
@@ -38,6 +40,7 @@ class ProgressSink:
     def __init__(
         self,
         labels: list[str],
+        posts: Executor,
         key: str = PROGRESS_KEY,
         wall: Callable[[], datetime] = utcnow,
     ) -> None:
@@ -46,7 +49,9 @@ class ProgressSink:
         self._lock = threading.Lock()
         percent, self._shown = self._view()
         self._latest: tuple[float, str] | None = None  # the update not posted yet
-        self._posting: threading.Thread | None = None
+        self._posts = posts
+        self._context = contextvars.copy_context()  # the flow run's: the artifact is its
+        self._posting: Future[None] | None = None
         self._id: Any = create_progress_artifact(percent, key=key, description=self._shown)
 
     def __call__(self, event: NightEvent) -> None:
@@ -65,11 +70,10 @@ class ProgressSink:
         self._latest = (percent, text)
         if self._posting is not None:
             return  # the poster in flight takes the latest text next
-        context = contextvars.copy_context()
-        self._posting = threading.Thread(
-            target=context.run, args=(self._post,), name="nightshift-progress", daemon=True
-        )
-        self._posting.start()
+        try:
+            self._posting = self._posts.submit(self._context.copy().run, self._post)
+        except RuntimeError:  # the night's loop is closed: the night is over
+            self._latest = None
 
     def flush(self, timeout: float) -> bool:
         """Bring the text up to date, then wait up to ``timeout`` seconds for it to be posted;
@@ -78,8 +82,8 @@ class ProgressSink:
             self._refresh()
             posting = self._posting
         if posting is not None:
-            posting.join(timeout)
-            return not posting.is_alive()
+            done, _ = wait([posting], timeout)
+            return bool(done)
         return True
 
     def _post(self) -> None:

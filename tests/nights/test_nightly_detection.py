@@ -74,6 +74,7 @@ def test_the_progress_artifact_says_when_the_night_should_be_done() -> None:
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 
+    from nightshift.engine.loop import CHORES, NightLoop
     from nightshift.orchestration.progress import ProgressSink
     from tests.unit.test_live import _expected_night
 
@@ -82,10 +83,15 @@ def test_the_progress_artifact_says_when_the_night_should_be_done() -> None:
 
     @flow
     def progress() -> None:
-        sink = ProgressSink(["a", "b", "c"], key="test-progress-expected", wall=lambda: now)
+        loop = NightLoop()
+        sink = ProgressSink(
+            ["a", "b", "c"], posts=loop.blocking(CHORES, 2), key="test-progress-expected",
+            wall=lambda: now,
+        )  # fmt: skip
         for event in events:
             sink(event)
         assert sink.flush(timeout=60)  # as the night's end does: the latest text is posted
+        loop.close()
 
     progress()
     only = ArtifactFilter(key=ArtifactFilterKey(any_=["test-progress-expected"]))
@@ -101,6 +107,7 @@ def test_the_progress_artifact_is_worked_out_once_per_job_end_not_per_state_chan
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 
     from nightshift.engine.events import JobChanged, JobFinished
+    from nightshift.engine.loop import CHORES, NightLoop
     from nightshift.engine.outcomes import JobOutcome, Outcome
     from nightshift.orchestration.progress import ProgressSink
 
@@ -110,7 +117,10 @@ def test_the_progress_artifact_is_worked_out_once_per_job_end_not_per_state_chan
 
     @flow
     def progress() -> None:
-        sink = ProgressSink(labels, key="test-progress-passes", wall=lambda: t)
+        loop = NightLoop()
+        sink = ProgressSink(
+            labels, posts=loop.blocking(CHORES, 2), key="test-progress-passes", wall=lambda: t
+        )
         worked_out = sink._progress.expected_done
 
         def counted(now: datetime) -> datetime | None:
@@ -123,6 +133,7 @@ def test_the_progress_artifact_is_worked_out_once_per_job_end_not_per_state_chan
                 sink(JobChanged("n", "c", label, "cli", 1, label, state, t, None))
             sink(JobFinished("n", "c", JobOutcome(label, Outcome.SUCCEEDED), t))
         assert sink.flush(timeout=60)
+        loop.close()
 
     progress()
     assert len(passes) <= len(labels) + 1  # one per end, and the flush's

@@ -14,15 +14,18 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = """\
+import threading
 import time
 from nightshift.cli.stopping import run_stoppable
 from nightshift.engine.stopping import NightStop
 
 stop = NightStop()
+asked = threading.Event()
+stop.on_request(asked.set)
 
 def night():
     print("ready", flush=True)
-    stop.wait()
+    asked.wait()
     print("asked", stop.reason, stop.exit_code, flush=True)
     time.sleep(600)  # a night that does not end
 
