@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -28,6 +29,7 @@ import threading
 import time
 import traceback
 import tracemalloc
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +38,15 @@ POLL_INITIAL, POLL_MAX = 0.5, 2.0
 # back to back are mostly in flight at once (the submit window is ~0.1 s a job here)
 RUN_MIN, RUN_MAX = 60.0, 90.0
 QUEUE_S = 0.5
+
+
+def _by_name(names: Iterable[str]) -> dict[str, int]:
+    """Thread names counted, a pool's threads (``name_3``) and Prefect's numbered ones as one."""
+    counted: dict[str, int] = {}
+    for name in names:
+        base = re.sub(r"(_\d+|-\d+| \(.*\))$", "", name)
+        counted[base] = counted.get(base, 0) + 1
+    return counted
 
 
 def runs(n: int, low: float = RUN_MIN, high: float = RUN_MAX) -> list[float]:
@@ -68,6 +79,7 @@ class Sampler:
         self.hwm_kb = 0
         self.jumps: list[tuple[float, int, int, list[str]]] = []  # (time, from kB, to kB, stacks)
         self.rss_kb = 0
+        self.thread_names: dict[str, int] = {}
         self.anon_kb = self.file_kb = 0
         self.trace = trace
         self.series: list[tuple[float, int]] = []  # (monotonic time, RSS kB)
@@ -92,7 +104,10 @@ class Sampler:
     def _sample(self) -> None:
         status = Path("/proc/self/status").read_text(encoding="utf-8")
         fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-        self.threads = max(self.threads, int(fields["Threads"]))
+        threads = int(fields["Threads"])
+        if threads > self.threads:  # which threads make the peak, by name (a pool's as one)
+            self.threads = threads
+            self.thread_names = _by_name(t.name for t in threading.enumerate())
         self.rss_kb = max(self.rss_kb, int(fields["VmHWM"].split()[0]))
         # what the RSS is made of at its highest: the heap (anon) or mapped files
         if int(fields["VmRSS"].split()[0]) >= max((kb for _, kb in self.series), default=0):
@@ -231,6 +246,7 @@ def one(
         "ratio_with_poll_cap": makespan / (window + slowest + POLL_MAX),
         "in_flight_max": most_at_once(spans),
         "peak_threads": peak.threads,
+        "peak_thread_names": peak.thread_names,
         "peak_rss_mb": peak.rss_kb / 1024,
         "start_rss_mb": peak.start_kb / 1024,
         "anon_mb": peak.anon_kb / 1024,
@@ -300,6 +316,8 @@ def show(r: dict[str, float]) -> None:
     print(f"  makespan / (submit + slowest + cap)  {r['ratio_with_poll_cap']:8.3f}")
     print(f"  jobs in flight at once (most)        {int(r['in_flight_max']):8d}")
     print(f"  peak threads (flow process)          {int(r['peak_threads']):8d}")
+    names = ", ".join(f"{name} {n}" for name, n in sorted(r["peak_thread_names"].items()))
+    print(f"    of them Python's, by name: {names}")
     print(f"  peak RSS (flow process)              {r['peak_rss_mb']:8.0f} MB")
     if "start_rss_mb" in r:
         grown = (r["peak_rss_mb"] - r["start_rss_mb"]) * 1024 / max(1, r["in_flight_max"])

@@ -4,17 +4,23 @@ Each backend keeps its own pace: its submissions go ``1 / rate`` seconds apart (
 ``limits: {cli: {rate: 2/s}}``), or ``stagger`` apart when it has no rate, so a thousand jobs on
 four backends don't queue behind one gap. A capped backend's slot is held until the job's end is
 seen; ``free`` hands it on at once (the watcher calls it), before the job is recorded.
+
+A job waits for its turn as a coroutine (``enter``) on the night's loop: a job waiting holds no
+thread. A change (a slot freed, a job withdrawn, the night interrupted) wakes the waiters from
+whichever thread made it. ``slot`` is the same wait for a caller without a loop of its own.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import heapq
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
-__all__ = ["Admission", "Deadline", "Pace"]
+__all__ = ["Admission", "Deadline", "Held", "Pace"]
 
 
 class Deadline(Exception):
@@ -47,7 +53,7 @@ class Pace:
         return at
 
 
-class _Held:
+class Held:
     """One admitted job's slot of a capped backend, released once (early, or on exit)."""
 
     __slots__ = ("backend", "priority", "released")
@@ -56,13 +62,16 @@ class _Held:
         self.backend, self.priority, self.released = backend, priority, False
 
 
+_Waiter = tuple[asyncio.AbstractEventLoop, "asyncio.Future[None]"]
+
+
 class Admission:
     """Lets jobs submit in priority order, paced per backend, at most ``caps[b]`` at once.
 
-    Lower priority numbers go first. A job holds its backend slot from admission until the
-    ``slot`` context exits or ``free`` is called for it (its external job is final), so caps
-    bound jobs in flight. ``stagger`` is the default gap between two submissions to a backend;
-    ``rates`` (submissions a second) override it per backend.
+    Lower priority numbers go first. A job holds its backend slot from admission until it
+    ``leave``s or ``free`` is called for it (its external job is final), so caps bound jobs in
+    flight. ``stagger`` is the default gap between two submissions to a backend; ``rates``
+    (submissions a second) override it per backend.
     """
 
     def __init__(
@@ -75,9 +84,10 @@ class Admission:
         self._pace = Pace(stagger, rates)
         self._caps = dict(caps or {})
         self._clock = clock
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
+        self._waiters: list[_Waiter] = []  # woken on any change, on their own loops
         self._in_use: dict[str, int] = {}
-        self._held: list[_Held] = []
+        self._held: list[Held] = []
         self._waiting: dict[str, list[tuple[float, int]]] = {}
         self._ticket = 0
         # priorities of jobs announced but not arrived yet: later ones must not overtake them
@@ -91,39 +101,98 @@ class Admission:
 
     def expect(self, backend: str, priorities: Sequence[float]) -> None:
         """Announce jobs that will ask for ``backend`` so a cap is granted strictly in order."""
-        with self._cond:
+        with self._lock:
             self._expected.setdefault(backend, []).extend(priorities)
 
     def withdraw(self, backend: str, priority: float) -> None:
         """An announced job will not ask after all (it already succeeded, or it crashed)."""
-        with self._cond:
+        with self._lock:
             expected = self._expected.get(backend, [])
             if priority in expected:
                 expected.remove(priority)
-                self._cond.notify_all()
+                self._wake()
 
     def interrupt(self) -> None:
         """The night stops: every job waiting for its turn or a slot gets ``Deadline`` now."""
-        with self._cond:
+        with self._lock:
             self._interrupted = True
-            self._cond.notify_all()
+            self._wake()
 
     def holds(self, backend: str, priority: float) -> bool:
         """Whether the job of ``priority`` holds a slot of ``backend`` (not freed yet)."""
-        with self._cond:
+        with self._lock:
             return any(h.backend == backend and h.priority == priority for h in self._held)
 
     def free(self, backend: str, priority: float) -> bool:
         """The job of ``priority`` is over out there: its slot goes to the next job now.
 
-        Its ``slot`` context then releases nothing more. False if it holds no slot.
+        Its ``leave`` then releases nothing more. False if it holds no slot.
         """
-        with self._cond:
+        with self._lock:
             for held in self._held:
                 if held.backend == backend and held.priority == priority and not held.released:
                     self._release(held)
                     return True
         return False
+
+    def leave(self, held: Held | None) -> None:
+        """The job admitted with ``held`` lets go of its slot (nothing if freed already)."""
+        if held is None:
+            return
+        with self._lock:
+            if not held.released:
+                self._release(held)
+
+    async def enter(
+        self,
+        backend: str,
+        priority: float,
+        deadline: float | None = None,
+        *,
+        stagger: bool = True,
+    ) -> Held | None:
+        """Wait for a slot of ``backend`` (if capped: the slot, for ``leave``) and its pace.
+
+        ``stagger=False`` for a job that is re-attached rather than submitted: it still takes
+        a slot (it is in flight) but needs no turn for a submission it will not make.
+        ``Deadline`` when ``deadline`` (on the clock) passes first, or the night is interrupted.
+        """
+        me: tuple[float, int] | None = None
+        held: Held | None = None
+        at: float | None = None
+        try:
+            while True:
+                with self._lock:
+                    if at is None and backend in self._caps and held is None:
+                        if me is None:
+                            me = self._queue_up(backend, priority)
+                        if self._may_take(backend, priority, me):
+                            held, me = self._take(backend, priority), None
+                        else:
+                            timeout = self._left(deadline)
+                            waiter = self._waiter()
+                    if at is None and (held is not None or backend not in self._caps):
+                        # the turn is reserved in the same breath, so submissions keep grant order
+                        now = self._clock()
+                        at = self._pace.turn(backend, now) if stagger else now
+                        if deadline is not None and at > deadline:
+                            raise Deadline()
+                        if stagger:
+                            self._pace.reserve(backend, now)
+                    if at is not None:
+                        if self._interrupted:
+                            raise Deadline()
+                        if at <= self._clock():
+                            return held
+                        timeout, waiter = at - self._clock(), self._waiter()
+                await _woken(waiter, timeout)
+        except BaseException:  # past its deadline, interrupted, or its task cancelled
+            with self._lock:
+                if me is not None:
+                    self._leave_queue(backend, me)
+                if held is not None and not held.released:
+                    self._release(held)
+            raise
 
     @contextmanager
     def slot(
@@ -134,78 +203,82 @@ class Admission:
         *,
         stagger: bool = True,
     ) -> Iterator[None]:
-        """Wait for a slot of ``backend`` (if capped) and its pace; hold the slot inside.
-
-        ``stagger=False`` for a job that is re-attached rather than submitted: it still takes
-        a slot (it is in flight) but needs no turn for a submission it will not make.
-        """
-        held: _Held | None = None
-        with self._cond:
-            if backend in self._caps:
-                held = self._acquire(backend, priority, deadline)
-            now = self._clock()
-            at = self._pace.turn(backend, now) if stagger else now
-            # the turn is reserved in the same breath, so submissions keep grant order
-            if deadline is not None and at > deadline:
-                if held is not None:
-                    self._release(held)
-                raise Deadline()
-            if stagger:
-                self._pace.reserve(backend, now)
-            while self._clock() < at and not self._interrupted:
-                self._cond.wait(timeout=at - self._clock())
-            if self._interrupted:
-                if held is not None:
-                    self._release(held)
-                raise Deadline()
+        """``enter`` for a caller without an event loop: hold the slot inside."""
+        held = asyncio.run(self.enter(backend, priority, deadline, stagger=stagger))
         try:
             yield
         finally:
-            if held is not None:
-                with self._cond:
-                    if not held.released:
-                        self._release(held)
+            self.leave(held)
 
-    def _release(self, held: _Held) -> None:
-        held.released = True
-        self._held.remove(held)
-        self._in_use[held.backend] -= 1
-        self._cond.notify_all()
+    # -- under the lock ---------------------------------------------------------------------
+    def _waiter(self) -> asyncio.Future[None]:
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        self._waiters.append((loop, waiter))
+        return waiter
 
-    def _acquire(self, backend: str, priority: float, deadline: float | None) -> _Held:
-        self._ticket += 1
-        me = (priority, self._ticket)
-        queue = self._waiting.setdefault(backend, [])
-        heapq.heappush(queue, me)
-        expected = self._expected.get(backend, [])
-        if priority in expected:
-            expected.remove(priority)
-        try:
-            while not (
-                queue[0] == me
-                and self._in_use.get(backend, 0) < self._caps[backend]
-                and all(p >= priority for p in expected)
-            ):
-                self._wait(deadline)
-        except Deadline:
-            queue.remove(me)
-            heapq.heapify(queue)
-            self._cond.notify_all()
-            raise
-        heapq.heappop(queue)
-        self._in_use[backend] = self._in_use.get(backend, 0) + 1
-        held = _Held(backend, priority)
-        self._held.append(held)
-        self._cond.notify_all()
-        return held
+    def _wake(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for loop, waiter in waiters:
+            with contextlib.suppress(RuntimeError):  # its loop is closed: nobody waits there
+                loop.call_soon_threadsafe(_set, waiter)
 
-    def _wait(self, deadline: float | None) -> None:
+    def _left(self, deadline: float | None) -> float | None:
         if self._interrupted:
             raise Deadline()
         if deadline is None:
-            self._cond.wait()
-            return
+            return None
         left = deadline - self._clock()
         if left <= 0:
             raise Deadline()
-        self._cond.wait(timeout=left)
+        return left
+
+    def _queue_up(self, backend: str, priority: float) -> tuple[float, int]:
+        self._ticket += 1
+        me = (priority, self._ticket)
+        heapq.heappush(self._waiting.setdefault(backend, []), me)
+        expected = self._expected.get(backend, [])
+        if priority in expected:
+            expected.remove(priority)
+        return me
+
+    def _may_take(self, backend: str, priority: float, me: tuple[float, int]) -> bool:
+        queue = self._waiting[backend]
+        return (
+            queue[0] == me
+            and self._in_use.get(backend, 0) < self._caps[backend]
+            and all(p >= priority for p in self._expected.get(backend, []))
+        )
+
+    def _take(self, backend: str, priority: float) -> Held:
+        heapq.heappop(self._waiting[backend])
+        self._in_use[backend] = self._in_use.get(backend, 0) + 1
+        held = Held(backend, priority)
+        self._held.append(held)
+        self._wake()
+        return held
+
+    def _leave_queue(self, backend: str, me: tuple[float, int]) -> None:
+        queue = self._waiting[backend]
+        queue.remove(me)
+        heapq.heapify(queue)
+        self._wake()
+
+    def _release(self, held: Held) -> None:
+        held.released = True
+        self._held.remove(held)
+        self._in_use[held.backend] -= 1
+        self._wake()
+
+
+def _set(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+async def _woken(waiter: asyncio.Future[None], timeout: float | None) -> None:
+    """Wait until ``waiter`` is woken, ``timeout`` seconds at most."""
+    try:
+        await asyncio.wait_for(asyncio.shield(waiter), timeout)
+    except TimeoutError:
+        waiter.cancel()

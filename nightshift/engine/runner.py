@@ -41,11 +41,15 @@ __all__ = [
     "FALLBACK",
     "LOST",
     "SUBMITTING",
+    "Begun",
     "Watching",
     "begin_job",
     "end_job",
     "end_job_watch",
+    "start_job",
     "stopped_outcome",
+    "take_turn",
+    "turn_missed",
 ]
 
 LOG_TAIL_LINES = 40
@@ -75,35 +79,28 @@ class Watching:
         self.held.close()
 
 
-def begin_job(ctx: NightContext, label: str, attempt: int = 1) -> JobOutcome | Watching:
-    """Take one job from wherever tonight left it to its watch, or to an outcome.
+@dataclass
+class Begun:
+    """A job about to take its turn: its run, what tonight's ledger said of it, its attempt."""
+
+    run: JobRun
+    record: JobRecord | None
+    reattach: bool  # in flight out there: watched again, not submitted
+    resume: bool  # a submit began and never recorded its id: the backend looks first
+
+
+def begin_job(ctx: NightContext, label: str, attempt: int = 1) -> JobOutcome | Begun:
+    """Take one job from wherever tonight left it: an outcome already (it succeeded tonight, it
+    cannot run), or a job to submit or re-attach once its turn comes (``take_turn``), then
+    ``start_job``. A job in flight is ended by ``end_job_watch`` with its watch's result.
 
     A job that already succeeded tonight is not run again; one still queued or running is
     re-attached by its external id; anything else is submitted. Transient backend errors
-    propagate (the caller retries); permanent ones end the job as failed. A job in flight is
-    ended by ``end_job_watch`` with its watch's result (blocking: both run on a pool thread).
+    propagate (the caller retries); permanent ones end the job as failed. Blocking: each step
+    but the turn runs on a pool thread.
     """
     run = ctx.job_run(label)
     run.begin(ctx.backends[run.job.backend])
-    try:
-        return _begin(ctx, run)
-    finally:
-        # no-op once the job was admitted; frees later jobs if this one never asks for a slot
-        ctx.admission.withdraw(run.job.backend, ctx.priorities.get(label, 0))
-
-
-def end_job_watch(
-    ctx: NightContext, watching: Watching, result: WatchResult | Exception
-) -> JobOutcome:
-    """The job's outcome from its watch's result (a permanent backend error, or why watching
-    ended): collected, recorded, and what it held given back."""
-    with watching.held:
-        return _conclude(ctx, watching.run, result)
-
-
-def _begin(ctx: NightContext, run: JobRun) -> JobOutcome | Watching:
-    label, job, backend = run.label, run.job, run.backend
-    assert backend is not None  # the try began on it
     try:
         record = ctx.records.get_job(ctx.night, label)
     except LedgerUnavailable as exc:  # the lease is gone with the database: nothing to start
@@ -115,26 +112,52 @@ def _begin(ctx: NightContext, run: JobRun) -> JobOutcome | Watching:
     # an earlier try of this attempt began submitting and never recorded an id (a crash, or a
     # retry after an error): the same attempt again, and the backend looks before it creates
     resume = record is not None and not reattach and record.state == SUBMITTING
-    if (refused := _cannot_fall_back(job, backend, record if reattach else None)) is not None:
+    assert run.backend is not None  # the try began on it
+    if (
+        refused := _cannot_fall_back(run.job, run.backend, record if reattach else None)
+    ) is not None:
         return end_job(ctx, label, Outcome.FAILED, refused)
-    attempts = (record.attempts if record else 0) + (0 if reattach or resume else 1)
-    run.attempt = attempts
+    run.attempt = (record.attempts if record else 0) + (0 if reattach or resume else 1)
     # the key lets a backend find or refuse a repeated submit of this attempt
-    key = f"{ctx.catalogue.key}/{ctx.night}/{label}/{attempts}"
+    key = f"{ctx.catalogue.key}/{ctx.night}/{label}/{run.attempt}"
     spec = run.spec = job_spec(ctx.catalogue, label, key)
     if resume and record is not None and record.submitted_at is not None:
         spec.options["resume_since"] = record.submitted_at.isoformat()
-    priority = ctx.priorities.get(label, 0)
+    return Begun(run, record, reattach, resume)
+
+
+async def take_turn(ctx: NightContext, begun: Begun) -> ExitStack | None:
+    """Wait for the job's turn to submit (and a capped backend's slot), on the night's loop:
+    what it then holds, to give back; None when the night's deadline or its stop came first."""
+    job = begun.run.job
+    priority = ctx.priorities.get(begun.run.label, 0)
+    try:
+        slot = await ctx.admission.enter(
+            job.backend, priority, ctx.deadline_at, stagger=not begun.reattach
+        )
+    except Deadline:
+        return None
     held = ExitStack()
+    held.callback(ctx.admission.leave, slot)
+    return held
+
+
+def turn_missed(ctx: NightContext, label: str) -> JobOutcome:
+    """A job whose turn never came: let go by the night's stop, else timed out."""
+    if ctx.stop.requested:  # interrupted while it waited for its turn
+        return stopped_outcome(ctx, label)
+    return end_job(ctx, label, Outcome.TIMEOUT, "night deadline before submit")
+
+
+def start_job(ctx: NightContext, begun: Begun, held: ExitStack) -> JobOutcome | Watching:
+    """Submit (or re-attach) a job whose turn came, holding ``held``: its watch, or an outcome
+    (what it held then given back)."""
+    run, record, reattach, resume = begun.run, begun.record, begun.reattach, begun.resume
+    label, job, backend, spec = run.label, run.job, run.backend, run.spec
+    assert backend is not None and spec is not None  # begun
     with held:  # given back here, unless the job goes on to its watch holding it
         try:
-            slot = ctx.admission.slot(job.backend, priority, ctx.deadline_at, stagger=not reattach)
-            held.enter_context(slot)
             held.enter_context(ctx.hold(job.backend, max(0.0, ctx.deadline_at - ctx.watcher.now())))
-        except Deadline:
-            if ctx.stop.requested:  # interrupted while it waited for its turn
-                return stopped_outcome(ctx, label)
-            return end_job(ctx, label, Outcome.TIMEOUT, "night deadline before submit")
         except TimeoutError:  # the Prefect limit stayed full: other nights, or a dead one's
             if ctx.stop.requested:
                 return stopped_outcome(ctx, label)
@@ -155,7 +178,7 @@ def _begin(ctx: NightContext, run: JobRun) -> JobOutcome | Watching:
             if (cancelled := ctx.cancel_reason(label)) is not None:
                 return end_job(ctx, label, Outcome.CANCELLED, f"not submitted: {cancelled}")
             if (reason := ctx.stop_reason()) is not None:
-                return _not_submitted(ctx, run, reason, attempts - 1)
+                return _not_submitted(ctx, run, reason, run.attempt - 1)
             # a resumed try's expected cost was committed by the try that began it
             if not resume and (refused := ctx.spend.reserve(label)) is not None:
                 return end_job(ctx, label, Outcome.SKIPPED, refused, {SPEND_REFUSED: True})
@@ -168,11 +191,11 @@ def _begin(ctx: NightContext, run: JobRun) -> JobOutcome | Watching:
                 )
             ctx.mark(label, SUBMITTING)
             if (reason := ctx.stop_reason()) is not None:  # lost while the database was away
-                return _not_submitted(ctx, run, reason, attempts - 1)
+                return _not_submitted(ctx, run, reason, run.attempt - 1)
             try:
                 external_id = backend.submit(spec)
             except (PermanentBackendError, InputFileError) as exc:  # nothing (more) to watch
-                return _not_submitted(ctx, run, str(exc), attempts)
+                return _not_submitted(ctx, run, str(exc), run.attempt)
             # a patient submit may have waited out a burst of 429s: its timers start now
             run.started = ctx.wall()
             ctx.records.record_submit(ctx.night, run, external_id)
@@ -189,6 +212,15 @@ def _begin(ctx: NightContext, run: JobRun) -> JobOutcome | Watching:
             future = _watch(ctx, run, look_first=reattach, seen=seen)  # raises: the with gives back
         return Watching(run, held.pop_all(), future)
     raise AssertionError("unreachable")  # for type checkers: the with block always returns
+
+
+def end_job_watch(
+    ctx: NightContext, watching: Watching, result: WatchResult | Exception
+) -> JobOutcome:
+    """The job's outcome from its watch's result (a permanent backend error, or why watching
+    ended): collected, recorded, and what it held given back."""
+    with watching.held:
+        return _conclude(ctx, watching.run, result)
 
 
 def _was_seen(record: JobRecord) -> bool:

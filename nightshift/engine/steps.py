@@ -2,8 +2,8 @@
 
 The one way a night runs its jobs: the Prefect tasks (``tasks/jobs.py``) call these, and tests
 drive them the same way without Prefect (``tests/night_kit.py``). A job in flight is an awaited
-future of the watcher's; its blocking parts (the turn to submit, the submit, the ledger,
-collecting results) run on a night's two small pools (``JobPools``).
+future of the watcher's and a job waiting for its turn an awaited admission; its blocking parts
+(the ledger, the submit, collecting results) run on a night's small pools (``JobPools``).
 """
 
 from __future__ import annotations
@@ -12,11 +12,21 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
+from typing import Any, TypeVar
 
 from nightshift.engine.context import NightContext
 from nightshift.engine.loop import NightLoop
 from nightshift.engine.outcomes import JobOutcome, Outcome
-from nightshift.engine.runner import Watching, begin_job, end_job, end_job_watch, stopped_outcome
+from nightshift.engine.runner import (
+    Watching,
+    begin_job,
+    end_job,
+    end_job_watch,
+    start_job,
+    stopped_outcome,
+    take_turn,
+    turn_missed,
+)
 from nightshift.engine.watcher import WatchResult
 from nightshift.errors import PermanentBackendError
 
@@ -29,10 +39,11 @@ __all__ = [
     "withdraw",
 ]
 
+T = TypeVar("T")
 AsyncStep = Callable[[str], Awaitable[JobOutcome]]
 AsyncSkipped = Callable[[JobOutcome], Awaitable[object]]
-START_THREADS = 8  # per backend: jobs waiting for their turn to submit, and submitting
-FINISH_THREADS = 6  # jobs whose watch ended: collect, record, release their slot
+START_THREADS = 4  # per backend: jobs beginning and submitting (one waiting its turn holds none)
+FINISH_THREADS = 3  # jobs whose watch ended: collect, record, release their slot
 
 
 class JobPools:
@@ -65,10 +76,10 @@ def withdraw(ctx: NightContext, label: str) -> None:
 async def run_job_step_async(
     ctx: NightContext, label: str, pools: JobPools, attempt: int = 1
 ) -> JobOutcome:
-    """One try of one job: failed at once when its backend is broken, else run to its outcome.
-
-    Its blocking parts run on ``pools``, its wait for the watcher is awaited. Transient backend
-    errors propagate: the caller retries.
+    """One try of one job, as one coroutine: failed at once when its backend is broken; else
+    begun, its turn awaited (on the loop: a job waiting holds no thread), submitted, watched,
+    concluded. Its blocking parts run on ``pools``. Transient backend errors propagate: the
+    caller retries.
     """
     loop = asyncio.get_running_loop()
     backend = ctx.catalogue.job(label).backend
@@ -80,19 +91,20 @@ async def run_job_step_async(
             )
         finally:
             withdraw(ctx, label)
-    start = pools.start(backend).submit(begin_job, ctx, label, attempt)
+    start = pools.start(backend)
     watching: Watching | None = None
     try:
-        try:
-            begun = await asyncio.wrap_future(start)
-        except asyncio.CancelledError:
-            # cancelled while it began on a pool thread, which runs on: what it holds is given
-            # back once it is done (a future not yet started is cancelled and never runs)
-            start.add_done_callback(_release_when_begun)
-            raise
+        begun = await _on_pool(start, begin_job, ctx, label, attempt)
         if isinstance(begun, JobOutcome):
             return begun
-        watching = begun
+        held = await take_turn(ctx, begun)
+        if held is None:
+            return await loop.run_in_executor(pools.finish, turn_missed, ctx, label)
+        # a start cancelled before its thread took it gives back what the turn holds
+        started = await _on_pool(start, start_job, ctx, begun, held, unrun=held.close)
+        if isinstance(started, JobOutcome):
+            return started
+        watching = started
         result = await _watched(watching)
         # from here its end gives back what it holds, on its thread, even if this is cancelled
         ending, watching = watching, None
@@ -103,6 +115,27 @@ async def run_job_step_async(
         withdraw(ctx, label)
 
 
+async def _on_pool(
+    pool: ThreadPoolExecutor,
+    step: Callable[..., T],
+    *args: object,
+    unrun: Callable[[], object] | None = None,
+) -> T:
+    """A blocking step of a job's try on ``pool``. Cancelled while it runs on its thread (which
+    goes on), what it holds is given back once it is done; a step not yet started never runs
+    (``unrun`` is called instead)."""
+    future = pool.submit(step, *args)
+    try:
+        return await asyncio.wrap_future(future)
+    except asyncio.CancelledError:
+        if future.cancelled():
+            if unrun is not None:
+                unrun()
+        else:
+            future.add_done_callback(_release_when_begun)
+        raise
+
+
 async def _watched(watching: Watching) -> WatchResult | Exception:
     """The job's watch's result: why watching ended, or the permanent error that ended it."""
     try:
@@ -111,10 +144,10 @@ async def _watched(watching: Watching) -> WatchResult | Exception:
         return exc
 
 
-def _release_when_begun(start: Future[JobOutcome | Watching]) -> None:
-    """A job whose try was cancelled while it began: stop its watch, give back its slot."""
-    if not start.cancelled() and start.exception() is None:
-        begun = start.result()
+def _release_when_begun(step: Future[Any]) -> None:
+    """A job whose try was cancelled while a step ran: stop its watch, give back its slot."""
+    if not step.cancelled() and step.exception() is None:
+        begun = step.result()
         if isinstance(begun, Watching):
             begun.release()
 

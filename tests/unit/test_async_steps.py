@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from nightshift.backends.base import ExternalState
+from nightshift.backends.base import ExternalState, JobSpec
 from nightshift.engine.admission import Admission
 from nightshift.engine.context import NightContext
 from nightshift.engine.outcomes import JobOutcome, Outcome
@@ -124,11 +124,10 @@ def test_a_job_cancelled_while_watched_gives_back_its_slot_and_is_no_longer_watc
         assert eventually(lambda: ctx.watcher.in_flight() == []), "c0 still watched"
 
 
-def test_a_job_cancelled_while_it_waits_for_its_turn_gives_it_back_once_it_has_it(
-    tmp_path: Path,
-) -> None:
-    """Its try runs on a pool thread, which a cancel cannot stop: once it got its turn (and
-    submitted, as before), what it holds is given back and its watch stopped: c2 still runs."""
+def test_a_job_cancelled_while_it_waits_for_its_turn_is_never_submitted(tmp_path: Path) -> None:
+    """Its turn is awaited on the loop (no pool thread waits): a cancel ends the wait, its
+    place in line is given back and it is never submitted; c2 then runs. (When the wait ran on
+    a pool thread, a cancel could not stop it: c1 was submitted once its turn came.)"""
     capped = ScriptedBackend(name="command")
     capped.scripts = {"c0": [R], "c1": [R], "c2": [S]}
 
@@ -136,13 +135,51 @@ def test_a_job_cancelled_while_it_waits_for_its_turn_gives_it_back_once_it_has_i
         pools = JobPools(ctx.loop)
         first = await _in_flight(ctx, "c0", pools)
         second = asyncio.ensure_future(run_job_step_async(ctx, "c1", pools))
-        while "c1" not in ctx.runs:  # its try began on a pool thread: it waits for c0's slot
+        while len(ctx.admission._waiting.get("command", [])) != 1:  # c1 waits for c0's slot
             await asyncio.sleep(0.001)
         second.cancel()
         with pytest.raises(asyncio.CancelledError):
             await second
+        assert ctx.admission._waiting["command"] == []  # its place in line given back
         capped.scripts["c0"] = [S]
         assert (await first).state is Outcome.SUCCEEDED
+        return (await run_job_step_async(ctx, "c2", pools)).state
+
+    with night_context(tmp_path, catalogue(3, 0), {"command": capped}) as ctx:
+        ctx.admission = Admission(0, {"command": 1})
+        ctx.deadline_at = ctx.watcher.now() + 20
+        assert asyncio.run(night()) is Outcome.SUCCEEDED
+        assert capped.submitted == ["c0", "c2"]
+        assert eventually(lambda: ctx.watcher.in_flight() == []), "a job still watched"
+
+
+def test_a_job_cancelled_while_it_submits_gives_its_slot_back_once_submitted(
+    tmp_path: Path,
+) -> None:
+    """Its submit runs on a pool thread, which a cancel cannot stop: once submitted, what it
+    holds is given back and its watch stopped: c2 still runs."""
+    entered, release = threading.Event(), threading.Event()
+
+    class SlowSubmit(ScriptedBackend):
+        def submit(self, spec: JobSpec) -> str:
+            if spec.label == "c1":
+                entered.set()
+                assert release.wait(10)
+            return super().submit(spec)
+
+    capped = SlowSubmit(name="command")
+    capped.scripts = {"c0": [S], "c1": [R], "c2": [S]}
+
+    async def night() -> Outcome:
+        pools = JobPools(ctx.loop)
+        assert (await run_job_step_async(ctx, "c0", pools)).state is Outcome.SUCCEEDED
+        second = asyncio.ensure_future(run_job_step_async(ctx, "c1", pools))
+        while not entered.is_set():
+            await asyncio.sleep(0.001)
+        second.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await second
+        release.set()  # its submit ends on its thread: then its slot is given back
         return (await run_job_step_async(ctx, "c2", pools)).state
 
     with night_context(tmp_path, catalogue(3, 0), {"command": capped}) as ctx:
