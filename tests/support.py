@@ -264,8 +264,8 @@ def make_context(
     context's ``owns_night``, so a test may take the lease away by setting it."""
     from nightshift.engine.admission import Admission
     from nightshift.engine.context import NightContext, night_records, utcnow
-    from nightshift.engine.loop import NightLoop
     from nightshift.engine.watcher import Watcher
+    from nightshift.loop import NightLoop
 
     box: list[NightContext] = []
     clock = wall or utcnow

@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING
 from nightshift.backends import build_backends, close_backends
 from nightshift.backends.base import Backend
 from nightshift.config.catalogue import Catalogue
-from nightshift.engine.loop import CHORE_THREADS, CHORES, NightLoop
 from nightshift.engine.outcomes import Outcome, is_final
 from nightshift.errors import BackendError, LockHeldError
+from nightshift.loop import CHORE_THREADS, CHORES, NightLoop
 from nightshift.states import LIVE as LIVE_STATES
 from nightshift.store.cancel_requests import CancelRequest, CancelRequests
 from nightshift.store.lease import Lease

@@ -15,12 +15,12 @@ from nightshift.engine.admission import Admission
 from nightshift.engine.events import Logger, Publisher, Sink
 from nightshift.engine.job_run import JobRun
 from nightshift.engine.ledger_sink import LedgerSink
-from nightshift.engine.loop import NightLoop
 from nightshift.engine.marks import JobMarks
 from nightshift.engine.outcomes import JobOutcome
 from nightshift.engine.spend import SpendCap
 from nightshift.engine.stopping import NightStop
 from nightshift.engine.watcher import Watcher
+from nightshift.loop import NightLoop
 from nightshift.store.ledger import Ledger
 
 if TYPE_CHECKING:

@@ -33,8 +33,8 @@ from nightshift.engine.events import (
     NightEvent,
 )
 from nightshift.engine.expected import typical_of
-from nightshift.engine.loop import CHORE_THREADS, CHORES, NightLoop, Signal
 from nightshift.engine.outcomes import is_final
+from nightshift.loop import CHORE_THREADS, CHORES, NightLoop, Signal
 from nightshift.store.alert_log import DWELL, AlertLog, AlertRecord
 
 if TYPE_CHECKING:

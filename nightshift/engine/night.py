@@ -25,7 +25,6 @@ from nightshift.engine.cancelling import CancelWatch
 from nightshift.engine.context import NightContext, night_records, utcnow
 from nightshift.engine.dwell_watch import BudgetLoader, watch_dwells
 from nightshift.engine.events import Logger, NightFinished, Sink
-from nightshift.engine.loop import NightLoop
 from nightshift.engine.marks import JobMarks
 from nightshift.engine.outcomes import JobOutcome, NightSummary, Outcome, join
 from nightshift.engine.plan import HISTORY_DAYS, Plan
@@ -34,6 +33,7 @@ from nightshift.engine.runner import end_job, stopped_outcome
 from nightshift.engine.spend import SpendCap, expected_costs
 from nightshift.engine.stopping import NightStop
 from nightshift.engine.watcher import Watcher
+from nightshift.loop import NightLoop
 from nightshift.states import LIVE, JobState
 from nightshift.store.cancel_requests import CancelRequests
 from nightshift.store.ledger import Ledger

@@ -15,7 +15,6 @@ from functools import partial
 from typing import Any, TypeVar
 
 from nightshift.engine.context import NightContext
-from nightshift.engine.loop import NightLoop
 from nightshift.engine.outcomes import JobOutcome, Outcome
 from nightshift.engine.runner import (
     Watching,
@@ -29,6 +28,7 @@ from nightshift.engine.runner import (
 )
 from nightshift.engine.watcher import WatchResult
 from nightshift.errors import PermanentBackendError
+from nightshift.loop import NightLoop
 
 __all__ = [
     "JobPools",
@@ -47,8 +47,8 @@ FINISH_THREADS = 3  # jobs whose watch ended: collect, record, release their slo
 
 
 class JobPools:
-    """The night's threads for the blocking parts of its jobs, on the night's loop (``loop.py``);
-    a job in flight holds none.
+    """The night's threads for the blocking parts of its jobs, on the night's loop
+    (``nightshift/loop.py``); a job in flight, or waiting for its turn, holds none.
 
     A job's first step may wait for its turn (a capped backend's slot): each backend has its
     start pool, so jobs of a backend that waits for its cap don't hold up the others' submits.

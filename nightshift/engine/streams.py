@@ -1,8 +1,8 @@
 """Listening to jobs' event streams instead of polling them: tasks on the night's loop.
 
 A backend that ``Streams`` (base.py) hands out a job's statuses as an async iterator; the
-listener runs every such iterator as a task on the night's loop (``loop.py``), so 500 streams
-cost no thread at all.
+listener runs every such iterator as a task on the night's loop (``nightshift/loop.py``), so
+500 streams cost no thread at all.
 Each status goes to ``on_status`` (the watcher queues it like a poll's answer); a stream that
 ends before its job did, or fails, goes to ``on_drop`` once (the watcher polls that job again,
 on its backoff). ``forget`` stops listening to one job; ``close`` to all of them.
@@ -18,7 +18,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from nightshift.backends.base import JobStatus, Streams
-from nightshift.engine.loop import NightLoop
+from nightshift.loop import NightLoop
 
 __all__ = ["StreamListener"]
 

@@ -46,7 +46,6 @@ from typing import Any, Literal
 
 from nightshift.backends.base import Backend, ExternalState, JobStatus, capabilities
 from nightshift.backoff import Backoff
-from nightshift.engine.loop import NightLoop, Signal
 from nightshift.engine.poll_schedule import PollSchedule
 from nightshift.engine.streams import StreamListener
 from nightshift.errors import (
@@ -56,6 +55,7 @@ from nightshift.errors import (
     TransientBackendError,
     UnknownJobError,
 )
+from nightshift.loop import NightLoop, Signal
 from nightshift.usual import Usual
 
 __all__ = ["STREAM_RECONNECTS", "CancelAsked", "WatchRequest", "WatchResult", "Watcher"]

@@ -15,11 +15,11 @@ from prefect.runtime import flow_run
 from prefect.states import Failed, State
 from prefect.utilities.annotations import quote
 
-from nightshift.engine.loop import NightLoop
 from nightshift.engine.outcomes import JobOutcome
 from nightshift.engine.plan import Plan, which_night
 from nightshift.engine.stopping import NightStop
 from nightshift.flows.chain import chain, chain_run_name
+from nightshift.loop import NightLoop
 from nightshift.orchestration.cancel_hook import cancel_in_flight
 from nightshift.orchestration.night_end import end_early, end_night
 from nightshift.orchestration.night_run import run_night
@@ -93,7 +93,7 @@ def nightly(
                 # the owner names the flow run too: `nightshift status` shows it
                 owner = default_owner() + (f":{flow_run.id}" if flow_run.id else "")
                 key, ttl = prepared.catalogue.key, prepared.settings.lease_ttl
-                with Lease(prepared.ledger.engine, key, owner=owner, ttl_s=ttl) as lease:
+                with Lease(prepared.ledger.engine, key, owner=owner, ttl_s=ttl, loop=loop) as lease:
                     live_sinks = [live] if live is not None else []
                     summary, progress = run_night(
                         setup, lease, results, live_sinks, _run_jobs, loop

@@ -7,7 +7,7 @@ round trip, no wait on Prefect's retry timer. A lease nobody takes within ``grac
 released; all are released when the night ends. A limit that is full is asked again on a short
 poll of our own. Slot leases are renewed by one task on the night's loop for the whole night,
 and a spare lease's grace is a timer on it (each renewal and release off the loop, among the
-night's chores: ``engine/loop.py``).
+night's chores: ``nightshift/loop.py``).
 
 With a ``book`` (``store/slot_holders.py``) each lease taken and given back is written down with
 the night that holds it; ``heal_orphans`` gives back, when a night starts, the slots of nights
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from prefect.client.orchestration import SyncPrefectClient
 
 from nightshift.backoff import Backoff
-from nightshift.engine.loop import CHORE_THREADS, CHORES, NightLoop
+from nightshift.loop import CHORE_THREADS, CHORES, NightLoop
 
 __all__ = [
     "FULL",

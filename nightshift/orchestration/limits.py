@@ -27,7 +27,7 @@ from prefect.concurrency.sync import rate_limit
 
 from nightshift.config.catalogue import Catalogue
 from nightshift.config.limits import BackendLimit
-from nightshift.engine.loop import NightLoop
+from nightshift.loop import NightLoop
 from nightshift.orchestration.leases import (
     LEASE_S,
     Orphans,

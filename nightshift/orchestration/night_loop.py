@@ -9,9 +9,9 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from nightshift.engine.loop import NightLoop
 from nightshift.engine.stopping import INTERRUPTED, NightStop
 from nightshift.heap import TRIM_EVERY_S, trimmer
+from nightshift.loop import NightLoop
 
 __all__ = ["STOP_GRACE_S", "on_a_loop"]
 
@@ -29,7 +29,7 @@ def on_a_loop(
     trim: Callable[[], object] | None = None,
     trim_every: float = TRIM_EVERY_S,
 ) -> T:
-    """Run ``work`` on the night's loop (``engine/loop.py``: the flow run's context went with
+    """Run ``work`` on the night's loop (``nightshift/loop.py``: the flow run's context went with
     it), for what it returns. A signal raised on this thread while it waits (a worker's SIGTERM
     when the run is cancelled, a Ctrl-C) stops the night first: its jobs are let go, nothing
     more is submitted or written, then the signal goes on (the cancel hook cancels the jobs).

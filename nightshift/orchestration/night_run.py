@@ -17,11 +17,11 @@ from prefect.runtime import flow_run
 from nightshift.engine.admission import Admission
 from nightshift.engine.alerts import NoAlertSink
 from nightshift.engine.events import LogSink, Sink
-from nightshift.engine.loop import CHORE_THREADS, CHORES, NightLoop
 from nightshift.engine.night import NightId, NightParts, build_parts, finish_night, open_night
 from nightshift.engine.outcomes import JobOutcome, NightSummary
 from nightshift.engine.plan import Plan
 from nightshift.engine.steps import JobPools
+from nightshift.loop import CHORE_THREADS, CHORES, NightLoop
 from nightshift.notify.notifier import SlackAlertSink
 from nightshift.notify.sinks import NoticeSink
 from nightshift.orchestration.leases import slot_lease_s

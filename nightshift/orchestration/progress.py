@@ -1,6 +1,6 @@
 """The night's progress artifact on the flow run, as a sink of the night's events.
 
-The artifact is moved on the night's chores pool (``engine/loop.py``), one update at a time, the
+The artifact is moved on the night's chores pool (``nightshift/loop.py``), one update at a time, the
 latest text winning:
 a slow or gone Prefect API never holds a job's end, and 300 jobs ending at once cost a few calls.
 """

@@ -7,6 +7,7 @@ SQLite (3.35+) and PostgreSQL; no row returned means someone else holds a live l
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import socket
@@ -14,6 +15,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import Future
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Any
@@ -23,6 +25,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 
 from nightshift.errors import LockHeldError
+from nightshift.loop import NightLoop
 from nightshift.store.db import UTCDateTime, make_engine
 
 __all__ = ["LEASES_TABLE", "Clock", "Lease", "default_owner"]
@@ -66,6 +69,7 @@ class Lease:
         ttl_s: float = 60.0,
         *,
         clock: Clock = _now,
+        loop: NightLoop | None = None,
     ) -> None:
         if ttl_s <= 0:
             raise ValueError(f"ttl_s must be positive, got {ttl_s!r}")
@@ -78,8 +82,13 @@ class Lease:
         self.owner = owner or default_owner()
         self.ttl_s = float(ttl_s)
         self._clock = clock
-        self._stop = threading.Event()
-        self._renewer: threading.Thread | None = None
+        # renewed while held (``with``) by a task on ``loop`` (the night's; a lease made alone
+        # makes a loop of its own), each renewal on a thread of its own pool
+        self._loop = loop
+        self._renewer: Future[None] | None = None
+        self._renewing = threading.Lock()  # a renewal in flight; none starts once released
+        self._held = False
+        self._own: NightLoop | None = None  # the loop made for a lease made alone
         self._lost: LockHeldError | None = None
         # on self._clock: when a renewal last succeeded, and why the lease can't be trusted
         self._renewed_at: datetime | None = None
@@ -102,7 +111,7 @@ class Lease:
         if self._lost is not None:
             return str(self._lost)
         renewed_at = self._renewed_at
-        if self._lapsed is None and self._renewer is not None and renewed_at is not None:
+        if self._lapsed is None and self._held and renewed_at is not None:
             age = (self._clock() - renewed_at).total_seconds()
             if age >= self.ttl_s:
                 self._lapsed = (
@@ -134,14 +143,14 @@ class Lease:
 
     def __enter__(self) -> Lease:
         self.acquire()
-        self._stop.clear()
         self._lost = None
         self._lapsed = None
         self.last_error = None
-        self._renewer = threading.Thread(
-            target=self._renew_until_stopped, name=f"lease-renew {self.key}", daemon=True
-        )
-        self._renewer.start()
+        self._held = True
+        night = self._loop
+        if night is None:
+            night = self._own = NightLoop("lease-renew")
+        self._renewer = night.submit(self._renew_until_stopped(night))
         return self
 
     def __exit__(
@@ -150,10 +159,14 @@ class Lease:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._stop.set()
+        with self._renewing:  # a renewal in flight ends first: none comes after the release
+            self._held = False
         if self._renewer is not None:
-            self._renewer.join()
+            self._renewer.cancel()
             self._renewer = None
+        own, self._own = self._own, None
+        if own is not None:
+            own.close()
         self._release_when_answered()
 
     def _release_when_answered(self) -> None:
@@ -205,18 +218,30 @@ class Lease:
         ).first()
         return (row.owner, row.expires_at) if row else None
 
-    def _renew_until_stopped(self) -> None:
-        while not self._stop.wait(self.ttl_s / 3):
+    async def _renew_until_stopped(self, night: NightLoop) -> None:
+        loop = asyncio.get_running_loop()
+        pool = night.blocking("nightshift-lease", 1)
+        while True:
+            await asyncio.sleep(self.ttl_s / 3)
+            if not await loop.run_in_executor(pool, self._renew_once):
+                return
+
+    def _renew_once(self) -> bool:
+        """Renew while held; False once the lease is lost or given back."""
+        with self._renewing:
+            if not self._held:
+                return False
             try:
                 self.renew()
             except LockHeldError as exc:
                 self._lost = exc
                 _log.error("lost the lease: %s", exc)
-                return
+                return False
             except Exception as exc:  # any error: say so and retry; lost_reason reports a lapse
                 error = _one_line(exc)
                 _log.warning("renewing the lease on %r failed: %s", self.key, error)
                 self.last_error = error
+        return True
 
 
 def _one_line(error: BaseException) -> str:

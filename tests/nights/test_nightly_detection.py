@@ -74,7 +74,7 @@ def test_the_progress_artifact_says_when_the_night_should_be_done() -> None:
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 
-    from nightshift.engine.loop import CHORES, NightLoop
+    from nightshift.loop import CHORES, NightLoop
     from nightshift.orchestration.progress import ProgressSink
     from tests.unit.test_live import _expected_night
 
@@ -107,8 +107,8 @@ def test_the_progress_artifact_is_worked_out_once_per_job_end_not_per_state_chan
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 
     from nightshift.engine.events import JobChanged, JobFinished
-    from nightshift.engine.loop import CHORES, NightLoop
     from nightshift.engine.outcomes import JobOutcome, Outcome
+    from nightshift.loop import CHORES, NightLoop
     from nightshift.orchestration.progress import ProgressSink
 
     labels = [f"job-{i}" for i in range(50)]

@@ -204,9 +204,10 @@ def test_a_cap_bounds_jobs_in_flight_and_starts_the_longest_first(
     class RecordingAdmission(Admission):
         """Records each grant under the admission's lock: the true order, whatever the load."""
 
-        def _acquire(self, backend: str, priority: float, deadline: float | None) -> None:
-            super()._acquire(backend, priority, deadline)
+        def _take(self, backend: str, priority: float) -> Any:
+            held = super()._take(backend, priority)
             granted.append(priority)
+            return held
 
     plans: list[list[str]] = []
     real_plan_night = prepared_night.plan_night

@@ -22,6 +22,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "nightshift.files",
             "nightshift.backoff",
             "nightshift.states",
+            "nightshift.loop",
         ),
     ),
     ("config", ("nightshift.config",)),

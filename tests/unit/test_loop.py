@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from nightshift.engine.loop import NightLoop, Signal
+from nightshift.loop import NightLoop, Signal
 
 flag: contextvars.ContextVar[str] = contextvars.ContextVar("flag", default="unset")
 

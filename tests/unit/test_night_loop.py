@@ -9,9 +9,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from nightshift.engine.loop import NightLoop
 from nightshift.engine.stopping import NightStop
 from nightshift.heap import trimmer
+from nightshift.loop import NightLoop
 from nightshift.orchestration.night_loop import on_a_loop
 
 
