@@ -112,6 +112,9 @@ class SlotLeases:
         self._clock = clock
         self._sleep = sleep
         self._lock = threading.Lock()
+        # a release of spare leases (a grace timer's chore) and the night's close, one at a time:
+        # the client is closed after the last release, never under one
+        self._releasing = threading.Lock()
         self._spare: dict[str, list[tuple[str, float]]] = {}  # name -> (lease, spare since)
         self._in_use: dict[str, list[str]] = {}
         self._early: dict[str, int] = {}  # leases handed on before their holder let go
@@ -193,14 +196,17 @@ class SlotLeases:
     def release_spare(self, older_than: float | None = None) -> int:
         """Release the spare leases nobody took for ``grace`` (or ``older_than``) seconds."""
         age = self._grace if older_than is None else older_than
-        now = self._clock()
         stale: list[str] = []
-        with self._lock:
-            for spare in self._spare.values():
-                stale += [lease for lease, since in spare if now - since >= age]
-                spare[:] = [(lease, since) for lease, since in spare if now - since < age]
-        for lease in stale:
-            self._release(lease)
+        with self._releasing:
+            now = self._clock()
+            with self._lock:
+                if self._closed:  # the close released them all
+                    return 0
+                for spare in self._spare.values():
+                    stale += [lease for lease, since in spare if now - since >= age]
+                    spare[:] = [(lease, since) for lease, since in spare if now - since < age]
+            for lease in stale:
+                self._release(lease)
         return len(stale)
 
     def close(self) -> None:
@@ -210,14 +216,15 @@ class SlotLeases:
             renewing, self._renewing = self._renewing, None
         if renewing is not None:
             renewing.cancel()
-        with self._lock:
-            leases = [lease for spare in self._spare.values() for lease, _ in spare]
-            leases += [lease for in_use in self._in_use.values() for lease in in_use]
-            self._spare.clear()
-            self._in_use.clear()
-        for lease in leases:
-            self._release(lease)
-        self._api.close()
+        with self._releasing:
+            with self._lock:
+                leases = [lease for spare in self._spare.values() for lease, _ in spare]
+                leases += [lease for in_use in self._in_use.values() for lease in in_use]
+                self._spare.clear()
+                self._in_use.clear()
+            for lease in leases:
+                self._release(lease)
+            self._api.close()
         if self._owns_loop and self._loop is not None:
             self._loop.close()
 
@@ -264,14 +271,17 @@ class SlotLeases:
             await loop.run_in_executor(chores, self._renew_all)
 
     def _renew_all(self) -> None:
-        with self._lock:
-            leases = [lease for spare in self._spare.values() for lease, _ in spare]
-            leases += [lease for in_use in self._in_use.values() for lease in in_use]
-        for lease in leases:
-            try:
-                self._api.renew(lease)
-            except Exception as exc:  # not strict: the job runs on, the cap may be exceeded
-                log.warning("could not renew a Prefect concurrency lease: %s", exc)
+        with self._releasing:  # the close waits for it (its client stays open meanwhile)
+            with self._lock:
+                if self._closed:
+                    return
+                leases = [lease for spare in self._spare.values() for lease, _ in spare]
+                leases += [lease for in_use in self._in_use.values() for lease in in_use]
+            for lease in leases:
+                try:
+                    self._api.renew(lease)
+                except Exception as exc:  # not strict: the job runs on, the cap may be exceeded
+                    log.warning("could not renew a Prefect concurrency lease: %s", exc)
 
 
 class Orphans(Protocol):
