@@ -271,7 +271,7 @@ def make_context(
     clock = wall or utcnow
     records, marks = night_records(
         catalogue, "2026-11-29", ledger, "test", [], wall=clock,
-        owns_night=lambda: box[0].owns_night(),
+        owns_night=lambda: box[0].rules.owns_night(),
     )  # fmt: skip
     loop = NightLoop()  # the night's: the test closes it after the watcher (``close_context``)
     if reports:

@@ -26,12 +26,34 @@ from nightshift.store.ledger import Ledger
 if TYPE_CHECKING:
     from nightshift.budgets.lookup import Budgets
 
-__all__ = ["NightContext", "night_records", "utcnow"]
+__all__ = ["NightContext", "NightRules", "night_records", "utcnow"]
 
 
 def utcnow() -> datetime:
     """The wall clock: an aware UTC datetime."""
     return datetime.now(UTC)
+
+
+def _not_cancelled(_label: str, *, fresh: bool = False) -> str | None:
+    return None
+
+
+@dataclass(frozen=True)
+class NightRules:
+    """What a night may still do, asked before each step that needs it; made once, from the
+    night's parts (``open_night``).
+
+    ``stop_reason()``: why no more jobs may be submitted (the night's lease lost, its watcher
+    gone), or None. ``owns_night()``: False once another night took this one's lease (its ledger
+    writer and dwell watch were told at their making). ``cancel_reason(label, fresh=)``: why
+    `nightshift cancel` asked to cancel the job, if it did (``fresh``: read the requests first).
+    ``hold(backend, timeout)``: the server-side slot a capped backend's job holds in flight.
+    """
+
+    stop_reason: Callable[[], str | None] = lambda: None
+    owns_night: Callable[[], bool] = lambda: True
+    cancel_reason: Callable[..., str | None] = _not_cancelled
+    hold: Callable[[str, float], AbstractContextManager[object]] = lambda _b, _t: nullcontext()
 
 
 @dataclass
@@ -59,16 +81,10 @@ class NightContext:
     broken: dict[str, str] = field(default_factory=dict)
     # every job's outcome once it has one, whichever path ended it
     outcomes: dict[str, JobOutcome] = field(default_factory=dict)
-    # holds a server-side slot of a capped backend while its job is in flight; (backend, timeout)
-    hold: Callable[[str, float], AbstractContextManager[object]] = lambda _b, _t: nullcontext()
-    # why no more jobs may be submitted (the night's lease was lost), or None
-    stop_reason: Callable[[], str | None] = lambda: None
-    # False once another night took this one's lease (its ledger writer was told at its making)
-    owns_night: Callable[[], bool] = lambda: True
+    # what the night may still do: submit, write its rows, run a job, hold a server slot
+    rules: NightRules = field(default_factory=lambda: NightRules())
     # asked when the night is interrupted: no more submits, jobs in flight are left running
     stop: NightStop = field(default_factory=NightStop)
-    # why `nightshift cancel` asked to cancel a job of this night, if it did; (label, fresh=)
-    cancel_reason: Callable[..., str | None] = lambda _label, fresh=False: None
     budgets: Budgets | None = None  # tonight's learned budgets (learned timeouts), if any
     # tonight's spend on paid jobs, checked before each paid submit (no paid jobs: counts none)
     spend: SpendCap = field(default_factory=lambda: SpendCap(None, {}))

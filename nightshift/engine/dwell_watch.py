@@ -258,7 +258,7 @@ def watch_dwells(
         detector,
         LevelOutlets(log, ctx.events.publish, alerts),
         wall=ctx.wall,
-        owns_night=ctx.owns_night,
+        owns_night=ctx.rules.owns_night,
         logger=logger,
         loop=ctx.loop,
     )

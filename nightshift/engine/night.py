@@ -22,7 +22,7 @@ from nightshift.config.limits import BackendLimit
 from nightshift.engine.admission import Admission
 from nightshift.engine.alerts import AlertSink, LogAlertSink
 from nightshift.engine.cancelling import CancelWatch
-from nightshift.engine.context import NightContext, night_records, utcnow
+from nightshift.engine.context import NightContext, NightRules, night_records, utcnow
 from nightshift.engine.dwell_watch import BudgetLoader, watch_dwells
 from nightshift.engine.events import Logger, NightFinished, Sink
 from nightshift.engine.marks import JobMarks
@@ -170,12 +170,11 @@ def open_night(
     outcomes: dict[str, JobOutcome] | None = None,
     stop: NightStop | None = None,
 ) -> Iterator[NightContext]:
-    """The night's context, its watcher running; on the way out everything is closed.
+    """The night's context, its watcher on the night's loop; on the way out all is closed.
 
-    The parts' ``stop_reason`` says why no more jobs may be submitted (default: the watcher
-    stopped); their ``owns_night`` is False once the night lost its lease.
-    ``outcomes`` receives each job's outcome as it comes (the caller's, for an early end).
-    ``stop`` interrupts the night: no more submits, jobs in flight are left running unwatched.
+    Its rules come from the parts (``NightRules``: a ``stop_reason`` defaults to the watcher
+    stopped). ``outcomes`` receives each job's outcome as it comes (the caller's, for an early
+    end). ``stop`` interrupts the night: no more submits, jobs in flight left running unwatched.
     With learned budgets, each job's time in its state is watched (``engine/dwell_watch.py``).
     """
     with ExitStack() as cleanup:  # whatever fails below, everything built so far is closed
@@ -187,7 +186,6 @@ def open_night(
             cleanup.callback(loop.close)
         if isinstance(parts.hold, HandsOn):
             cleanup.callback(parts.hold.close)
-        # chain steps rank after every mapped job: they wait for their turn, not the other way
         priorities = {label: i for i, label in enumerate(plan.labels)}
         records, marks = night_records(
             catalogue, night.night, parts.ledger, night.run_id, list(parts.sinks),
@@ -215,11 +213,13 @@ def open_night(
             wall=parts.wall,
             broken=dict(parts.broken),
             outcomes=outcomes if outcomes is not None else {},
-            hold=parts.hold,
-            stop_reason=lambda: (parts.stop_reason or watcher_stopped)(watcher),
-            owns_night=parts.owns_night,
+            rules=NightRules(
+                stop_reason=lambda: (parts.stop_reason or watcher_stopped)(watcher),
+                owns_night=parts.owns_night,
+                cancel_reason=cancels.reason if cancels is not None else _no_cancel,
+                hold=parts.hold,
+            ),
             stop=stop if stop is not None else NightStop(),
-            cancel_reason=cancels.reason if cancels is not None else _no_cancel,
             spend=night_spend(catalogue, parts.ledger, night.night, parts.wall()),
         )
         # on a stop: waits for a turn or a slot end at once, every watched job is let go
@@ -229,11 +229,16 @@ def open_night(
         cleanup.callback(ctx.stop.on_request(watcher.detach))
         if (dwell := watch_dwells(ctx, parts.budgets, parts.alerts)) is not None:
             cleanup.callback(dwell.stop)
-        for backend in catalogue.caps:
-            # with a cap, jobs start longest-expected first: announce them in that order
-            ranks = [priorities[x] for x in plan.independent if catalogue.job(x).backend == backend]
-            ctx.admission.expect(backend, ranks)
+        _announce_capped(ctx, plan)
         yield ctx
+
+
+def _announce_capped(ctx: NightContext, plan: Plan) -> None:
+    """With a cap, jobs start longest-expected first: announce them to the admission in that
+    order (a chain's steps rank after every mapped job: they wait for their turn)."""
+    for backend in ctx.catalogue.caps:
+        jobs = [x for x in plan.independent if ctx.catalogue.job(x).backend == backend]
+        ctx.admission.expect(backend, [ctx.priorities[x] for x in jobs])
 
 
 def _watcher(

@@ -104,7 +104,7 @@ def begin_job(ctx: NightContext, label: str, attempt: int = 1) -> JobOutcome | B
     try:
         record = ctx.records.get_job(ctx.night, label)
     except LedgerUnavailable as exc:  # the lease is gone with the database: nothing to start
-        return end_job(ctx, label, Outcome.FAILED, ctx.stop_reason() or str(exc))
+        return end_job(ctx, label, Outcome.FAILED, ctx.rules.stop_reason() or str(exc))
     if record is not None and record.state == Outcome.SUCCEEDED and record.external_id:
         # not a change of state, so no transition: its JobFinished tells the sinks
         return _report(ctx, outcome_from_record(record))
@@ -157,7 +157,9 @@ def start_job(ctx: NightContext, begun: Begun, held: ExitStack) -> JobOutcome | 
     assert backend is not None and spec is not None  # begun
     with held:  # given back here, unless the job goes on to its watch holding it
         try:
-            held.enter_context(ctx.hold(job.backend, max(0.0, ctx.deadline_at - ctx.watcher.now())))
+            held.enter_context(
+                ctx.rules.hold(job.backend, max(0.0, ctx.deadline_at - ctx.watcher.now()))
+            )
         except TimeoutError:  # the Prefect limit stayed full: other nights, or a dead one's
             if ctx.stop.requested:
                 return stopped_outcome(ctx, label)
@@ -175,9 +177,9 @@ def start_job(ctx: NightContext, begun: Begun, held: ExitStack) -> JobOutcome | 
         else:
             if ctx.stop.requested:
                 return stopped_outcome(ctx, label)
-            if (cancelled := ctx.cancel_reason(label)) is not None:
+            if (cancelled := ctx.rules.cancel_reason(label)) is not None:
                 return end_job(ctx, label, Outcome.CANCELLED, f"not submitted: {cancelled}")
-            if (reason := ctx.stop_reason()) is not None:
+            if (reason := ctx.rules.stop_reason()) is not None:
                 return _not_submitted(ctx, run, reason, run.attempt - 1)
             # a resumed try's expected cost was committed by the try that began it
             if not resume and (refused := ctx.spend.reserve(label)) is not None:
@@ -190,7 +192,7 @@ def start_job(ctx: NightContext, begun: Begun, held: ExitStack) -> JobOutcome | 
                     ctx.night, run, None, state=SUBMITTING, committed_usd=committed
                 )
             ctx.mark(label, SUBMITTING)
-            if (reason := ctx.stop_reason()) is not None:  # lost while the database was away
+            if (reason := ctx.rules.stop_reason()) is not None:  # lost while the database was away
                 return _not_submitted(ctx, run, reason, run.attempt - 1)
             try:
                 external_id = backend.submit(spec)
@@ -336,7 +338,7 @@ def _conclude(ctx: NightContext, run: JobRun, result: WatchResult | Exception) -
         outcome = outcome_from_external(result.status.state)
         if result.status.state is ExternalState.CANCELLED:
             # nightshift cancel's reason: its request may be newer than the night's last read
-            detail = join_details(ctx.cancel_reason(label, fresh=True), detail)
+            detail = join_details(ctx.rules.cancel_reason(label, fresh=True), detail)
         else:
             data, note = _collect(backend, spec, external_id)
             if outcome is Outcome.SUCCEEDED and not data.get("ok", True):

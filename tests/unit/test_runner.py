@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -72,7 +73,9 @@ def test_a_job_lost_to_errors_stays_live_for_the_rerun(night) -> None:
 
 def test_nothing_is_submitted_once_the_lease_is_lost(night) -> None:
     ctx, backend = night
-    ctx.stop_reason = lambda: "not submitted: another night took the lease"
+    ctx.rules = replace(
+        ctx.rules, stop_reason=lambda: "not submitted: another night took the lease"
+    )
     outcome = run_job(ctx, "a")
     assert outcome.state is Outcome.FAILED
     assert outcome.detail == "not submitted: another night took the lease"
@@ -118,7 +121,7 @@ def test_a_night_that_lost_its_lease_leaves_the_ledger_to_the_new_holder(night) 
     ctx, backend = night
     ctx.ledger.record_submit("2026-11-29", "a", "command", "a", 1)
     backend.scripts["a"] = [S]
-    ctx.owns_night = lambda: False  # another night took over while this one stalled
+    ctx.rules = replace(ctx.rules, owns_night=lambda: False)  # another night took over meanwhile
     assert run_job(ctx, "a").state is Outcome.SUCCEEDED  # it still reports what it saw
     assert ctx.ledger.get_job("2026-11-29", "a").state == "queued"  # but wrote nothing
     assert ctx.ledger.dwells("2026-11-29", "a") == []  # not even the final transition
