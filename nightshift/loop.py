@@ -123,13 +123,15 @@ class NightLoop:
 
 
 async def _cancel_all() -> None:
-    """Cancel every other task on the loop and wait for them to end."""
+    """Cancel every other task on the loop and wait for them to end; close its async
+    generators (as ``asyncio.run`` does at its end)."""
     me = asyncio.current_task()
     tasks = [t for t in asyncio.all_tasks() if t is not me]
     for task in tasks:
         task.cancel()
     if tasks:
         await asyncio.wait(tasks, timeout=_CLOSE_S)
+    await asyncio.get_running_loop().shutdown_asyncgens()
 
 
 class Signal:
