@@ -50,10 +50,10 @@ class JobPools:
     """The night's threads for the blocking parts of its jobs, on the night's loop
     (``nightshift/loop.py``); a job in flight, or waiting for its turn, holds none.
 
-    A job's first step may wait for its turn (a capped backend's slot): each backend has its
-    start pool, so jobs of a backend that waits for its cap don't hold up the others' submits.
-    The slot is freed by a later step, on the finish pool, which never queues behind a wait.
-    The pools end with the night's loop.
+    Each backend has its start pool (its jobs' rows read, their Prefect slots taken, their
+    submits), so a backend whose submits are slow holds up no other's; a job's end is
+    concluded on the finish pool, which never queues behind a submit. The pools end with the
+    night's loop.
     """
 
     def __init__(self, loop: NightLoop) -> None:

@@ -1,4 +1,4 @@
-"""One loop per night that watches every in-flight job.
+"""One task on the night's loop (``nightshift/loop.py``) that watches every in-flight job.
 
 Each job keeps its own poll schedule and timers (``engine/poll_schedule.py``: with a usual
 duration, rarely far from its usual end and densely around it; without, its backoff). When a job
@@ -7,7 +7,8 @@ for every job of that backend in flight: each one's schedule moves on from that 
 asked again separately for a state the listing just gave, and the next listing is made when the
 earliest of them is next due. A backend that answers one job at a time gets one status call per
 due job, side by side (bounded per backend), so a hung call costs only its own job. Timers are
-checked by the loop itself: they fire on time whatever a status call is doing. A job is never
+checked by the watch itself: they fire on time whatever a status call (on a pool thread) is
+doing. A job is never
 asked again once it is final.
 A job the listing does not show (or every job, when the listing fails) is asked at once on a
 call of its own: the answers the listing had in hand go on without waiting for it. A listing has
@@ -27,8 +28,8 @@ read, a job never seen), the job is cancelled, on a call with its own deadline
 The moment a job is seen final ``on_final`` is told, before its record is written: the night's
 gate hands its slot to the next job within this tick.
 
-A job whose backend streams its changes (``Streams``) is listened to instead (``streams.py``: one
-loop, one thread for every stream): its statuses are taken like a poll's answers, it gets no
+A job whose backend streams its changes (``Streams``) is listened to instead (``streams.py``: a
+task on the same loop per stream): its statuses are taken like a poll's answers, it gets no
 status call while the stream holds, and a dropped stream puts it back on its backoff until a
 poll finds it still going: then it is listened to again (a stream that dropped more than
 ``STREAM_RECONNECTS`` times leaves its job polled to its end).
