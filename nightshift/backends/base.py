@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 __all__ = [
     "COST_USD",
     "FINAL_STATES",
+    "AwaitsStatus",
     "Backend",
     "Capabilities",
     "Closeable",
@@ -31,6 +32,7 @@ __all__ = [
     "FallsBack",
     "JobSpec",
     "JobStatus",
+    "ListsSome",
     "ListsStatus",
     "Streams",
     "capabilities",
@@ -183,6 +185,30 @@ class Streams(Protocol):
         ...
 
 
+@runtime_checkable
+class ListsSome(Protocol):
+    """A backend that lists only some of its jobs (an http API with a ``list`` URL): the others
+    are asked one by one, each on a call of its own."""
+
+    def listable(self, external_id: str) -> bool:
+        """Whether one listing can answer for this job."""
+        ...
+
+
+@runtime_checkable
+class AwaitsStatus(Protocol):
+    """A backend whose status calls are awaited on the night's loop (its own async client): a
+    call in flight holds no thread."""
+
+    async def astatus(self, external_id: str) -> JobStatus:
+        """``Backend.status``, awaited."""
+        ...
+
+    async def aclose(self) -> None:
+        """Close the async client, on the loop that used it."""
+        ...
+
+
 @dataclass(frozen=True)
 class Capabilities:
     """A backend's optional abilities: each is the backend itself, typed, or None."""
@@ -192,6 +218,8 @@ class Capabilities:
     falls_back: FallsBack | None = None
     closeable: Closeable | None = None
     streams: Streams | None = None
+    awaits_status: AwaitsStatus | None = None
+    lists_some: ListsSome | None = None
 
 
 def capabilities(backend: object) -> Capabilities:
@@ -202,4 +230,6 @@ def capabilities(backend: object) -> Capabilities:
         falls_back=backend if isinstance(backend, FallsBack) else None,
         closeable=backend if isinstance(backend, Closeable) else None,
         streams=backend if isinstance(backend, Streams) else None,
+        awaits_status=backend if isinstance(backend, AwaitsStatus) else None,
+        lists_some=backend if isinstance(backend, ListsSome) else None,
     )

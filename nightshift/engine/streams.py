@@ -53,6 +53,11 @@ class StreamListener:
             self._tasks[key] = future
         future.add_done_callback(lambda _f: self._done(key, future))
 
+    def adopt(self, backend: Any) -> None:
+        """A backend whose async client (its awaited status calls) closes with the streams'."""
+        with self._lock:
+            self._backends[id(backend)] = backend
+
     def _done(self, key: Hashable, future: Future[None]) -> None:
         with self._lock:
             if self._tasks.get(key) is future:

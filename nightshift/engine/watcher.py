@@ -37,6 +37,7 @@ poll finds it still going: then it is listened to again (a stream that dropped m
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import threading
 import time
@@ -45,7 +46,7 @@ from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from nightshift.backends.base import Backend, ExternalState, JobStatus, capabilities
+from nightshift.backends.base import Backend, ExternalState, JobStatus, ListsSome, capabilities
 from nightshift.backoff import Backoff
 from nightshift.engine.poll_schedule import PollSchedule
 from nightshift.engine.streams import StreamListener
@@ -205,6 +206,7 @@ class Watcher:
         # cancels run apart from the status calls: one waited on holds no status call's thread
         self._cancels = self._night.blocking("nightshift-cancel", _CANCEL_THREADS)
         self._streams = StreamListener(self._night)  # every stream a task on the night's loop
+        self._awaited: set[asyncio.Future[None]] = set()  # status calls awaited on the loop
         self._task = self._night.submit(self._watch())
 
     @property
@@ -350,20 +352,25 @@ class Watcher:
                     await self._changed.wait(max(0.0, min(wake - now, 3600.0)))
                     continue
                 for fn, args in work:
-                    self._pool.submit(fn, *args)
+                    if fn == self._await_single:  # a call awaited on this loop: no thread
+                        task = asyncio.ensure_future(self._await_single(*args))
+                        self._awaited.add(task)
+                        task.add_done_callback(self._awaited.discard)
+                    else:
+                        self._pool.submit(fn, *args)
         except BaseException as exc:  # a bug here must not leave every job waiting forever
             self._strand(exc)
             raise
 
     def _take_work(
         self, now: float
-    ) -> tuple[list[tuple[Callable[..., None], tuple[Any, ...]]], float]:
+    ) -> tuple[list[tuple[Callable[..., object], tuple[Any, ...]]], float]:
         """Under the lock: fire due timers, start the due status calls; say when to look next.
 
         A job whose backend has no free call waits for one to end (that end wakes the loop),
         so only its timers count towards the next wake-up.
         """
-        work: list[tuple[Callable[..., None], tuple[Any, ...]]] = []
+        work: list[tuple[Callable[..., object], tuple[Any, ...]]] = []
         wake = now + 3600.0
         self._give_up_listings(now)
         for entry in self._entries:
@@ -383,12 +390,19 @@ class Watcher:
                     due.setdefault(id(entry.backend), []).append(entry)
         for key, entries in due.items():
             backend = entries[0].backend
-            lists = capabilities(backend).lists_status is not None
-            singles = [e for e in entries if e.single]  # the last listing did not show them
-            rest = [e for e in entries if not e.single]
+            caps = capabilities(backend)
+            lists = caps.lists_status is not None
+            some = caps.lists_some
+
+            def listable(entry: WatchRequest, some: ListsSome | None = some) -> bool:
+                return not entry.single and (some is None or some.listable(entry.external_id))
+
+            # the last listing did not show them, or no listing can: each on a call of its own
+            singles = [e for e in entries if not listable(e)]
+            rest = [e for e in entries if listable(e)]
             # a listing given up and not back yet: its backend's jobs are asked one by one
             if lists and rest and key not in self._hung_listings:
-                listed = [e for e in idle[key] if not e.single]
+                listed = [e for e in idle[key] if listable(e)]
                 if key in self._listing:
                     rest = []  # one listing at a time; its end wakes the loop for these
                 elif len(listed) > 1:
@@ -405,7 +419,8 @@ class Watcher:
                 self._calls[key] = self._calls.get(key, 0) + 1
                 entry.checking = True
                 entry.single = False
-                work.append((self._run_single, (key, entry)))
+                awaits = capabilities(backend).awaits_status is not None
+                work.append((self._await_single if awaits else self._run_single, (key, entry)))
         for entry in self._entries:
             if entry.closing:
                 continue
@@ -447,6 +462,24 @@ class Watcher:
                 self._calls[key] -= 1
                 entry.checking = False
                 self._changed.fire()
+
+    async def _await_single(self, key: int, entry: WatchRequest) -> None:
+        """``_run_single`` for a backend whose status call is awaited on the loop (its own
+        async client): the answer is then taken on the status pool (its ledger write blocks)."""
+        awaits = capabilities(entry.backend).awaits_status
+        assert awaits is not None  # only such a backend gets here
+        self._streams.adopt(awaits)  # its async client is closed with the streams'
+        try:
+            try:
+                seen: JobStatus | BaseException = await awaits.astatus(entry.external_id)
+            except Exception as exc:  # anything but a transient error ends this job only
+                seen = exc
+            await asyncio.get_running_loop().run_in_executor(self._pool, self._advance, entry, seen)
+        finally:
+            with self._lock:
+                self._calls[key] -= 1
+                entry.checking = False
+            self._changed.fire()
 
     # -- streams (engine/streams.py): a streamed status is taken like a poll's answer --------
     def _listen(self, entry: WatchRequest) -> None:

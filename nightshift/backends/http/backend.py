@@ -16,6 +16,7 @@ The token (env var or Secret block) is read when a request needs it and never lo
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import threading
@@ -110,30 +111,35 @@ class HttpBackend:
         accept: str = "application/json",
     ) -> tuple[httpx.Response | None, Answer]:
         """One request and what its answer means (a network failure is transient)."""
-        sent = {"Accept": accept, **(headers or {}), **self._tokens.headers(api)}
-        kind = what.split(" ", 1)[0]  # creating, reading, listing, looking, cancelling
-        self.calls[kind] = self.calls.get(kind, 0) + 1
+        sent = self._headers(api, what, accept, headers)
         try:
             response = self.client.request(
-                method,
-                url,
-                json=body,
-                headers=sent,
-                timeout=api.job.request_timeout,
-            )
-        except httpx.TimeoutException as exc:
-            return None, Answer(
-                "transient",
-                f"{what}: no answer in {api.job.request_timeout:g}s ({type(exc).__name__})",
+                method, url, json=body, headers=sent, timeout=api.job.request_timeout
             )
         except httpx.TransportError as exc:
-            return None, Answer("transient", f"{what}: {type(exc).__name__}: {exc}")
-        answer = classify_answer(
-            response.status_code, response.text, response.headers, known_id=known_id
-        )
-        if answer.kind != "ok":
-            answer = Answer(answer.kind, f"{what}: {answer.message}", answer.retry_after_s)
-        return response, answer
+            return None, _unanswered(api, what, exc)
+        return response, _meaning(response, what, known_id)
+
+    async def _asend(
+        self, api: Api, method: str, url: str, *, what: str, known_id: bool = False
+    ) -> tuple[httpx.Response | None, Answer]:
+        """``_send`` on the async client, awaited on the night's loop."""
+        sent = self._headers(api, what, "application/json", None)
+        try:
+            response = await self._async_client(api).request(
+                method, url, headers=sent, timeout=api.job.request_timeout
+            )
+        except httpx.TransportError as exc:
+            return None, _unanswered(api, what, exc)
+        return response, _meaning(response, what, known_id)
+
+    def _headers(
+        self, api: Api, what: str, accept: str, headers: Mapping[str, str] | None
+    ) -> dict[str, str]:
+        """A request's headers (its auth among them), counted by its kind."""
+        kind = what.split(" ", 1)[0]  # creating, reading, listing, looking, cancelling
+        self.calls[kind] = self.calls.get(kind, 0) + 1
+        return {"Accept": accept, **(headers or {}), **self._tokens.headers(api)}
 
     def _call(
         self,
@@ -151,15 +157,24 @@ class HttpBackend:
         waited = 0.0
         while True:
             response, answer = self._send(api, method, url, what=what, known_id=known_id, **kw)
-            if answer.kind == "ok":
+            if (wait := _wait_or_raise(response, answer, waited, patience)) is None:
                 assert response is not None
                 return response
-            if answer.kind == "backpressure" and waited < patience:
-                wait = answer.retry_after_s or 1.0
-                self._sleep(wait)
-                waited += wait
-                continue
-            raise error_of(answer)
+            self._sleep(wait)
+            waited += wait
+
+    async def _acall(
+        self, api: Api, method: str, url: str, *, what: str, known_id: bool = False
+    ) -> httpx.Response:
+        """``_call`` on the async client: its 429s waited out on the loop."""
+        waited = 0.0
+        while True:
+            response, answer = await self._asend(api, method, url, what=what, known_id=known_id)
+            if (wait := _wait_or_raise(response, answer, waited, READ_PATIENCE_S)) is None:
+                assert response is not None
+                return response
+            await asyncio.sleep(wait)
+            waited += wait
 
     @staticmethod
     def _json(response: httpx.Response, what: str) -> Any:
@@ -258,12 +273,28 @@ class HttpBackend:
         )
         return self._status(api, self._json(response, what), external_id)
 
+    async def astatus(self, external_id: str) -> JobStatus:
+        """``status``, awaited on the night's loop: a call in flight holds no thread."""
+        label, job_id = split_id(external_id)
+        api = self._api(label)
+        what = f"reading job {external_id}"
+        url = api.url(api.job.status_url, id=job_id)
+        response = await self._acall(api, "GET", url, what=what, known_id=True)
+        return self._status(api, self._json(response, what), external_id)
+
     @staticmethod
     def _status(api: Api, answer: Any, external_id: str) -> JobStatus:
         try:
             return to_status(answer, api.paths, api.states)
         except ValueError as exc:
             raise PermanentBackendError(f"job {external_id}: {exc}") from None
+
+    def listable(self, external_id: str) -> bool:
+        """Whether the job's API has a ``list`` URL (the others are asked one by one)."""
+        try:
+            return self._api(split_id(external_id)[0]).job.list is not None
+        except PermanentBackendError:
+            return False
 
     def status_many(self, external_ids: Iterable[str]) -> dict[str, JobStatus | BackendError]:
         """Jobs whose API has a ``list`` URL in one call per API; the others one by one."""
@@ -354,20 +385,28 @@ class HttpBackend:
         """The job's statuses as its API streams them (``stream.py``), up to its final one."""
         label, job_id = split_id(external_id)
         api = self._api(label)
+        headers = {"Accept": "text/event-stream", **self._tokens.headers(api)}
+        self.calls["stream"] = self.calls.get("stream", 0) + 1
+        url = api.url(str(api.job.stream_url), id=job_id)
+        return stream_statuses(self._async_client(api), api, url, headers, external_id)
+
+    def _async_client(self, api: Api) -> httpx.AsyncClient:
+        """The async client of the streams and the awaited status calls, opened at first use
+        (on the night's loop: it is bound to the loop that uses it)."""
+        if self._closed:
+            raise PermanentBackendError("the http backend is closed (its night has ended)")
         if self._aclient is None:
             timeout = httpx.Timeout(api.job.request_timeout, read=STREAM_SILENCE_S)
             self._aclient = httpx.AsyncClient(
                 transport=self._async_transport,
                 limits=httpx.Limits(max_connections=None, max_keepalive_connections=50),
                 timeout=timeout,
+                follow_redirects=True,
             )
-        headers = {"Accept": "text/event-stream", **self._tokens.headers(api)}
-        self.calls["stream"] = self.calls.get("stream", 0) + 1
-        url = api.url(str(api.job.stream_url), id=job_id)
-        return stream_statuses(self._aclient, api, url, headers, external_id)
+        return self._aclient
 
     async def aclose(self) -> None:
-        """Close the streams' client (on the loop that used it)."""
+        """Close the async client (on the loop that used it)."""
         client, self._aclient = self._aclient, None
         if client is not None:
             await client.aclose()
@@ -379,3 +418,33 @@ class HttpBackend:
             client, self._client = self._client, None
         if client is not None:
             client.close()
+
+
+def _unanswered(api: Api, what: str, exc: httpx.TransportError) -> Answer:
+    """A request that got no answer: transient."""
+    if isinstance(exc, httpx.TimeoutException):
+        timeout = api.job.request_timeout
+        return Answer("transient", f"{what}: no answer in {timeout:g}s ({type(exc).__name__})")
+    return Answer("transient", f"{what}: {type(exc).__name__}: {exc}")
+
+
+def _meaning(response: httpx.Response, what: str, known_id: bool) -> Answer:
+    """What an answer means, its message naming the request."""
+    answer = classify_answer(
+        response.status_code, response.text, response.headers, known_id=known_id
+    )
+    if answer.kind != "ok":
+        answer = Answer(answer.kind, f"{what}: {answer.message}", answer.retry_after_s)
+    return answer
+
+
+def _wait_or_raise(
+    response: httpx.Response | None, answer: Answer, waited: float, patience: float
+) -> float | None:
+    """None for an answer to take; the seconds to wait before asking again (a 429 within
+    ``patience``); else the answer raised as our error."""
+    if answer.kind == "ok":
+        return None
+    if answer.kind == "backpressure" and waited < patience:
+        return answer.retry_after_s or 1.0
+    raise error_of(answer)

@@ -1,0 +1,69 @@
+"""An http job's status call is awaited on the night's loop: one in flight holds no thread."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from nightshift.backends.http import HttpBackend
+from nightshift.backoff import Backoff
+from nightshift.config.loader import parse_catalogue
+from nightshift.engine.watcher import Watcher, WatchRequest
+from tests.http_night import TOKEN, catalogue, http_job
+from tests.support import wait_until
+
+
+@contextmanager
+def silent_server() -> Iterator[tuple[str, Callable[[], int]]]:
+    """A server that takes every connection and never answers: its base URL, and how many
+    connections it took."""
+    sock = socket.create_server(("127.0.0.1", 0))
+    sock.settimeout(0.1)
+    taken: list[socket.socket] = []
+    done = threading.Event()
+
+    def take() -> None:
+        while not done.is_set():
+            try:
+                taken.append(sock.accept()[0])
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+
+    thread = threading.Thread(target=take, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}", lambda: len(taken)
+    finally:
+        done.set()
+        thread.join(5)
+        for conn in taken:
+            conn.close()
+        sock.close()
+
+
+def status_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("nightshift-status")]
+
+
+def test_status_calls_that_hang_hold_no_thread(tmp_path: Path) -> None:
+    with silent_server() as (base, taken):
+        text = catalogue([http_job("s", base, "{task: s}")])  # no stream: polled
+        jobs = parse_catalogue(text, tmp_path / "n.yaml")
+        backend = HttpBackend({"s": jobs.job("s")}, environ={"SANDBOX_JOBS_TOKEN": TOKEN})
+        watcher = Watcher(lambda *_: None)
+        try:
+            for i in range(6):  # asked at once; fewer than a backend's 8 calls in flight
+                policy = Backoff(1, 2, 30)
+                request = WatchRequest(f"s{i}", backend, f"s/j{i}", policy, look_first=True)  # type: ignore[arg-type]
+                watcher.watch(request)
+            wait_until(lambda: taken() >= 6, 30, "six status calls to be out")
+            # six calls wait for an answer (5 s each at most): on the loop, not on six threads
+            assert status_threads() == []
+        finally:
+            watcher.stop()
+            backend.close()
