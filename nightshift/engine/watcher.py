@@ -236,6 +236,8 @@ class Watcher:
                 raise RuntimeError("watcher is stopped")
             self._entries.append(request)
             self._changed.fire()
+        if (awaits := capabilities(request.backend).awaits_status) is not None:
+            self._streams.adopt(awaits)  # its async client is closed with the streams'
         self._listen(request)
         request.future.add_done_callback(lambda future: self._given_up(request, future))
         return request.future
@@ -468,7 +470,6 @@ class Watcher:
         async client): the answer is then taken on the status pool (its ledger write blocks)."""
         awaits = capabilities(entry.backend).awaits_status
         assert awaits is not None  # only such a backend gets here
-        self._streams.adopt(awaits)  # its async client is closed with the streams'
         try:
             try:
                 seen: JobStatus | BaseException = await awaits.astatus(entry.external_id)

@@ -157,7 +157,7 @@ class HttpBackend:
         waited = 0.0
         while True:
             response, answer = self._send(api, method, url, what=what, known_id=known_id, **kw)
-            if (wait := _wait_or_raise(response, answer, waited, patience)) is None:
+            if (wait := _wait_or_raise(answer, waited, patience)) is None:
                 assert response is not None
                 return response
             self._sleep(wait)
@@ -170,7 +170,7 @@ class HttpBackend:
         waited = 0.0
         while True:
             response, answer = await self._asend(api, method, url, what=what, known_id=known_id)
-            if (wait := _wait_or_raise(response, answer, waited, READ_PATIENCE_S)) is None:
+            if (wait := _wait_or_raise(answer, waited, READ_PATIENCE_S)) is None:
                 assert response is not None
                 return response
             await asyncio.sleep(wait)
@@ -438,9 +438,7 @@ def _meaning(response: httpx.Response, what: str, known_id: bool) -> Answer:
     return answer
 
 
-def _wait_or_raise(
-    response: httpx.Response | None, answer: Answer, waited: float, patience: float
-) -> float | None:
+def _wait_or_raise(answer: Answer, waited: float, patience: float) -> float | None:
     """None for an answer to take; the seconds to wait before asking again (a 429 within
     ``patience``); else the answer raised as our error."""
     if answer.kind == "ok":
