@@ -197,7 +197,12 @@ class SlotLeases:
         """Release the spare leases nobody took for ``grace`` (or ``older_than``) seconds."""
         age = self._grace if older_than is None else older_than
         stale: list[str] = []
-        with self._releasing:
+        # a renewal (or the close) in flight: this chore does not queue behind it, holding one
+        # of the night's two chore threads; the next grace timer (or the close) releases them
+        if not self._releasing.acquire(blocking=False):
+            return 0
+        with contextlib.ExitStack() as held:
+            held.callback(self._releasing.release)
             now = self._clock()
             with self._lock:
                 if self._closed:  # the close released them all

@@ -385,8 +385,7 @@ class HttpBackend:
         """The job's statuses as its API streams them (``stream.py``), up to its final one."""
         label, job_id = split_id(external_id)
         api = self._api(label)
-        headers = {"Accept": "text/event-stream", **self._tokens.headers(api)}
-        self.calls["stream"] = self.calls.get("stream", 0) + 1
+        headers = self._headers(api, f"stream of {external_id}", "text/event-stream", None)
         url = api.url(str(api.job.stream_url), id=job_id)
         return stream_statuses(self._async_client(api), api, url, headers, external_id)
 
