@@ -254,3 +254,36 @@ def test_a_failed_job_says_its_first_line_of_stderr(backend: CommandBackend) -> 
     assert status.detail == "exit code 1: broken link: /about -> 404"
     # the log still has everything, stdout and stderr
     assert set(backend.logs(job_id).splitlines()) >= {"progress 1", "broken link: /about -> 404"}
+
+
+def test_the_supervisor_is_one_thread_while_its_job_runs(backend: CommandBackend) -> None:
+    # its job's stderr, its exit and a cancel's deadline are waited for together, in one select
+    job_id = backend.submit(spec(["sh", "-c", "echo started; sleep 60"]))
+    pgid = pgid_of(backend, job_id)
+    wait_until(lambda: backend.logs(job_id) == "started", 15, "the job's first line")
+    runner = json.loads((backend.jobs_dir / job_id / "runner.pid").read_text())
+    try:
+        assert os.listdir(f"/proc/{runner['pid']}/task") == [str(runner["pid"])]
+        backend.cancel(job_id)
+        assert wait_final(backend, job_id).state is ExternalState.CANCELLED
+        assert group_gone(pgid)
+    finally:
+        if not group_gone(pgid, timeout=0):
+            os.killpg(pgid, signal.SIGKILL)
+
+
+def test_a_grandchild_holding_stderr_does_not_keep_the_job_running(
+    backend: CommandBackend,
+) -> None:
+    # the job exits; a background child it left keeps the stderr pipe open for a minute
+    job_id = backend.submit(
+        spec(["sh", "-c", "echo 'bad input: row 7' >&2; sleep 60 & exit 3"], label="left")
+    )
+    pgid = pgid_of(backend, job_id)
+    try:
+        status = wait_final(backend, job_id, timeout=10)
+        assert (status.state, status.exit_code) == (ExternalState.FAILED, 3)
+        assert status.detail == "exit code 3: bad input: row 7"
+    finally:
+        if not group_gone(pgid, timeout=0):
+            os.killpg(pgid, signal.SIGKILL)

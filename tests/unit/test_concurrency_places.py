@@ -22,7 +22,6 @@ ALLOWED: dict[str, tuple[int, str]] = {
     "nightshift/engine/ledger_sink.py": (1, "the group commit: writers wait for their turn"),
     "nightshift/backends/gemini/capped.py": (1, "on-demand rows side by side, sync client"),
     "nightshift/backends/gemini/client.py": (1, "a flag: the client was closed"),
-    "nightshift/backends/command/supervisor.py": (2, "a process of its own per command job"),
 }
 
 

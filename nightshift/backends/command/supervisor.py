@@ -16,10 +16,10 @@ import contextlib
 import functools
 import json
 import os
+import selectors
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -52,6 +52,7 @@ START_ERROR = "start_error"  # why argv could not be started, one line, for the 
 FIRST_STDERR = "stderr_first"  # the job's first non-empty stderr line, for the job's detail
 _FIRST_CHARS = 500
 _TEE_JOIN_S = 2.0  # a grandchild may keep stderr open after the job exits: don't wait for it
+_HEAD_BYTES = 65536  # a first line longer than this is cut there
 
 # exit codes for "argv could not be started", as a shell would report them
 _NOT_FOUND, _NOT_EXECUTABLE = 127, 126
@@ -146,15 +147,42 @@ def _grace(jobdir: Path, default: float) -> float:
         return default
 
 
+class _FirstLine:
+    """The first non-empty line of a stream read in chunks (its failure's one line)."""
+
+    def __init__(self) -> None:
+        self.head = b""
+        self.line: str | None = None
+
+    def feed(self, chunk: bytes, *, last: bool = False) -> str | None:
+        """Take ``chunk``; the line, the first time it is complete (or at the stream's end)."""
+        if self.line is not None:
+            return None
+        self.head += chunk
+        lines = self.head.split(b"\n")
+        done, self.head = lines[:-1], lines[-1]
+        if last or len(self.head) > _HEAD_BYTES:
+            done, self.head = [*done, self.head], b""
+        for raw in done:
+            if raw.strip():
+                self.line = raw.decode("utf-8", "replace").strip()[:_FIRST_CHARS]
+                return self.line
+        return None
+
+
 class _Supervisor:
-    """Runs the child in its own process group and turns signals into a recorded result."""
+    """Runs the child in its own process group and turns signals into a recorded result.
+
+    One thread: the job's stderr, its exit (SIGCHLD) and a cancel (SIGTERM and the like) all
+    wake one ``select`` through the signal wakeup pipe, whose timeout is the cancel's deadline.
+    """
 
     def __init__(self, jobdir: Path, grace: float, cwd: str | None, argv: list[str]) -> None:
         self.jobdir, self.grace, self.cwd, self.argv = jobdir, grace, cwd, argv
         self.child: subprocess.Popen[bytes] | None = None
         self.deadline: float | None = None
         self.forwarded = False
-        self.timer: threading.Timer | None = None
+        self.first = _FirstLine()
 
     def on_signal(self, signum: int, frame: object) -> None:
         if self.deadline is None:
@@ -166,15 +194,11 @@ class _Supervisor:
             return
         self.forwarded = True
         _killpg(self.child.pid, signal.SIGTERM)
-        # escalate even while the main thread is blocked in wait()
-        delay = max(0.0, self.deadline - time.monotonic())
-        self.timer = threading.Timer(delay, _killpg, (self.child.pid, signal.SIGKILL))
-        self.timer.daemon = True
-        self.timer.start()
 
     def run(self) -> int:
         if (self.jobdir / CANCEL).exists():
             return self._record(-signal.SIGTERM)
+        wake = self._wakeup()
         try:
             self.child = subprocess.Popen(
                 self.argv,
@@ -190,11 +214,7 @@ class _Supervisor:
             return self._record(code)
         write_atomic(self.jobdir / CHILD_PID, json.dumps(process_identity(self.child.pid)))
         write_atomic(self.jobdir / STARTED_AT, f"{time.time()!r}\n")
-        tee = threading.Thread(target=self._tee, args=(self.child.stderr,), daemon=True)
-        tee.start()
-        self._forward()  # a signal that arrived while we were starting the child
-        code = self.child.wait()
-        tee.join(timeout=_TEE_JOIN_S)
+        code = self._watch(self.child, wake)
         if self.deadline is not None:
             # cancelled: leftovers of the group get the rest of the grace, then SIGKILL
             while group_alive(self.child.pid) and time.monotonic() < self.deadline:
@@ -203,20 +223,67 @@ class _Supervisor:
             end = time.monotonic() + 2.0
             while group_alive(self.child.pid) and time.monotonic() < end:
                 time.sleep(0.02)
-        if self.timer is not None:
-            self.timer.cancel()
         return self._record(code)
 
-    def _tee(self, pipe: Any) -> None:
-        """Copy the job's stderr to the log (fd 2), keeping its first non-empty line."""
-        first = False
-        with contextlib.suppress(OSError, ValueError):
-            for line in iter(pipe.readline, b""):
-                os.write(2, line)
-                if not first and line.strip():
-                    first = True
-                    text = line.decode("utf-8", "replace").strip()[:_FIRST_CHARS]
-                    write_atomic(self.jobdir / FIRST_STDERR, text + "\n")
+    @staticmethod
+    def _wakeup() -> int:
+        """A pipe that every handled signal writes to, SIGCHLD among them: select wakes on it."""
+        read, write = os.pipe()
+        os.set_blocking(read, False)
+        os.set_blocking(write, False)
+        signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+        signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+        return read
+
+    def _watch(self, child: subprocess.Popen[bytes], wake: int) -> int:
+        """Tee the job's stderr until it exits, SIGKILL its group at a cancel's deadline."""
+        assert child.stderr is not None
+        err = child.stderr.fileno()
+        os.set_blocking(err, False)
+        sel = selectors.DefaultSelector()
+        sel.register(wake, selectors.EVENT_READ)
+        sel.register(err, selectors.EVENT_READ)
+        killed = False
+        while (code := child.poll()) is None:
+            self._forward()  # a signal that arrived while we were starting the child
+            timeout = None
+            if self.deadline is not None and not killed:
+                timeout = self.deadline - time.monotonic()
+                if timeout <= 0:
+                    _killpg(child.pid, signal.SIGKILL)
+                    killed, timeout = True, None
+            self._serve(sel, wake, err, timeout)
+        # a grandchild may keep stderr open after the job exits: don't wait for it
+        end = time.monotonic() + _TEE_JOIN_S
+        while err in sel.get_map() and (left := end - time.monotonic()) > 0:
+            self._serve(sel, wake, err, left)
+        sel.close()
+        return code
+
+    def _serve(
+        self, sel: selectors.BaseSelector, wake: int, err: int, timeout: float | None
+    ) -> None:
+        for key, _events in sel.select(timeout):
+            if key.fd == wake:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(wake, 512)
+            elif not self._tee(err):
+                sel.unregister(err)
+
+    def _tee(self, err: int) -> bool:
+        """Copy what the job wrote to stderr to the log (fd 2); False at its end."""
+        try:
+            chunk = os.read(err, 65536)
+        except BlockingIOError:
+            return True
+        except OSError:
+            chunk = b""
+        if chunk:
+            with contextlib.suppress(OSError):
+                os.write(2, chunk)
+        if (line := self.first.feed(chunk, last=not chunk)) is not None:
+            write_atomic(self.jobdir / FIRST_STDERR, line + "\n")
+        return bool(chunk)
 
     def _record(self, code: int) -> int:
         write_atomic(self.jobdir / FINISHED_AT, f"{time.time()!r}\n")
