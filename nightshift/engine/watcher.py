@@ -300,12 +300,17 @@ class Watcher:
             self._stopped = True
             stranded, self._entries = self._entries, []
         self._changed.fire()
-        if not self._night.on_loop():
+        if self._night.on_loop():
+            for task in self._awaited:
+                task.cancel()
+        else:
             with contextlib.suppress(Exception):  # its end (or the bug that ended it)
                 self._task.result(timeout=10)
+            with contextlib.suppress(Exception):  # the loop closed meanwhile
+                self._night.run(self._drop_awaited(), timeout=10)
+        # before the clients close under them: a call's error is not a job's
         self._streams.close()
-        self._pool.shutdown(wait=False, cancel_futures=True)
-        self._cancels.shutdown(wait=False, cancel_futures=True)
+        # the pools are the loop's (another watcher may share them): closed with it
         if self._owns_loop:
             self._night.close()
         for entry in stranded:
@@ -327,6 +332,14 @@ class Watcher:
     def stopped(self) -> bool:
         """True once the loop has ended (stopped, or died on a bug)."""
         return self._stopped
+
+    async def _drop_awaited(self) -> None:
+        """Cancel the status calls still awaited (the watch has stopped) and wait for them."""
+        awaited = list(self._awaited)
+        for task in awaited:
+            task.cancel()
+        if awaited:
+            await asyncio.wait(awaited)
 
     # -- the loop -----------------------------------------------------------------------
     def _busy(self) -> bool:
@@ -454,6 +467,8 @@ class Watcher:
 
     def _run_single(self, key: int, entry: WatchRequest) -> None:
         try:
+            if self._stopped:  # queued before the stop: nobody waits for its answer
+                return
             try:
                 seen: JobStatus | BaseException = entry.backend.status(entry.external_id)
             except Exception as exc:  # anything but a transient error ends this job only
@@ -539,7 +554,8 @@ class Watcher:
     def _run_listing(self, key: int, entries: list[WatchRequest]) -> None:
         # while this listing is out (or given up and not back), no other one of its backend
         # starts: its key in ``_listing`` says it was not given up
-        statuses = self._list(entries)
+        # queued before the stop: nobody waits for its answer
+        statuses = {} if self._stopped else self._list(entries)
         with self._lock:
             if key not in self._listing:  # given up at its deadline: its jobs went on singly
                 self._hung_listings.discard(key)
@@ -681,7 +697,7 @@ class Watcher:
         """Ask the service to cancel the job, waiting ``cancel_deadline`` at most for it."""
         try:
             call = self._cancels.submit(entry.backend.cancel, entry.external_id)
-        except RuntimeError:  # the watcher is stopping: no one waits for this job any more
+        except RuntimeError:  # the night's loop closed: no one waits for this job any more
             return "unanswered", "the night stopped before the cancel was sent"
         try:
             call.result(timeout=self._cancel_deadline)

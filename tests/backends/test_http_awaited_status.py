@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import socket
 import threading
 from collections.abc import Callable, Iterator
@@ -67,3 +68,37 @@ def test_status_calls_that_hang_hold_no_thread(tmp_path: Path) -> None:
         finally:
             watcher.stop()
             backend.close()
+
+
+def test_status_calls_awaited_at_the_stop_are_cancelled_with_it(tmp_path: Path) -> None:
+    from nightshift.loop import NightLoop
+
+    errors: list[dict[str, object]] = []
+    said: list[str] = []  # what the watch told the night about these jobs' calls
+    with silent_server() as (base, taken), NightLoop() as loop:
+        loop.loop.set_exception_handler(lambda _loop, context: errors.append(context))
+        text = catalogue([http_job("s", base, "{task: s}")])
+        jobs = parse_catalogue(text, tmp_path / "n.yaml")
+        backend = HttpBackend({"s": jobs.job("s")}, environ={"SANDBOX_JOBS_TOKEN": TOKEN})
+        watcher = Watcher(lambda *_: None, loop=loop, on_error=lambda label, _e: said.append(label))
+        try:
+            for i in range(3):
+                policy = Backoff(1, 2, 30)
+                request = WatchRequest(f"s{i}", backend, f"s/j{i}", policy, look_first=True)  # type: ignore[arg-type]
+                watcher.watch(request)
+            wait_until(lambda: taken() >= 3, 30, "three status calls to be out")
+        finally:
+            watcher.stop()
+        # the calls are not left waiting for their answer (5 s) on a stopped watch
+        assert loop.run(_awaited_left(), timeout=5) == 0
+        backend.close()
+    gc.collect()  # a task that ended on an error no one took says so when it is collected
+    assert [str(e.get("message")) for e in errors] == []
+    assert said == []  # not three read errors of a client closed under them
+
+
+async def _awaited_left() -> int:
+    import asyncio
+
+    me = asyncio.current_task()
+    return len([t for t in asyncio.all_tasks() if t is not me and "_await_single" in repr(t)])

@@ -215,3 +215,19 @@ def test_a_failing_listing_falls_back_to_asking_one_by_one(watcher) -> None:
     backend = NoListing(scripts={"a": [S], "b": [S]})
     futures = [watcher.watch(request(backend, label)) for label in "ab"]
     assert [f.result(timeout=5).reason for f in futures] == ["final", "final"]
+
+
+def test_a_watcher_stopped_on_a_shared_loop_leaves_the_loops_pools_to_the_others() -> None:
+    from nightshift.loop import NightLoop
+
+    backend = ScriptedBackend(scripts={"a": [R, S], "b": [R, S]})
+    with NightLoop() as loop:
+        first = Watcher(lambda *_: None, loop=loop)
+        first.watch(request(backend, "a")).result(timeout=5)
+        first.stop()
+        second = Watcher(lambda *_: None, loop=loop)
+        try:
+            result = second.watch(request(backend, "b")).result(timeout=5)
+            assert (result.reason, result.status.state) == ("final", S)
+        finally:
+            second.stop()
