@@ -68,8 +68,8 @@ class ProgressSink:
             return
         self._shown = text
         self._latest = (percent, text)
-        if self._posting is not None:
-            return  # the poster in flight takes the latest text next
+        if self._posting is not None and not self._posting.done():
+            return  # the poster in flight takes the latest text next (one dropped unrun: not)
         try:
             self._posting = self._posts.submit(self._context.copy().run, self._post)
         except RuntimeError:  # the night's loop is closed: the night is over

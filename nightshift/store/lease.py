@@ -150,7 +150,11 @@ class Lease:
         night = self._loop
         if night is None:
             night = self._own = NightLoop("lease-renew")
-        self._renewer = night.submit(self._renew_until_stopped(night))
+        try:
+            self._renewer = night.submit(self._renew_until_stopped(night))
+        except BaseException:  # no renewals (the loop closed): not held to its ttl either
+            self.__exit__(None, None, None)
+            raise
         return self
 
     def __exit__(

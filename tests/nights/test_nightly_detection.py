@@ -141,3 +141,48 @@ def test_the_progress_artifact_is_worked_out_once_per_job_end_not_per_state_chan
     with get_client(sync_client=True) as client:
         (artifact,) = client.read_latest_artifacts(artifact_filter=only)
     assert artifact.description == "Jobs of the night finished: 50 of 50"
+
+
+def test_a_progress_post_dropped_unrun_does_not_stop_the_next_ones() -> None:
+    """A post queued on a pool that is shut (its future cancelled, never run) held the poster's
+    place: every later text was skipped, and the last flush said it had been posted."""
+    from concurrent.futures import Executor, Future, ThreadPoolExecutor
+
+    from prefect import flow
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    from nightshift.engine.events import JobFinished
+    from nightshift.engine.outcomes import JobOutcome, Outcome
+    from nightshift.orchestration.progress import ProgressSink
+
+    t = datetime(2030, 1, 1, 22, 0, tzinfo=UTC)
+    pool = ThreadPoolExecutor(1)
+
+    class DropsTheFirst(Executor):
+        def __init__(self) -> None:
+            self.dropped = 0
+
+        def submit(self, fn, /, *args, **kwargs):  # type: ignore[no-untyped-def,override]
+            if not self.dropped:
+                self.dropped += 1
+                future: Future[None] = Future()
+                future.cancel()  # as a pool shut with cancel_futures=True leaves it
+                return future
+            return pool.submit(fn, *args, **kwargs)
+
+    @flow
+    def progress() -> None:
+        sink = ProgressSink(["a", "b"], posts=DropsTheFirst(), key="test-progress-drop")
+        sink(JobFinished("n", "c", JobOutcome("a", Outcome.SUCCEEDED), t))
+        sink(JobFinished("n", "c", JobOutcome("b", Outcome.SUCCEEDED), t))
+        assert sink.flush(timeout=20)
+
+    try:
+        progress()
+    finally:
+        pool.shutdown()
+    only = ArtifactFilter(key=ArtifactFilterKey(any_=["test-progress-drop"]))
+    with get_client(sync_client=True) as client:
+        (artifact,) = client.read_latest_artifacts(artifact_filter=only)
+    assert artifact.description == "Jobs of the night finished: 2 of 2"

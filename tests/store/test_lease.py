@@ -231,3 +231,13 @@ def test_a_lease_taken_over_is_reported_lost(url: str) -> None:
         wait_until(take_over, 30, "the rescuer to take the lease once it lapsed")
         wait_until(lambda: lease.lost is not None, 10, "the takeover to be noticed")
         assert "rescuer" in (lease.lost_reason or "")
+
+
+def test_a_lease_that_cannot_start_its_renewals_is_given_back(url: str) -> None:
+    from nightshift.loop import NightLoop
+
+    loop = NightLoop()
+    loop.close()  # the night's loop is gone: no renewal could keep the lease
+    with pytest.raises(RuntimeError, match="loop is closed"), Lease(url, KEY, "me", loop=loop):
+        pass
+    assert Lease(url, KEY, "other").holder() is None
