@@ -74,6 +74,11 @@ class Tokens:
         self._secret = secret
         self._secrets: dict[str, str] = {}
 
+    def ready(self, api: Api) -> bool:
+        """Whether ``api``'s header needs no Prefect call (no auth, an env var, a block read)."""
+        auth = api.job.auth
+        return auth is None or auth.env is not None or auth.secret_block in self._secrets
+
     def headers(self, api: Api) -> dict[str, str]:
         """The auth header of ``api``'s requests (none without ``auth``)."""
         auth = api.job.auth

@@ -17,6 +17,7 @@ The token (env var or Secret block) is read when a request needs it and never lo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import threading
@@ -124,7 +125,7 @@ class HttpBackend:
         self, api: Api, method: str, url: str, *, what: str, known_id: bool = False
     ) -> tuple[httpx.Response | None, Answer]:
         """``_send`` on the async client, awaited on the night's loop."""
-        sent = self._headers(api, what, "application/json", None)
+        sent = await self._aheaders(api, what, "application/json")
         try:
             response = await self._async_client(api).request(
                 method, url, headers=sent, timeout=api.job.request_timeout
@@ -140,6 +141,13 @@ class HttpBackend:
         kind = what.split(" ", 1)[0]  # creating, reading, listing, looking, cancelling
         self.calls[kind] = self.calls.get(kind, 0) + 1
         return {"Accept": accept, **(headers or {}), **self._tokens.headers(api)}
+
+    async def _aheaders(self, api: Api, what: str, accept: str) -> dict[str, str]:
+        """``_headers`` on the night's loop: a Secret block not read yet is read on a thread (a
+        Prefect API call; Prefect's sync ``load`` gives a coroutine back on a running loop)."""
+        if not self._tokens.ready(api):
+            await asyncio.to_thread(self._tokens.headers, api)
+        return self._headers(api, what, accept, None)
 
     def _call(
         self,
@@ -385,9 +393,18 @@ class HttpBackend:
         """The job's statuses as its API streams them (``stream.py``), up to its final one."""
         label, job_id = split_id(external_id)
         api = self._api(label)
-        headers = self._headers(api, f"stream of {external_id}", "text/event-stream", None)
         url = api.url(str(api.job.stream_url), id=job_id)
-        return stream_statuses(self._async_client(api), api, url, headers, external_id)
+        return self._stream(api, url, external_id, self._async_client(api))
+
+    async def _stream(
+        self, api: Api, url: str, external_id: str, client: httpx.AsyncClient
+    ) -> AsyncIterator[JobStatus]:
+        headers = await self._aheaders(api, f"stream of {external_id}", "text/event-stream")
+        async with contextlib.aclosing(
+            stream_statuses(client, api, url, headers, external_id)
+        ) as statuses:
+            async for status in statuses:
+                yield status
 
     def _async_client(self, api: Api) -> httpx.AsyncClient:
         """The async client of the streams and the awaited status calls, opened at first use

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 
 import httpx
 
@@ -16,7 +16,7 @@ __all__ = ["stream_statuses"]
 
 async def stream_statuses(
     client: httpx.AsyncClient, api: Api, url: str, headers: Mapping[str, str], external_id: str
-) -> AsyncIterator[JobStatus]:
+) -> AsyncGenerator[JobStatus, None]:
     """The job's statuses as its API streams them, up to its final one.
 
     Ends with ``StreamDropped`` when the stream ends (or fails) before the job does; every
