@@ -23,7 +23,8 @@ __all__ = ["CHORES", "CHORE_THREADS", "NightLoop", "Signal"]
 
 T = TypeVar("T")
 # the night's own blocking chores (a dwell tick's alert log row and message, a read of the
-# cancel requests, a progress post): one pool for them all, apart from the jobs' and watches'
+# cancel requests, a slot lease's renewal): one pool for them all, apart from the jobs' and
+# watches'
 CHORES, CHORE_THREADS = "nightshift-chores", 2
 _CLOSE_S = 10.0  # what closing waits for the loop's tasks and thread, at most
 

@@ -21,7 +21,7 @@ from nightshift.engine.night import NightId, NightParts, build_parts, finish_nig
 from nightshift.engine.outcomes import JobOutcome, NightSummary
 from nightshift.engine.plan import Plan
 from nightshift.engine.steps import JobPools
-from nightshift.loop import CHORE_THREADS, CHORES, NightLoop
+from nightshift.loop import NightLoop
 from nightshift.notify.notifier import SlackAlertSink
 from nightshift.notify.sinks import NoticeSink
 from nightshift.orchestration.leases import slot_lease_s
@@ -67,7 +67,7 @@ def run_night(
     kept = {r.label for r in ledger.jobs_of(night) if r.state == "succeeded" and r.external_id}
     # the run's first artifact; its budgets are the ones the night then watches with
     budgets = forecast_at_start(prepared, run_id, logger, kept=kept)
-    progress = ProgressSink(plan.labels, posts=loop.blocking(CHORES, CHORE_THREADS))
+    progress = ProgressSink(plan.labels, loop)
     parts = _parts(setup, lease, [*live, progress, LogSink(logger)], logger, loop)
     if budgets is not None:
         parts.budgets = lambda _ledger, _now, _min_samples: budgets

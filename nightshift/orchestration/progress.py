@@ -1,26 +1,26 @@
 """The night's progress artifact on the flow run, as a sink of the night's events.
 
-The artifact is moved on the night's chores pool (``nightshift/loop.py``), one update at a time, the
-latest text winning:
-a slow or gone Prefect API never holds a job's end, and 300 jobs ending at once cost a few calls.
+The artifact is moved by a task of the night's loop (``nightshift/loop.py``) on Prefect's async
+client, one update at a time, the latest text winning: a slow or gone Prefect API never holds a
+job's end nor a thread, and 300 jobs ending at once cost a few calls.
 """
 
 from __future__ import annotations
 
-import contextvars
 import logging
 import threading
 from collections.abc import Callable
-from concurrent.futures import Executor, Future, wait
+from concurrent.futures import Future, wait
 from datetime import datetime
 from typing import Any
 
-from prefect.artifacts import create_progress_artifact, update_progress_artifact
+from prefect.artifacts import aupdate_progress_artifact, create_progress_artifact
 
 from nightshift.engine.context import utcnow
 from nightshift.engine.events import ExpectedDurations, JobFinished, NightEvent
 from nightshift.engine.expected import clock_text
 from nightshift.engine.night_progress import NightProgress
+from nightshift.loop import NightLoop
 
 __all__ = ["PROGRESS_KEY", "ProgressSink"]
 
@@ -40,7 +40,7 @@ class ProgressSink:
     def __init__(
         self,
         labels: list[str],
-        posts: Executor,
+        loop: NightLoop,
         key: str = PROGRESS_KEY,
         wall: Callable[[], datetime] = utcnow,
     ) -> None:
@@ -49,8 +49,7 @@ class ProgressSink:
         self._lock = threading.Lock()
         percent, self._shown = self._view()
         self._latest: tuple[float, str] | None = None  # the update not posted yet
-        self._posts = posts
-        self._context = contextvars.copy_context()  # the flow run's: the artifact is its
+        self._loop = loop
         self._posting: Future[None] | None = None
         self._id: Any = create_progress_artifact(percent, key=key, description=self._shown)
 
@@ -62,7 +61,7 @@ class ProgressSink:
             self._refresh()
 
     def _refresh(self) -> None:
-        """Under the lock: post the text if it changed (a poster thread takes the latest)."""
+        """Under the lock: post the text if it changed (the poster task takes the latest)."""
         percent, text = self._view()
         if text == self._shown:
             return
@@ -71,7 +70,7 @@ class ProgressSink:
         if self._posting is not None and not self._posting.done():
             return  # the poster in flight takes the latest text next (one dropped unrun: not)
         try:
-            self._posting = self._posts.submit(self._context.copy().run, self._post)
+            self._posting = self._loop.submit(self._post())
         except RuntimeError:  # the night's loop is closed: the night is over
             self._latest = None
 
@@ -86,7 +85,7 @@ class ProgressSink:
             return bool(done)
         return True
 
-    def _post(self) -> None:
+    async def _post(self) -> None:
         while True:
             with self._lock:
                 latest, self._latest = self._latest, None
@@ -94,7 +93,7 @@ class ProgressSink:
                     self._posting = None
                     return
             try:
-                update_progress_artifact(self._id, latest[0], description=latest[1])
+                await aupdate_progress_artifact(self._id, latest[0], description=latest[1])
             except Exception as exc:  # the artifact is a view: the night goes on without it
                 log.warning("could not update the progress artifact: %s", exc)
 

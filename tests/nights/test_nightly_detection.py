@@ -74,7 +74,7 @@ def test_the_progress_artifact_says_when_the_night_should_be_done() -> None:
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 
-    from nightshift.loop import CHORES, NightLoop
+    from nightshift.loop import NightLoop
     from nightshift.orchestration.progress import ProgressSink
     from tests.unit.test_live import _expected_night
 
@@ -85,7 +85,7 @@ def test_the_progress_artifact_says_when_the_night_should_be_done() -> None:
     def progress() -> None:
         loop = NightLoop()
         sink = ProgressSink(
-            ["a", "b", "c"], posts=loop.blocking(CHORES, 2), key="test-progress-expected",
+            ["a", "b", "c"], loop, key="test-progress-expected",
             wall=lambda: now,
         )  # fmt: skip
         for event in events:
@@ -108,7 +108,7 @@ def test_the_progress_artifact_is_worked_out_once_per_job_end_not_per_state_chan
 
     from nightshift.engine.events import JobChanged, JobFinished
     from nightshift.engine.outcomes import JobOutcome, Outcome
-    from nightshift.loop import CHORES, NightLoop
+    from nightshift.loop import NightLoop
     from nightshift.orchestration.progress import ProgressSink
 
     labels = [f"job-{i}" for i in range(50)]
@@ -118,9 +118,7 @@ def test_the_progress_artifact_is_worked_out_once_per_job_end_not_per_state_chan
     @flow
     def progress() -> None:
         loop = NightLoop()
-        sink = ProgressSink(
-            labels, posts=loop.blocking(CHORES, 2), key="test-progress-passes", wall=lambda: t
-        )
+        sink = ProgressSink(labels, loop, key="test-progress-passes", wall=lambda: t)
         worked_out = sink._progress.expected_done
 
         def counted(now: datetime) -> datetime | None:
@@ -144,9 +142,11 @@ def test_the_progress_artifact_is_worked_out_once_per_job_end_not_per_state_chan
 
 
 def test_a_progress_post_dropped_unrun_does_not_stop_the_next_ones() -> None:
-    """A post queued on a pool that is shut (its future cancelled, never run) held the poster's
-    place: every later text was skipped, and the last flush said it had been posted."""
-    from concurrent.futures import Executor, Future, ThreadPoolExecutor
+    """A post cancelled before it ran (as a closing loop cancels its tasks) held the poster's
+    place: every later text was skipped, and the last flush waited out its timeout."""
+    from collections.abc import Coroutine
+    from concurrent.futures import Future
+    from typing import Any
 
     from prefect import flow
     from prefect.client.orchestration import get_client
@@ -154,34 +154,32 @@ def test_a_progress_post_dropped_unrun_does_not_stop_the_next_ones() -> None:
 
     from nightshift.engine.events import JobFinished
     from nightshift.engine.outcomes import JobOutcome, Outcome
+    from nightshift.loop import NightLoop
     from nightshift.orchestration.progress import ProgressSink
 
     t = datetime(2030, 1, 1, 22, 0, tzinfo=UTC)
-    pool = ThreadPoolExecutor(1)
 
-    class DropsTheFirst(Executor):
-        def __init__(self) -> None:
-            self.dropped = 0
+    class DropsTheFirst(NightLoop):
+        dropped = 0
 
-        def submit(self, fn, /, *args, **kwargs):  # type: ignore[no-untyped-def,override]
-            if not self.dropped:
-                self.dropped += 1
-                future: Future[None] = Future()
-                future.cancel()  # as a pool shut with cancel_futures=True leaves it
-                return future
-            return pool.submit(fn, *args, **kwargs)
+        def submit(self, work: Coroutine[Any, Any, Any]) -> Future[Any]:
+            if self.dropped:
+                return super().submit(work)
+            self.dropped += 1
+            work.close()
+            future: Future[Any] = Future()
+            future.cancel()
+            return future
 
     @flow
     def progress() -> None:
-        sink = ProgressSink(["a", "b"], posts=DropsTheFirst(), key="test-progress-drop")
-        sink(JobFinished("n", "c", JobOutcome("a", Outcome.SUCCEEDED), t))
-        sink(JobFinished("n", "c", JobOutcome("b", Outcome.SUCCEEDED), t))
-        assert sink.flush(timeout=20)
+        with DropsTheFirst() as loop:
+            sink = ProgressSink(["a", "b"], loop, key="test-progress-drop")
+            sink(JobFinished("n", "c", JobOutcome("a", Outcome.SUCCEEDED), t))
+            sink(JobFinished("n", "c", JobOutcome("b", Outcome.SUCCEEDED), t))
+            assert sink.flush(timeout=20)
 
-    try:
-        progress()
-    finally:
-        pool.shutdown()
+    progress()
     only = ArtifactFilter(key=ArtifactFilterKey(any_=["test-progress-drop"]))
     with get_client(sync_client=True) as client:
         (artifact,) = client.read_latest_artifacts(artifact_filter=only)
