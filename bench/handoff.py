@@ -11,10 +11,11 @@ expected end).
 
 Measured on 2 shared, busy cores (temporary SQLite Prefect server, default poll 2 s x2 up to
 30 s, stagger 0.5 s): before 18.8-19.7 s (ratio 1.54-1.62, a handoff 1.6 s on average, up to
-2.6 s), after 13.2-13.9 s (ratio 1.08-1.14, a handoff 0.09-0.14 s). What is left: the stagger
-before the second submission (0.5 s), each fake-CLI call being a new Python process (about
-0.1 s a submit and a look), and, in some runs, the night's first lease request answered only on
-the Prefect client's own retry (about 2 s; the long job then starts late).
+2.6 s), after 12.6-12.7 s (ratio 1.03-1.04, a handoff 0.06-0.07 s; 13.2-13.9 s until
+2026-12-06: the night's first two slot requests met at the server, one was answered 503 and
+taken again on the Prefect client's retry 2 s later, and the long job then started late half
+the time; they go one at a time now). What is left: the stagger before the second submission
+(0.5 s), each fake-CLI call being a new Python process (about 0.1 s a submit and a look).
 """
 
 from __future__ import annotations

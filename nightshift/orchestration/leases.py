@@ -336,7 +336,9 @@ class PrefectLeaseApi:
     """``SlotLeaseApi`` on the Prefect server's global concurrency limits.
 
     Its own client, not the flow run's shared one (whose context count is not thread-safe):
-    opened by ``open`` (or on first use), closed by ``close``.
+    opened by ``open`` (or on first use), closed by ``close``. The night's slot requests go one
+    at a time (a few milliseconds each): two of them meeting at a SQLite server were answered
+    503 and one taken again on the client's retry, 2 s later. Renewals and releases go apart.
     """
 
     def __init__(self, lease_s: float = LEASE_S) -> None:
@@ -346,7 +348,8 @@ class PrefectLeaseApi:
         # no API URL: Prefect's temporary server, whose slot leases live in its memory only
         self.temporary = not PREFECT_API_URL.value()
         self._client: SyncPrefectClient | None = None
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the client, made once
+        self._acquiring = threading.Lock()  # slot requests, one at a time
 
     def _api(self) -> SyncPrefectClient:
         from prefect.client.orchestration import get_client
@@ -367,9 +370,10 @@ class PrefectLeaseApi:
         import httpx
 
         try:
-            response = self._api().increment_concurrency_slots_with_lease(
-                names=[name], slots=1, mode="concurrency", lease_duration=self.lease_s
-            )
+            with self._acquiring:
+                response = self._api().increment_concurrency_slots_with_lease(
+                    names=[name], slots=1, mode="concurrency", lease_duration=self.lease_s
+                )
         except httpx.HTTPStatusError as exc:
             if exc.response.status_code == 423:
                 return FULL
