@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from nightshift.config.notify import Route, SlackSettings
+from nightshift.secret_blocks import read_secret_block
 
 __all__ = ["SLACK_API", "Delivery", "SlackSender"]
 
@@ -62,7 +63,7 @@ class SlackSender:
         self._retries = retries
         self._max_retry_after = max_retry_after_s
         self._backoff = backoff_s
-        self._secret = secret or _load_secret_block
+        self._secret = secret or read_secret_block
 
     @property
     def api_url(self) -> str:
@@ -222,10 +223,3 @@ def _scrub(text: str, secret: str | None) -> str:
     text = text.replace(secret, "***")
     path = urlparse(secret).path
     return text.replace(path, "/***") if len(path) > 8 else text
-
-
-def _load_secret_block(name: str) -> str:
-    from prefect.blocks.system import Secret  # deferred: importing prefect costs ~1 s
-
-    secret: Any = Secret.load(name)
-    return str(secret.get())

@@ -88,3 +88,26 @@ def test_a_secret_block_token_is_read_off_the_loop_for_awaited_calls(tmp_path: P
                 loop.run(backend.aclose(), timeout=10)
         backend.close()
     assert seen == ["Bearer s3cret", "Bearer s3cret"]
+
+
+def test_a_secret_block_is_read_from_a_thread_of_an_async_task_run() -> None:
+    """A job's stream is opened inside its ``run-job`` task run (async): its token, read on a
+    thread copying that context, came back a coroutine (Prefect dispatched to its async load)."""
+    import asyncio
+
+    from prefect import flow, task
+    from prefect.blocks.system import Secret
+
+    from nightshift.secret_blocks import read_secret_block
+
+    Secret(value="s3cret").save(BLOCK, overwrite=True)
+
+    @task
+    async def read() -> str:
+        return await asyncio.to_thread(read_secret_block, BLOCK)
+
+    @flow
+    async def night() -> str:
+        return await read()
+
+    assert asyncio.run(night()) == "s3cret"

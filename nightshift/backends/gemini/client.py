@@ -26,6 +26,7 @@ from nightshift.errors import (
     TransientBackendError,
     UnknownJobError,
 )
+from nightshift.secret_blocks import read_secret_block
 
 __all__ = [
     "AUTH_CODES",
@@ -91,16 +92,13 @@ def _resolve_api_key(settings: Settings) -> str:
     if settings.gemini_api_key is not None:
         return settings.gemini_api_key.get_secret_value()
     if settings.gemini_api_key_block:
-        from prefect.blocks.system import Secret  # deferred: importing prefect costs ~1 s
-
         name = settings.gemini_api_key_block
         try:
-            secret: Any = Secret.load(name)  # sync in a sync context
+            return read_secret_block(name)
         except ValueError as exc:  # Prefect's "block document not found"
             raise PermanentBackendError(
                 f"Prefect Secret block {name!r} for the Gemini API key not found"
             ) from exc
-        return str(secret.get())
     if os.environ.get("GEMINI_API_KEY"):
         return os.environ["GEMINI_API_KEY"]
     raise PermanentBackendError(

@@ -19,7 +19,6 @@ __all__ = [
     "StreamDropped",
     "Tokens",
     "error_of",
-    "load_secret_block",
     "split_id",
 ]
 
@@ -31,13 +30,6 @@ class LostJobError(UnknownJobError):
 
 class StreamDropped(TransientBackendError):
     """A job's event stream ended before the job did."""
-
-
-def load_secret_block(name: str) -> str:
-    from prefect.blocks.system import Secret  # deferred: importing prefect costs ~1 s
-
-    secret: Any = Secret.load(name)
-    return str(secret.get())
 
 
 class Api:

@@ -34,7 +34,6 @@ from nightshift.backends.http.api import (
     StreamDropped,
     Tokens,
     error_of,
-    load_secret_block,
     split_id,
 )
 from nightshift.backends.http.rules import Answer, classify_answer, extract, fill, to_status
@@ -46,6 +45,7 @@ from nightshift.errors import (
     PermanentBackendError,
     TransientBackendError,
 )
+from nightshift.secret_blocks import read_secret_block
 
 __all__ = ["HttpBackend", "LostJobError", "StreamDropped"]
 
@@ -66,7 +66,7 @@ class HttpBackend:
         async_transport: httpx.AsyncBaseTransport | None = None,
         sleep: Callable[[float], None] = time.sleep,
         environ: Mapping[str, str] = os.environ,
-        secret: Callable[[str], str] = load_secret_block,
+        secret: Callable[[str], str] = read_secret_block,
     ) -> None:
         self.apis = {label: Api(label, job) for label, job in jobs.items()}
         self._transport = transport
