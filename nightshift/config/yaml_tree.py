@@ -22,9 +22,6 @@ MERGE = _YAML + "merge"
 # the tags plain YAML resolves by itself; an explicit one of these (!!str, !!int) is fine too
 _PLAIN = frozenset(_YAML + t for t in ("str", "int", "float", "bool", "null", "timestamp"))
 _NODES = 200_000  # values built at most: aliases of aliases must not blow up (billion laughs)
-# libyaml's parser where PyYAML was built with it (its wheels are): the same nodes, lines and
-# tags (resolved by PyYAML's resolver), parsed several times faster
-_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class YamlRefused(Exception):
@@ -47,10 +44,9 @@ class Tree:
 
 def read_yaml(text: str) -> Tree:
     """The first and only document of ``text``; YAMLError for YAML that does not parse."""
-    try:
-        node, extra = _first_two(text, _LOADER)
-    except UnicodeEncodeError:  # libyaml takes UTF-8 only: a lone surrogate is PyYAML's to say
-        node, extra = _first_two(text, yaml.SafeLoader)
+    nodes = yaml.compose_all(text, Loader=yaml.SafeLoader)
+    node = next(nodes, None)
+    extra = next(nodes, None)
     if extra is not None:
         line = extra.start_mark.line + 1
         raise YamlRefused(
@@ -60,11 +56,6 @@ def read_yaml(text: str) -> Tree:
     if node is not None:
         tree.data = _Builder(tree).build(node, ())
     return tree
-
-
-def _first_two(text: str, loader: Any) -> tuple[yaml.Node | None, yaml.Node | None]:
-    nodes = yaml.compose_all(text, Loader=loader)
-    return next(nodes, None), next(nodes, None)
 
 
 Lines = dict[Path_, int]
