@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -371,6 +372,8 @@ class Watcher:
                         task = asyncio.ensure_future(self._await_single(*args))
                         self._awaited.add(task)
                         task.add_done_callback(self._awaited.discard)
+                        # its call counted back even when it is cancelled before its first step
+                        task.add_done_callback(functools.partial(self._single_over, *args))
                     else:
                         self._pool.submit(fn, *args)
         except BaseException as exc:  # a bug here must not leave every job waiting forever
@@ -486,16 +489,18 @@ class Watcher:
         awaits = capabilities(entry.backend).awaits_status
         assert awaits is not None  # only such a backend gets here
         try:
-            try:
-                seen: JobStatus | BaseException = await awaits.astatus(entry.external_id)
-            except Exception as exc:  # anything but a transient error ends this job only
-                seen = exc
-            await asyncio.get_running_loop().run_in_executor(self._pool, self._advance, entry, seen)
-        finally:
-            with self._lock:
-                self._calls[key] -= 1
-                entry.checking = False
-            self._changed.fire()
+            seen: JobStatus | BaseException = await awaits.astatus(entry.external_id)
+        except Exception as exc:  # anything but a transient error ends this job only
+            seen = exc
+        await asyncio.get_running_loop().run_in_executor(self._pool, self._advance, entry, seen)
+
+    def _single_over(self, key: int, entry: WatchRequest, _task: object = None) -> None:
+        """An awaited status call is over (answered, failed or cancelled): its backend's call
+        is free again and its job may be asked next."""
+        with self._lock:
+            self._calls[key] -= 1
+            entry.checking = False
+        self._changed.fire()
 
     # -- streams (engine/streams.py): a streamed status is taken like a poll's answer --------
     def _listen(self, entry: WatchRequest) -> None:
@@ -537,7 +542,7 @@ class Watcher:
 
     def _run_streamed(self, entry: WatchRequest) -> None:
         try:
-            while True:
+            while not self._stopped:  # queued before the stop: nobody waits for it
                 with self._lock:
                     if not entry.streamed:
                         return
@@ -687,6 +692,8 @@ class Watcher:
 
     def _fire(self, entry: WatchRequest, reason: Reason) -> None:
         """A timer fired: hand a fallback back as it is, cancel the job for the others."""
+        if self._stopped:  # queued before the stop: its job was settled, nothing is cancelled
+            return
         if reason == "fallback":
             result = WatchResult(reason, entry.last_status, entry.checks)
         else:

@@ -50,6 +50,7 @@ log = logging.getLogger("nightshift.limits")
 
 # how often a job waiting for a full limit asks again: soon at first, then every half second
 SLOT_POLL = Backoff(initial=0.05, factor=2.0, max=0.5)
+_ASK_WAIT_S = 0.1  # a job waiting behind another's slot request looks at its stop this often
 FULL = "full"  # the limit has no free slot (HTTP 423)
 LEASE_S = 300.0  # a lease lives this long unless renewed (at three quarters of it)
 MIN_LEASE_S = 60.0  # the shortest lease the Prefect API grants
@@ -112,6 +113,9 @@ class SlotLeases:
         self._clock = clock
         self._sleep = sleep
         self._lock = threading.Lock()
+        # the night's slot requests, one at a time (a few milliseconds each): two meeting at a
+        # SQLite server were answered 503 and one taken again on the client's retry, 2 s later
+        self._asking = threading.Lock()
         # a release of spare leases (a grace timer's chore) and the night's close, one at a time:
         # the client is closed after the last release, never under one
         self._releasing = threading.Lock()
@@ -165,7 +169,14 @@ class SlotLeases:
                     lease = spare.pop()[0]
                     self._in_use.setdefault(name, []).append(lease)
                     return lease
-            got = self._api.acquire(name)
+            if not self._asking.acquire(timeout=min(_ASK_WAIT_S, max(0.0, end - self._clock()))):
+                if end - self._clock() <= 0:
+                    raise TimeoutError(f"no slot of the Prefect limit {name} before the deadline")
+                continue  # another job's request is out: look at the stop and the spares again
+            try:
+                got = self._api.acquire(name)
+            finally:
+                self._asking.release()
             if got is None:
                 return None  # no such limit (deleted under us): the night's gate still caps
             if got != FULL:
@@ -336,9 +347,7 @@ class PrefectLeaseApi:
     """``SlotLeaseApi`` on the Prefect server's global concurrency limits.
 
     Its own client, not the flow run's shared one (whose context count is not thread-safe):
-    opened by ``open`` (or on first use), closed by ``close``. The night's slot requests go one
-    at a time (a few milliseconds each): two of them meeting at a SQLite server were answered
-    503 and one taken again on the client's retry, 2 s later. Renewals and releases go apart.
+    opened by ``open`` (or on first use), closed by ``close``.
     """
 
     def __init__(self, lease_s: float = LEASE_S) -> None:
@@ -348,8 +357,7 @@ class PrefectLeaseApi:
         # no API URL: Prefect's temporary server, whose slot leases live in its memory only
         self.temporary = not PREFECT_API_URL.value()
         self._client: SyncPrefectClient | None = None
-        self._lock = threading.Lock()  # the client, made once
-        self._acquiring = threading.Lock()  # slot requests, one at a time
+        self._lock = threading.Lock()
 
     def _api(self) -> SyncPrefectClient:
         from prefect.client.orchestration import get_client
@@ -370,10 +378,9 @@ class PrefectLeaseApi:
         import httpx
 
         try:
-            with self._acquiring:
-                response = self._api().increment_concurrency_slots_with_lease(
-                    names=[name], slots=1, mode="concurrency", lease_duration=self.lease_s
-                )
+            response = self._api().increment_concurrency_slots_with_lease(
+                names=[name], slots=1, mode="concurrency", lease_duration=self.lease_s
+            )
         except httpx.HTTPStatusError as exc:
             if exc.response.status_code == 423:
                 return FULL

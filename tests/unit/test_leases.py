@@ -125,3 +125,45 @@ def test_opening_the_leases_connects_before_any_slot_is_asked_for() -> None:
     server = FakeServer()
     SlotLeases(server).open()
     assert (server.opened, server.acquires) == (True, 0)
+
+
+def test_a_job_behind_another_jobs_slot_request_keeps_its_deadline_and_the_stop() -> None:
+    """The night's slot requests go one at a time; a job waiting for its turn to ask still gives
+    up at its deadline, or at the night's stop, not after every request ahead of it."""
+    import time
+
+    asking = threading.Event()
+    answer = threading.Event()
+
+    class SlowFull(FakeServer):
+        def acquire(self, name: str) -> str | None:
+            asking.set()
+            answer.wait(30)  # the first request hangs until the test lets it answer
+            return FULL
+
+    leases = SlotLeases(SlowFull(size=0))
+    gave_up: dict[str, float] = {}
+
+    def job(label: str, timeout_s: float) -> None:
+        began = time.monotonic()
+        try:
+            with leases.hold("cap", timeout_s):
+                pass
+        except TimeoutError:
+            gave_up[label] = time.monotonic() - began
+
+    first = threading.Thread(target=job, args=("first", 60))
+    first.start()
+    assert asking.wait(10)
+    behind = threading.Thread(target=job, args=("behind", 0.3))
+    stopped = threading.Thread(target=job, args=("stopped", 60))
+    behind.start()
+    stopped.start()
+    behind.join(10)
+    assert "behind" in gave_up and gave_up["behind"] < 5  # its own deadline, not the request's
+    leases.interrupt()
+    stopped.join(10)
+    assert "stopped" in gave_up
+    answer.set()
+    first.join(10)
+    assert "first" in gave_up

@@ -231,3 +231,20 @@ def test_a_watcher_stopped_on_a_shared_loop_leaves_the_loops_pools_to_the_others
             assert (result.reason, result.status.state) == ("final", S)
         finally:
             second.stop()
+
+
+def test_a_timer_queued_before_the_stop_cancels_nothing_after_it() -> None:
+    """Its job was settled by the stop (or let go by a detach): a timer's work still queued on
+    the status pool must not send the service a cancel the night no longer stands behind."""
+    from nightshift.loop import NightLoop
+
+    backend = ScriptedBackend(scripts={"a": [R]})
+    with NightLoop() as loop:  # the night's: its pools outlive the watcher's stop
+        watcher = Watcher(lambda *_: None, loop=loop)
+        entry = request(backend, "a")
+        future = watcher.watch(entry)
+        assert eventually(lambda: backend.calls["a"] >= 1)
+        watcher.stop()
+        assert future.done()
+        watcher._fire(entry, "timeout")  # as the pool would run it, after the stop
+    assert backend.cancelled == []
