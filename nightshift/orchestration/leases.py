@@ -212,8 +212,7 @@ class SlotLeases:
         # of the night's two chore threads; the next grace timer (or the close) releases them
         if not self._releasing.acquire(blocking=False):
             return 0
-        with contextlib.ExitStack() as held:
-            held.callback(self._releasing.release)
+        try:
             now = self._clock()
             with self._lock:
                 if self._closed:  # the close released them all
@@ -223,6 +222,8 @@ class SlotLeases:
                     spare[:] = [(lease, since) for lease, since in spare if now - since < age]
             for lease in stale:
                 self._release(lease)
+        finally:
+            self._releasing.release()
         return len(stale)
 
     def close(self) -> None:
