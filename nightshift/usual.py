@@ -17,6 +17,8 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from nightshift.dwells import clocks_agree
+
 __all__ = ["AFTER_SUBMIT", "Usual", "percentile", "usual_after_submit"]
 
 # the states a job spends its time in between the submit's answer and its end
@@ -65,9 +67,14 @@ class Usual:
 def usual_after_submit(dwells: Iterable[tuple[str, str, str, float]]) -> dict[str, Usual]:
     """Label -> its usual duration, from ``(night, label, state, dwell_s)`` rows."""
     per_night: dict[tuple[str, str], float] = {}
+    unsound: set[tuple[str, str]] = set()  # a night measured across disagreeing clocks
     for night, label, state, dwell_s in dwells:
         if state in AFTER_SUBMIT and dwell_s == dwell_s:  # a missing dwell (NaN) counts nothing
             per_night[(night, label)] = per_night.get((night, label), 0.0) + float(dwell_s)
+            if not clocks_agree(float(dwell_s)):
+                unsound.add((night, label))
+    for key in unsound:
+        del per_night[key]
     by_label: dict[str, list[float]] = {}
     for (_night, label), seconds in per_night.items():
         by_label.setdefault(label, []).append(seconds)

@@ -4,6 +4,8 @@ The input is ``Ledger.history()``'s frame plus a ``catalogue`` column (HISTORY_C
 dwells that ended in ``[now - window, now]`` count (both ends included: the reader's
 ``history(since=now - window)`` is inclusive too), and only dwells in states a job is still on
 its way in: a dwell in a final state is the idle gap before a rerun, nothing to budget.
+A dwell whose clocks disagree (negative, or longer than a night: its two rows written by hosts
+whose clocks differ) is kept out of learning and named by ``clock_disagreements``.
 Percentiles are pandas' (linear interpolation between samples).
 """
 
@@ -38,6 +40,7 @@ from nightshift.budgets.columns import (
     N,
     Source,
 )
+from nightshift.dwells import MAX_DWELL_S
 from nightshift.states import FINAL
 
 __all__ = [
@@ -46,6 +49,7 @@ __all__ = [
     "at_least",
     "backend_budgets",
     "budget_tables",
+    "clock_disagreements",
     "job_budgets",
     "recent_dwells",
     "state_budgets",
@@ -67,11 +71,31 @@ def recent_dwells(history: pd.DataFrame, now: datetime, window: timedelta = WIND
     """The dwells that count: ended in ``[now - window, now]``, in a non-final state."""
     if now.tzinfo is None:
         raise ValueError(f"naive datetime {now!r}: pass a timezone-aware one")
+    keep = _in_window(history, now, window) & _clocks_agree(history[DWELL_S])
+    return history.loc[keep, [*_KEYS, DWELL_S, AT]].astype({DWELL_S: "float64"})
+
+
+def clock_disagreements(
+    history: pd.DataFrame, now: datetime, window: timedelta = WINDOW
+) -> pd.DataFrame:
+    """The window's dwells left out because their clocks disagree: negative, or over a day."""
+    if now.tzinfo is None:
+        raise ValueError(f"naive datetime {now!r}: pass a timezone-aware one")
+    keep = _in_window(history, now, window) & ~_clocks_agree(history[DWELL_S])
+    return history.loc[keep, [*_KEYS, DWELL_S, AT]].astype({DWELL_S: "float64"})
+
+
+def _in_window(history: pd.DataFrame, now: datetime, window: timedelta) -> pd.Series:
     end = pd.Timestamp(now)
     at = history[AT]
     keep = (at >= end - window) & (at <= end)
-    keep &= ~history[STATE].isin(FINAL) & history[DWELL_S].notna()
-    return history.loc[keep, [*_KEYS, DWELL_S, AT]].astype({DWELL_S: "float64"})
+    return keep & ~history[STATE].isin(FINAL) & history[DWELL_S].notna()
+
+
+def _clocks_agree(dwell: pd.Series) -> pd.Series:
+    """``clocks_agree`` of each dwell (a missing one is left to the caller)."""
+    seconds = dwell.astype("float64")
+    return seconds.isna() | ((seconds >= 0) & (seconds <= MAX_DWELL_S))
 
 
 def backend_budgets(

@@ -77,18 +77,21 @@ def show_budgets(
     ledger's errors (SQLAlchemy's, a missing driver) propagate for the caller to name.
     """
     from nightshift.budgets.columns import MIN_SAMPLES
-    from nightshift.budgets.current import build_snapshot, latest_snapshot
+    from nightshift.budgets.current import build_snapshot, latest_snapshot, window_history
     from nightshift.budgets.report import budget_rows, records
-    from nightshift.budgets.table import at_least
+    from nightshift.budgets.table import at_least, clock_disagreements
     from nightshift.store.ledger import Ledger
 
     now = now or datetime.now(UTC)
     ledger = Ledger(url)
+    left_out: list[str] = []
     try:
         snapshot = None if rebuild else latest_snapshot(ledger, catalogue)
         built = snapshot is None
         if snapshot is None:  # learns every catalogue's; this command shows only what it asked
-            snapshot = build_snapshot(ledger, now)
+            history = window_history(ledger, now)
+            snapshot = build_snapshot(ledger, now, history=history)
+            left_out = _disagreements(clock_disagreements(history, now), catalogue)
     finally:
         ledger.close()
     tables = at_least(snapshot.tables, MIN_SAMPLES if min_samples is None else min_samples)
@@ -98,10 +101,28 @@ def show_budgets(
     if as_json:
         head: dict[str, Any] = {"built_at": info.built_at.isoformat(), "window_days": days}
         head.update(since=info.since.isoformat(), snapshot=info.id, dwells=info.dwells)
-        print(json.dumps({**head, "built_now": built, "rows": rows}))
+        head.update(built_now=built, clocks_disagree=left_out)
+        print(json.dumps({**head, "rows": rows}))
     else:
         _print(rows, days, _built_line(info, now, built))
+        if left_out:
+            shown = "; ".join(left_out[:5]) + (
+                f"; and {len(left_out) - 5} more" * (len(left_out) > 5)
+            )
+            print(f"kept out of learning, their clocks disagree (negative or over a day): {shown}")
     return 0
+
+
+def _disagreements(frame: Any, catalogue: str | None) -> list[str]:
+    """Each dwell left out of learning as ``night catalogue/label state (dwell)``."""
+    from nightshift.config.names import shown_name
+
+    if catalogue is not None:
+        frame = frame[frame["catalogue"] == catalogue]
+    return [
+        f"{r.night} {shown_name(r.catalogue)}/{r.label} {r.state} ({r.dwell_s:+.0f}s)"
+        for r in frame.itertuples()
+    ]
 
 
 def _built_line(info: SnapshotInfo, now: datetime, built: bool) -> str:

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 
 import sqlalchemy as sa
 
+from nightshift.dwells import MAX_DWELL_S
 from nightshift.metrics.families import (
     DWELL_BUCKETS,
     AlertCount,
@@ -98,6 +99,7 @@ def _dwells(conn: sa.Connection) -> list[DwellBuckets]:
         )
         .where(t.catalogue != BEFORE_CATALOGUES)
         .where(t.from_state.is_not(None), t.dwell_s.is_not(None))
+        .where(t.dwell_s.between(0.0, MAX_DWELL_S))  # clocks that disagree: not a sample
         .group_by(t.catalogue, t.label, t.from_state)
     )
     return [

@@ -9,7 +9,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.pool import StaticPool
 
-__all__ = ["UTCDateTime", "make_engine"]
+__all__ = ["UTCDateTime", "db_now", "make_engine", "shares_clock"]
 
 _SQLITE_BUSY_MS = 30_000
 
@@ -67,6 +67,26 @@ def make_engine(url: str) -> sa.Engine:
         connection.exec_driver_sql("BEGIN IMMEDIATE")
 
     return engine
+
+
+def shares_clock(engine: sa.Engine) -> bool:
+    """Whether hosts share this database's clock: a server's (PostgreSQL's ``now()``), not a
+    file's (SQLite is one host, whose own clock is the only one)."""
+    return engine.dialect.name != "sqlite"
+
+
+def db_now(on: sa.Engine | sa.Connection, host_clock: Any = None) -> datetime:
+    """Now on the clock the hosts of a database share: the server's ``now()`` for PostgreSQL
+    (read ``on`` a connection of it, or a new one), ``host_clock()`` (the host's UTC wall
+    clock by default) for a SQLite file."""
+    if not shares_clock(on.engine):
+        return host_clock() if host_clock is not None else datetime.now(UTC)
+    if isinstance(on, sa.Connection):
+        value = on.execute(sa.select(sa.func.now())).scalar_one()
+    else:
+        with on.connect() as conn:
+            value = conn.execute(sa.select(sa.func.now())).scalar_one()
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
 def dialect_insert(engine: sa.Engine, table: sa.Table) -> Any:

@@ -3,6 +3,11 @@
 One row per key in ``leases(key, owner, expires_at)``. Acquire and renew are one atomic
 ``INSERT ... ON CONFLICT (key) DO UPDATE ... WHERE expires_at < now OR owner = me`` on both
 SQLite (3.35+) and PostgreSQL; no row returned means someone else holds a live lease.
+
+``now`` is the clock the hosts share: PostgreSQL's ``now()`` inside the statement, so a host
+whose wall clock runs ahead can neither find a live lease expired nor write one that the
+others find expired; on SQLite (one host) the host's clock. The host's own clock only measures
+how long ago it last renewed (when it must stop acting as the holder).
 """
 
 from __future__ import annotations
@@ -20,13 +25,27 @@ from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Any
 
-from sqlalchemy import Column, Connection, Engine, MetaData, String, Table, delete, or_, select
+from sqlalchemy import (
+    Column,
+    Connection,
+    Engine,
+    Interval,
+    MetaData,
+    String,
+    Table,
+    bindparam,
+    delete,
+    func,
+    literal,
+    or_,
+    select,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 
 from nightshift.errors import LockHeldError
 from nightshift.loop import NightLoop
-from nightshift.store.db import UTCDateTime, make_engine
+from nightshift.store.db import UTCDateTime, db_now, make_engine, shares_clock
 
 __all__ = ["LEASES_TABLE", "Clock", "Lease", "default_owner"]
 
@@ -196,10 +215,11 @@ class Lease:
         # a row deleted between our failed upsert and the holder lookup (PostgreSQL, read
         # committed) is simply free again: try once more
         for _ in range(3):
-            now = self._clock()
+            asked_at = self._clock()  # before the statement: a lapse is never seen late
+            now, expires_at = self._now_in_sql(asked_at)
             with self.engine.begin() as conn:
                 insert = _INSERTS[self.engine.dialect.name](_leases).values(
-                    key=self.key, owner=self.owner, expires_at=now + timedelta(seconds=self.ttl_s)
+                    key=self.key, owner=self.owner, expires_at=expires_at
                 )
                 upsert = insert.on_conflict_do_update(
                     index_elements=[_leases.c.key],
@@ -208,13 +228,25 @@ class Lease:
                 )
                 # RETURNING, not rowcount: drivers disagree on rowcount for an upsert
                 if conn.execute(upsert.returning(_leases.c.owner)).first() is not None:
-                    self._renewed_at = now
+                    self._renewed_at = asked_at
                     return
                 holder = self._holder(conn)
+                then = db_now(conn, lambda: asked_at)
             if holder is not None:
                 owner, expires_at = holder
-                raise LockHeldError(self.key, owner, max(0.0, (expires_at - now).total_seconds()))
+                raise LockHeldError(self.key, owner, max(0.0, (expires_at - then).total_seconds()))
         raise LockHeldError(self.key, "unknown", self.ttl_s)
+
+    def _now_in_sql(self, host_now: datetime) -> tuple[Any, Any]:
+        """Now and our expiry as the statement sees them: on the server's clock where hosts
+        share one."""
+        ttl = timedelta(seconds=self.ttl_s)
+        if shares_clock(self.engine):
+            return func.now(), func.now() + literal(ttl, Interval())
+        return (
+            bindparam("now", host_now, type_=UTCDateTime()),
+            bindparam("expires_at", host_now + ttl, type_=UTCDateTime()),
+        )
 
     def _holder(self, conn: Connection) -> tuple[str, datetime] | None:
         row = conn.execute(

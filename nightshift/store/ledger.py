@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
+from nightshift.dwells import measured_dwell
 from nightshift.states import JobState
 from nightshift.store import migrations
 from nightshift.store.db import UTCDateTime, make_engine
@@ -235,8 +236,8 @@ class Ledger:
                 if previous is not None:
                     from_state = previous[0]
                 if previous is not None and not new_attempt:
-                    # clocks of different hosts may disagree a little; a dwell is never negative
-                    dwell_s = max(0.0, (at - previous[1]).total_seconds())
+                    # kept as measured when two hosts' clocks disagree (learning leaves it out)
+                    dwell_s = measured_dwell((at - previous[1]).total_seconds())
                 conn.execute(
                     sa.insert(_transitions).values(
                         catalogue=self.catalogue,

@@ -8,14 +8,16 @@ earlier pass did) is not announced again.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from nightshift.budgets.lookup import FLOOR_S
 from nightshift.config.catalogue import MIN_SAMPLES
 from nightshift.config.names import shown_name
 from nightshift.store.alert_log import DWELL, STALE, STOPPED, STREAK, AlertLog, AlertRecord
+from nightshift.store.db import db_now
 from nightshift.watchdog.checks import (
     Rules,
     dwell_findings,
@@ -91,8 +93,12 @@ def watch_once(
     now: datetime | None = None,
     floor_s: float = FLOOR_S,
     min_samples: int = MIN_SAMPLES,
+    host_clock: Callable[[], datetime] | None = None,
 ) -> WatchReport:
     """One pass over ``catalogue`` (a key; None: all); stale labels need ``labels`` (its file's).
+
+    Judged at ``now``, by default the ledger's clock: PostgreSQL's ``now()`` (the clock its
+    leases expire by, whatever this host's says), a SQLite file's host's (``host_clock``).
 
     ``floor_s`` and ``min_samples`` are the catalogue's (its dwell floor and
     ``defaults.min_samples``), the defaults without one.
@@ -105,10 +111,10 @@ def watch_once(
 
     rules = rules or Rules()
     sink = sink or LogFindingSink()
-    now = now or datetime.now(UTC)
     ledger = Ledger(url, catalogue or "default")  # brings the schema up to date
     try:
         engine = ledger.engine
+        now = now or db_now(engine, host_clock)
         jobs = reads.in_flight(engine, catalogue)
         catalogues = {j.catalogue for j in jobs}
         since = min((j.night for j in jobs), default="")

@@ -120,3 +120,23 @@ def test_budgets_read_the_stored_snapshot_until_rebuilt(catalogue: Path, capsys)
     assert (rebuilt["built_now"], rebuilt["dwells"]) == (True, 36 + 16)
     assert rebuilt["snapshot"] > first["snapshot"]
     assert {r["state"] for r in rebuilt["rows"]} == {"queued", "running", "(whole job)"}
+
+
+def test_a_dwell_whose_clocks_disagree_is_named_and_not_learned(catalogue: Path, capsys) -> None:
+    # a job queued by one host, seen running by another whose clock is 5 minutes behind
+    ledger = Ledger(load_settings().ledger_url(), "team-a")
+    queued_at = datetime.now(UTC) - timedelta(hours=2)
+    ledger.transition("skewed", "run", "etl", "cli", "ext", "queued", at=queued_at, attempt=1)
+    behind = queued_at - timedelta(seconds=290)
+    ledger.transition("skewed", "run", "etl", "cli", "ext", "running", at=behind, attempt=1)
+    ledger.close()
+
+    assert main(["budgets", "--catalogue", str(catalogue), "--json"]) == 0
+
+    out = json.loads(capsys.readouterr().out)
+    assert out["clocks_disagree"] == ["skewed team-a/etl queued (-290s)"]
+    queued = next(r for r in out["rows"] if (r["label"], r["state"]) == ("etl", "queued"))
+    assert queued["n"] == len(QUEUED)  # the negative dwell is not a sample
+
+    assert main(["budgets", "--catalogue", str(catalogue), "--rebuild"]) == 0
+    assert "their clocks disagree" in capsys.readouterr().out

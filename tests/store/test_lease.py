@@ -26,13 +26,29 @@ def url(db_url: str) -> str:
     return db_url
 
 
-def test_a_second_acquire_is_refused_naming_the_holder(url: str) -> None:
+@pytest.fixture
+def one_host_url(tmp_path: Path) -> str:
+    """SQLite: one host, whose clock is the lease's clock, so a fake clock moves its expiry."""
+    return f"sqlite:///{tmp_path / 'ledger.sqlite3'}"
+
+
+@pytest.fixture
+def shared_url(db_url: str) -> str:
+    """PostgreSQL: the database's ``now()`` is the lease's clock, whatever the hosts' say (a
+    SQLite file is one host's: its clock is the host's)."""
+    return db_url
+
+
+ON_POSTGRESQL = pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+
+
+def test_a_second_acquire_is_refused_naming_the_holder(one_host_url: str) -> None:
     clock = FakeClock(T0)
-    Lease(url, KEY, "host-a:1:aaaaaaaa", ttl_s=60, clock=clock).acquire()
+    Lease(one_host_url, KEY, "host-a:1:aaaaaaaa", ttl_s=60, clock=clock).acquire()
     clock.advance(15)
 
     with pytest.raises(LockHeldError) as refused:
-        Lease(url, KEY, "host-b:2:bbbbbbbb", ttl_s=60, clock=clock).acquire()
+        Lease(one_host_url, KEY, "host-b:2:bbbbbbbb", ttl_s=60, clock=clock).acquire()
 
     assert (refused.value.key, refused.value.owner) == (KEY, "host-a:1:aaaaaaaa")
     assert refused.value.expires_in_s == pytest.approx(45.0)
@@ -44,9 +60,9 @@ def test_other_keys_are_independent(url: str) -> None:
     Lease(url, "b.yaml", "two").acquire()
 
 
-def test_the_holder_can_reacquire_and_renew(url: str) -> None:
+def test_the_holder_can_reacquire_and_renew(one_host_url: str) -> None:
     clock = FakeClock(T0)
-    lease = Lease(url, KEY, "me", ttl_s=60, clock=clock)
+    lease = Lease(one_host_url, KEY, "me", ttl_s=60, clock=clock)
     lease.acquire()
     lease.acquire()
     clock.advance(50)
@@ -55,13 +71,13 @@ def test_the_holder_can_reacquire_and_renew(url: str) -> None:
     assert lease.holder() == ("me", T0 + timedelta(seconds=110))
 
 
-def test_an_expired_lease_is_taken_over(url: str) -> None:
+def test_an_expired_lease_is_taken_over(one_host_url: str) -> None:
     clock = FakeClock(T0)
-    crashed = Lease(url, KEY, "crashed", ttl_s=60, clock=clock)
+    crashed = Lease(one_host_url, KEY, "crashed", ttl_s=60, clock=clock)
     crashed.acquire()
     clock.advance(60.001)
 
-    Lease(url, KEY, "rescuer", ttl_s=60, clock=clock).acquire()
+    Lease(one_host_url, KEY, "rescuer", ttl_s=60, clock=clock).acquire()
 
     # the crashed run, were it to come back, has lost the lease
     with pytest.raises(LockHeldError, match="rescuer"):
@@ -76,12 +92,12 @@ def test_release_lets_another_acquire(url: str) -> None:
     Lease(url, KEY, "second").acquire()
 
 
-def test_release_does_not_free_someone_elses_lease(url: str) -> None:
+def test_release_does_not_free_someone_elses_lease(one_host_url: str) -> None:
     clock = FakeClock(T0)
-    old = Lease(url, KEY, "old", ttl_s=60, clock=clock)
+    old = Lease(one_host_url, KEY, "old", ttl_s=60, clock=clock)
     old.acquire()
     clock.advance(61)
-    Lease(url, KEY, "new", ttl_s=60, clock=clock).acquire()
+    Lease(one_host_url, KEY, "new", ttl_s=60, clock=clock).acquire()
 
     old.release()
 
@@ -213,10 +229,10 @@ def test_a_lease_not_renewed_within_its_ttl_is_reported_lost(url: str, caplog) -
     # leaving the block while the database is down does not raise over the night's outcome
 
 
-def test_a_lease_taken_over_is_reported_lost(url: str) -> None:
+def test_a_lease_taken_over_is_reported_lost(one_host_url: str) -> None:
     clock = FakeClock(T0)
-    with Lease(url, KEY, "me", ttl_s=0.3, clock=clock) as lease:
-        rescuer = Lease(url, KEY, "rescuer", ttl_s=60, clock=clock)
+    with Lease(one_host_url, KEY, "me", ttl_s=0.3, clock=clock) as lease:
+        rescuer = Lease(one_host_url, KEY, "rescuer", ttl_s=60, clock=clock)
 
         def take_over() -> bool:
             # past the ttl on the shared fake clock; the holder's renewer (every 0.1 s of real
@@ -241,3 +257,52 @@ def test_a_lease_that_cannot_start_its_renewals_is_given_back(url: str) -> None:
     with pytest.raises(RuntimeError, match="loop is closed"), Lease(url, KEY, "me", loop=loop):
         pass
     assert Lease(url, KEY, "other").holder() is None
+
+
+SKEWS = [
+    pytest.param(0, 5, id="the-asker-5-minutes-ahead"),
+    pytest.param(0, -5, id="the-asker-5-minutes-behind"),
+    pytest.param(5, 0, id="the-holder-5-minutes-ahead"),
+    pytest.param(-5, 0, id="the-holder-5-minutes-behind"),
+]
+
+
+def _host_clock(minutes: int):  # type: ignore[no-untyped-def]
+    """A host's wall clock, ``minutes`` off the true time (its sleeps untouched)."""
+    return lambda: datetime.now(UTC) + timedelta(minutes=minutes)
+
+
+@ON_POSTGRESQL
+@pytest.mark.parametrize(("holder_off", "asker_off"), SKEWS)
+def test_a_host_whose_clock_is_off_can_neither_take_nor_lose_a_live_lease(
+    shared_url: str, holder_off: int, asker_off: int
+) -> None:
+    holder = Lease(shared_url, KEY, "host-a", ttl_s=60, clock=_host_clock(holder_off))
+    holder.acquire()
+
+    with pytest.raises(LockHeldError) as refused:
+        Lease(shared_url, KEY, "host-b", ttl_s=60, clock=_host_clock(asker_off)).acquire()
+
+    assert refused.value.owner == "host-a"
+    # the time left is the database's: about the ttl, not the ttl give or take 5 minutes
+    assert 30 < refused.value.expires_in_s <= 60
+    holder.renew()  # still the holder's own
+
+
+@ON_POSTGRESQL
+def test_a_lease_expires_on_the_database_clock(shared_url: str) -> None:
+    ahead = _host_clock(5)
+    crashed = Lease(shared_url, KEY, "crashed", ttl_s=0.3, clock=_host_clock(-5))
+    crashed.acquire()
+    rescuer = Lease(shared_url, KEY, "rescuer", ttl_s=60, clock=ahead)
+
+    def acquired() -> bool:
+        try:
+            rescuer.acquire()
+        except LockHeldError:
+            return False
+        return True
+
+    wait_until(acquired, 10, "the unrenewed lease to run out on the database's clock")
+    with pytest.raises(LockHeldError, match="rescuer"):
+        crashed.renew()

@@ -59,6 +59,16 @@ def test_transitions_compute_from_state_and_dwell(url: str) -> None:
     assert rows[1].at.tzinfo is not None
 
 
+def test_a_dwell_across_disagreeing_clocks_is_kept_as_measured(url: str) -> None:
+    ledger = Ledger(url)
+    # one host's threads a little out of order: 0; a second host 5 minutes behind: as measured
+    _walk(ledger, "etl", [("queued", 0), ("running", -0.4), ("succeeded", -300.4)])
+
+    rows = ledger.dwells(NIGHT_1)
+
+    assert [r.dwell_s for r in rows] == [None, 0.0, -300.0]
+
+
 def test_repeating_the_current_state_writes_nothing(url: str) -> None:
     ledger = Ledger(url)
     _walk(ledger, "etl", [("queued", 0), ("running", 10), ("running", 20), ("succeeded", 30)])

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from nightshift.store.alert_log import DWELL, STALE, STOPPED, STREAK, AlertLog, AlertRecord
 from nightshift.store.lease import Lease
 from nightshift.store.ledger import Ledger
@@ -62,7 +64,12 @@ def test_in_flight_jobs_carry_their_newest_transition(db_url: str) -> None:
 def test_leases_outcomes_and_label_records(db_url: str) -> None:
     ledger = Ledger(db_url, "cat")
     Lease(ledger.engine, "cat", owner="me", ttl_s=60, clock=lambda: NOW).acquire()
-    assert reads.leases(ledger.engine)["cat"].expires_at == NOW + timedelta(seconds=60)
+    expires_at = reads.leases(ledger.engine)["cat"].expires_at
+    if db_url.startswith("sqlite"):  # one host: its clock is the lease's
+        assert expires_at == NOW + timedelta(seconds=60)
+    else:  # the server's clock, not the host's
+        left = expires_at - datetime.now(UTC)
+        assert timedelta(seconds=30) < left <= timedelta(seconds=61)
 
     _history(ledger, days=3)
     failed_at = NOW - timedelta(hours=1)
@@ -154,3 +161,29 @@ def test_the_morning_after_one_failed_night_of_a_daily_catalogue_is_not_stale(
     # a night later with no run at all (the schedule stopped): now it missed its interval
     later = watch_once(db_url, catalogue="cat", labels=["etl"], now=morning + timedelta(days=1))
     assert [(a.kind, a.label) for a in later.raised] == [(STALE, "etl")]
+
+
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)  # SQLite: one host's clock
+def test_a_watchdog_on_a_host_whose_clock_is_off_judges_by_the_ledgers_clock(
+    db_url: str,
+) -> None:
+    # a night live on a host with the true clock: its lease held, etl running for 30 s where
+    # it usually runs a minute
+    ledger = Ledger(db_url, "cat")
+    true_now = datetime.now(UTC)
+    for day in range(8, 0, -1):
+        start = true_now - timedelta(days=day)
+        _run(ledger, start.date().isoformat(), "etl", ["queued", "running", "succeeded"], start)
+    night = true_now.date().isoformat()
+    tonight = true_now - timedelta(minutes=1, seconds=30)
+    _run(ledger, night, "etl", ["queued", "running"], tonight)
+    Lease(ledger.engine, "cat", "host-a", ttl_s=60).acquire()
+
+    for minutes in (5, -5):  # the watchdog's host 5 minutes ahead, then 5 behind
+
+        def skewed(off: int = minutes) -> datetime:
+            return datetime.now(UTC) + timedelta(minutes=off)
+
+        report = watch_once(db_url, catalogue="cat", labels=["etl"], host_clock=skewed)
+        assert [(a.kind, a.detail) for a in report.found] == [], minutes
+        assert abs((report.at - datetime.now(UTC)).total_seconds()) < 30

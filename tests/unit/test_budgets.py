@@ -18,6 +18,7 @@ from nightshift.budgets.table import (
     FINAL,
     backend_budgets,
     budget_tables,
+    clock_disagreements,
     job_budgets,
     recent_dwells,
     state_budgets,
@@ -113,6 +114,24 @@ def test_only_the_window_counts_and_its_start_is_included() -> None:
 
     assert list(recent_dwells(frame, NOW)["dwell_s"]) == [1.0, 4.0]
     assert list(state_budgets(frame, NOW, min_samples=2)["n"]) == [2]
+
+
+def test_a_dwell_whose_clocks_disagree_is_kept_out_of_learning_and_named() -> None:
+    # two hosts wrote one job's rows, the second's clock 5 minutes behind: a negative dwell;
+    # and one 5 days long, across a night no state lasts
+    frame = history(
+        *nightly("etl", "queued", [10.0] * 7),
+        ("skewed", "etl", "cli", "queued", -290.0, NOW),
+        ("stale", "etl", "cli", "queued", 5 * 86_400.0, NOW),
+        ("ok", "etl", "cli", "queued", 86_400.0, NOW),  # a whole day still counts
+    )
+
+    assert list(recent_dwells(frame, NOW)["night"])[-1] == "ok"
+    assert len(recent_dwells(frame, NOW)) == 8
+    assert list(state_budgets(frame, NOW)["n"]) == [8]
+    left_out = clock_disagreements(frame, NOW)
+    assert list(left_out["night"]) == ["skewed", "stale"]
+    assert list(left_out["dwell_s"]) == [-290.0, 5 * 86_400.0]
 
 
 def test_the_window_is_an_argument() -> None:

@@ -33,6 +33,17 @@ def test_each_night_is_one_sample_its_states_after_submit_summed() -> None:
     assert found["report"] == Usual.exactly(7.0)
 
 
+def test_a_dwell_whose_clocks_disagree_counts_nothing() -> None:
+    rows = [
+        ("n1", "etl", "running", 50.0),
+        ("n2", "etl", "queued", 10.0),
+        ("n2", "etl", "running", -290.0),  # two hosts' clocks 5 minutes apart
+        ("n3", "etl", "running", 3 * 86_400.0),  # longer than any night
+    ]
+    # n2's whole night is left out: its sum would be wrong by as much as the clocks disagree
+    assert usual_after_submit(rows)["etl"] == Usual.exactly(50.0)
+
+
 def test_nonsense_is_rejected() -> None:
     with pytest.raises(ValueError, match="p10 <= p50 <= p95"):
         Usual(5.0, 4.0, 6.0)
