@@ -231,7 +231,7 @@ class Lease:
                     self._renewed_at = asked_at
                     return
                 holder = self._holder(conn)
-                then = db_now(conn, lambda: asked_at)
+                then = db_now(conn, lambda at=asked_at: at)
             if holder is not None:
                 owner, expires_at = holder
                 raise LockHeldError(self.key, owner, max(0.0, (expires_at - then).total_seconds()))
