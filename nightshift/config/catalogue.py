@@ -20,6 +20,7 @@ from pydantic import (
 from nightshift.config.durations import parse_duration
 from nightshift.config.http_api import HttpApiFields
 from nightshift.config.limits import BackendLimit
+from nightshift.config.missed import Missed
 from nightshift.config.names import DEFAULT_NAME
 from nightshift.config.notify import NotifyConfig
 from nightshift.config.spend import Cost, FinishBy, JobSpend, NightSpend
@@ -127,6 +128,8 @@ class Defaults(_Strict):
     finish_by: FinishBy | None = None
     # what one night may spend or commit on paid jobs (None: no cap)
     spend: NightSpend | None = None
+    # the earlier nights of the schedule that never ran (a worker down): run or named
+    missed: Missed = Missed()
 
     @model_validator(mode="after")
     def _one_min_samples(self) -> Defaults:

@@ -12,7 +12,7 @@ from typing import Any
 from prefect import flow, get_run_logger, tags
 from prefect.context import AsyncClientContext
 from prefect.runtime import flow_run
-from prefect.states import Failed, State
+from prefect.states import Cancelled, Failed, State
 from prefect.utilities.annotations import quote
 
 from nightshift.engine.outcomes import JobOutcome
@@ -21,6 +21,7 @@ from nightshift.engine.stopping import NightStop
 from nightshift.flows.chain import chain, chain_run_name
 from nightshift.loop import NightLoop
 from nightshift.orchestration.cancel_hook import cancel_in_flight
+from nightshift.orchestration.missed_nights import check_missed
 from nightshift.orchestration.night_end import end_early, end_night
 from nightshift.orchestration.night_run import run_night
 from nightshift.orchestration.night_setup import NightSetup, notifier_for, prepared_or_none, stamp
@@ -79,11 +80,40 @@ def nightly(
         prepared = prepared_or_none(catalog, only, night, run_dir, scheduled, logger)
         if prepared is None:
             return [Failed(message="invalid catalogue: nothing was run")]
+    notifier = notifier_for(prepared.catalogue, prepared.ledger, logger)
+    # a run its schedule made: the earlier nights it finds missed are run first, or named
+    missed = check_missed(prepared, catalog, notifier, logger)
+    if missed is not None:
+        _catch_up(catalog, only, missed.first, logger)
+        if not missed.runs_own:
+            prepared.close()
+            _catch_up(catalog, only, missed.after, logger)
+            return Cancelled(
+                name="Skipped", message=f"night {prepared.night} not run: {missed.why}"
+            )
+    state = _own_night(prepared, notifier, live, stop, logger)
+    if missed is not None:
+        _catch_up(catalog, only, missed.after, logger)
+    return state
+
+
+def _catch_up(catalog: str, only: list[str] | None, nights: list[str], logger: Any) -> None:
+    """Each missed night in turn, as a nightly subflow run of its own (its lease, ledger rows,
+    spend cap, report and verdict); one that fails does not stop the next."""
+    for k, night in enumerate(nights, 1):
+        logger.info("missed night %d of %d: %s", k, len(nights), night)
+        state = nightly(catalog=catalog, only=only, night=night, return_state=True)
+        logger.info("missed night %s: %s", night, getattr(state, "name", state))
+
+
+def _own_night(
+    prepared: Any, notifier: Any, live: Any, stop: Any, logger: Any
+) -> State | list[State]:
+    """The run's own night: fanned out, watched and joined under its lease."""
     prepared.run_path.mkdir(parents=True, exist_ok=True)
     started_at = stamp()
     results: dict[str, JobOutcome] = {}
     logger.info("state folder %s, run folder %s", prepared.settings.state_dir, prepared.run_path)
-    notifier = notifier_for(prepared.catalogue, prepared.ledger, logger)
     stop = stop if stop is not None else NightStop()
     setup = NightSetup(prepared, stop, notifier, notify, logger)
     with NightLoop() as loop:  # the night's one event loop, until its end is posted

@@ -32,6 +32,7 @@ from nightshift.notify.render import (
     Message,
     flow_run_link,
     render_alert,
+    render_missed,
     render_night,
     render_notice,
     render_recovered,
@@ -122,6 +123,13 @@ class Notifier:
             self.config, night=night, catalogue=self.name, label=label, line=line,
             backend=backend, kind=kind,
         )  # fmt: skip
+        return self._safe_send(message, night)
+
+    def missed(self, night: str, headline: str, lines: list[str]) -> Delivery | None:
+        """The one alert naming missed nights (``night``: the run's own, for the outbox)."""
+        message = render_missed(
+            self.config, night=night, catalogue=self.name, headline=headline, lines=lines
+        )
         return self._safe_send(message, night)
 
     def flush(self) -> FlushReport:

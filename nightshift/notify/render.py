@@ -30,6 +30,7 @@ __all__ = [
     "flow_run_link",
     "job_line",
     "render_alert",
+    "render_missed",
     "render_night",
     "render_notice",
     "render_recovered",
@@ -157,6 +158,23 @@ def render_notice(
     text = f"{kind}: {label} {line} ({catalogue}, {config.env}, night {night})"
     text = mention + escape(cut(text, _TEXT_CHARS))
     return Message(ALERT, route, text, blocks, ALERT, label, thread=True)
+
+
+def render_missed(
+    config: NotifyConfig, *, night: str, catalogue: str, headline: str, lines: list[str]
+) -> Message | None:
+    """The one alert naming missed nights, top-level in the alert route (None: no route)."""
+    route = config.route(ALERT)
+    if route is None:
+        return None
+    mention = f"{route.mention} " if route.mention else ""
+    body = "\n".join([f":calendar: *{escape(headline)}*", *(escape(ln) for ln in lines)])
+    where = f"{escape(catalogue)} · {escape(config.env)} · missed nights"
+    blocks = [section_block(f"{mention}{cut(body, _TEXT_CHARS)}"), context(where)]
+    text = mention + escape(
+        cut(f"missed nights: {headline} ({catalogue}, {config.env})", _TEXT_CHARS)
+    )
+    return Message(ALERT, route, text, blocks, ALERT, None)
 
 
 def render_recovered(

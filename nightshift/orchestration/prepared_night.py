@@ -15,6 +15,7 @@ from nightshift.config.loader import load_catalogue
 from nightshift.config.settings import Settings, load_settings
 from nightshift.engine.plan import Plan, check_only, expected_durations, plan_night, which_night
 from nightshift.errors import NightArgumentError
+from nightshift.store.db import db_now
 from nightshift.store.lease import Lease
 from nightshift.store.ledger import Ledger
 
@@ -52,12 +53,14 @@ class PreparedNight:
 
     def lease_holder(self, now: datetime | None = None) -> tuple[str, float] | None:
         """Who holds the catalogue's lease and its seconds left; None when it is free or expired
-        (a crashed night's lease: this night takes it over). Raises the database's errors."""
-        holder = Lease(self.ledger.engine, self.catalogue.key).holder()
+        (a crashed night's lease: this night takes it over), on the ledger's clock as the lease
+        decides it (``now``: a SQLite ledger's, this host's). Raises the database's errors."""
+        engine = self.ledger.engine
+        holder = Lease(engine, self.catalogue.key).holder()
         if holder is None:
             return None
         owner, expires_at = holder
-        left = (expires_at - (now or datetime.now(UTC))).total_seconds()
+        left = (expires_at - db_now(engine, lambda: now or datetime.now(UTC))).total_seconds()
         return (owner, left) if left > 0 else None
 
     def listed_labels(self) -> list[str]:

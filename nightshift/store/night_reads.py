@@ -13,7 +13,7 @@ import sqlalchemy as sa
 
 from nightshift.store.ledger import JOBS_TABLE, TRANSITIONS_TABLE
 
-__all__ = ["NightJob", "night_jobs"]
+__all__ = ["NightJob", "night_jobs", "night_verdicts", "nights_run"]
 
 
 @dataclass(frozen=True)
@@ -59,3 +59,37 @@ def night_jobs(engine: sa.Engine, catalogue: str, night: str) -> list[NightJob]:
     )
     with engine.begin() as conn:
         return [NightJob(*row) for row in conn.execute(query)]
+
+
+def nights_run(engine: sa.Engine, catalogue: str, since: str = "") -> set[str]:
+    """The nights from ``since`` on that have a job in the ledger (they ran, in part or all)."""
+    jobs = JOBS_TABLE.c
+    query = (
+        sa.select(jobs.night)
+        .where(jobs.catalogue == catalogue, jobs.night >= since)
+        .group_by(jobs.night)
+    )
+    with engine.begin() as conn:
+        return {row.night for row in conn.execute(query)}
+
+
+def night_verdicts(engine: sa.Engine, catalogue: str, nights: list[str]) -> dict[str, str]:
+    """Each of ``nights`` with jobs in the ledger -> ``ok`` (every job succeeded), ``running``
+    (a job not yet in a final state) or ``not ok``."""
+    from nightshift.states import FINAL
+
+    jobs = JOBS_TABLE.c
+    query = sa.select(jobs.night, jobs.state).where(
+        jobs.catalogue == catalogue, jobs.night.in_(nights)
+    )
+    states: dict[str, set[str]] = {}
+    with engine.begin() as conn:
+        for row in conn.execute(query):
+            states.setdefault(row.night, set()).add(row.state)
+    out = {}
+    for night, seen in states.items():
+        if seen - FINAL:
+            out[night] = "running"
+        else:
+            out[night] = "ok" if seen == {"succeeded"} else "not ok"
+    return out

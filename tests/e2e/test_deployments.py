@@ -56,7 +56,7 @@ def test_deploy_all_as_the_readme_says_runs_nights_in_the_checkout(tmp_path: Pat
     ]
     env = (deployment.job_variables or {}).get("env", {})
     assert "NIGHTSHIFT_STATE_DIR" not in env, env  # was "/.nightshift" when deployed without it
-    assert deployment.concurrency_options.collision_strategy.value == "CANCEL_NEW"
+    assert deployment.concurrency_options.collision_strategy.value == "ENQUEUE"
 
     others = {
         "budgets-weekly": "budgets",
@@ -76,6 +76,7 @@ def test_deploy_all_as_the_readme_says_runs_nights_in_the_checkout(tmp_path: Pat
     assert served.tags == ["nightshift"]
     assert served.global_concurrency_limit is not None
     assert served.global_concurrency_limit.limit == 1
+    assert served.concurrency_options.collision_strategy.value == "ENQUEUE"
     assert served.schedules[0].schedule.cron == "0 2 * * *"
     assert served.schedules[0].schedule.timezone == "UTC"
     for name, flow in others.items():

@@ -24,9 +24,12 @@ def test_every_flow_has_its_deployment_and_schedule() -> None:
     }
     assert DEPLOYMENTS["nightly-batch-daily"]["schedules"][0]["cron"] == "0 2 * * *"
     assert DEPLOYMENTS["watchdog"]["schedules"][0]["interval"] == 600
-    for d in DEPLOYMENTS.values():
+    for name, d in DEPLOYMENTS.items():
         assert d["work_pool"]["name"] == "nightshift"
-        assert d["concurrency_limit"] == {"limit": 1, "collision_strategy": "CANCEL_NEW"}
+        # the nightly's runs wait their turn (a late run must not cancel tonight's); the others'
+        # runs never pile up
+        strategy = "ENQUEUE" if name == "nightly-batch-daily" else "CANCEL_NEW"
+        assert d["concurrency_limit"] == {"limit": 1, "collision_strategy": strategy}
 
 
 @pytest.mark.parametrize("name", sorted(DEPLOYMENTS))

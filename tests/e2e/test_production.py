@@ -159,9 +159,11 @@ def test_a_deployed_night_fails_honestly_collides_and_retries_only_what_failed(
 
     first = _run("nightly/nightly-batch-daily")
     _until(first.id, lambda s: s is not None and s.is_running(), "the first night to run")
-    # a second night while the first runs: the deployment's limit cancels it (CANCEL_NEW)
+    # a second run while the first runs: the deployment's limit queues it (ENQUEUE)
     second = _run("nightly/nightly-batch-daily")
-    assert _until(second.id, _final, "the second night to be refused").is_cancelled()
+    waiting = _until(second.id, lambda s: s is not None and s.name == "AwaitingConcurrencySlot",
+                     "the second run to wait for the deployment's slot")  # fmt: skip
+    assert waiting.is_scheduled()
 
     state = _until(first.id, _final, "the first night to end")
     assert state.is_failed(), state
@@ -176,6 +178,10 @@ def test_a_deployed_night_fails_honestly_collides_and_retries_only_what_failed(
     job_runs = [t for t in tasks if "slow-ok" in t.name or "flaky" in t.name]
     assert len(job_runs) == 2, [t.name for t in tasks]
     assert (site.count("slow-ok"), site.count("flaky")) == (1, 1)
+    # then the second run, by hand for the same night: a rerun of what failed, never of what
+    # succeeded (slow-ok is not submitted again)
+    assert _until(second.id, _final, "the second run to end").is_failed()
+    assert (site.count("slow-ok"), site.count("flaky")) == (1, 2)
 
     # the UI's Retry: the same flow run, scheduled again; only the failed job runs again
     (site.marks / "fixed").write_text("")
@@ -183,7 +189,7 @@ def test_a_deployed_night_fails_honestly_collides_and_retries_only_what_failed(
         client.set_flow_run_state(first.id, AwaitingRetry(), force=True)
     state = _until(first.id, lambda s: _final(s) and s.name != "AwaitingRetry", "the retry")
     assert state.is_completed(), state
-    assert (site.count("slow-ok"), site.count("flaky")) == (1, 2)
+    assert (site.count("slow-ok"), site.count("flaky")) == (1, 3)
 
     # the watchdog and the budgets deployments run once
     for name in (

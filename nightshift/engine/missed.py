@@ -1,0 +1,130 @@
+"""Missed nights: which nights of a schedule are due, and what a run does about them. Pure.
+
+A night is the UTC date of its slot (``plan.tonight``). A run of the nightly deployment for its
+own night finds the schedule's nights due since a lower bound (the deployment's creation, or a
+month back), the nights the ledger already has (run, or named missed) and decides by the
+catalogue's ``defaults.missed``: the nights to run first (catch-up, one at a time), whether its
+own night runs, and the nights to name as missed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from nightshift.config.missed import Missed
+from nightshift.engine.plan import tonight
+
+__all__ = ["LOOKBACK", "MissedDecision", "decide", "missed_message", "schedule_nights"]
+
+LOOKBACK = timedelta(days=31)  # the furthest back a run looks for missed nights
+_MAX_FIRES = 10_000  # a cron firing every minute for a week, at most
+
+
+@dataclass(frozen=True)
+class MissedDecision:
+    """What one run does: ``first`` run before its own night (in order), ``runs_own`` whether
+    its own night runs, ``after`` run after it (in order), ``named`` the nights named missed
+    (ascending), and why."""
+
+    own: str
+    latest: str
+    first: list[str] = field(default_factory=list)
+    runs_own: bool = True
+    named: list[str] = field(default_factory=list)
+    why: str = ""
+    after: list[str] = field(default_factory=list)
+
+    @property
+    def quiet(self) -> bool:
+        """Nothing to say: the run is of the latest night and no earlier night was missed."""
+        return self.runs_own and not self.first and not self.after and not self.named
+
+    @property
+    def nights(self) -> list[str]:
+        """Every night this run runs, in order."""
+        return [*self.first, *([self.own] if self.runs_own else []), *self.after]
+
+
+def schedule_nights(
+    cron: str, timezone: str | None, since: datetime, until: datetime
+) -> dict[str, datetime]:
+    """Each night with a slot in ``(since, until]`` -> its first slot (UTC). ``ValueError`` for a
+    cron or a time zone that is none."""
+    from cronsim import CronSim, CronSimError
+
+    try:
+        zone = ZoneInfo(timezone or "UTC")
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise ValueError(f"unknown time zone {timezone!r}") from exc
+    try:
+        fires = CronSim(cron, since.astimezone(zone))
+    except CronSimError as exc:
+        raise ValueError(f"bad cron {cron!r}: {exc}") from exc
+    nights: dict[str, datetime] = {}
+    for _ in range(_MAX_FIRES):
+        try:
+            at = next(fires).astimezone(UTC)
+        except StopIteration:
+            break
+        if at > until:
+            break
+        nights.setdefault(tonight(at), at)
+    return nights
+
+
+def decide(
+    own: str, due: list[str], ran: set[str], named_before: set[str], policy: Missed
+) -> MissedDecision:
+    """What the run of night ``own`` does, given the schedule's nights ``due`` by now (any
+    order), the nights that ``ran`` (the ledger has their jobs) and those ``named_before``
+    (named missed by an earlier run). A night that ran is not run again by its schedule (a
+    retry or a run by hand is not decided here)."""
+    latest = max([*due, own])
+    done = ran | named_before
+    if own in ran:
+        why = f"night {own} already ran"
+        return MissedDecision(own, latest, [], False, [], why)
+    before = sorted(n for n in set(due) if n < own and n not in done)
+    if policy.run != "all":
+        why = f"defaults.missed.run is {policy.run}: only the latest night due ({latest}) runs"
+        if own < latest:  # a stale run: it names every night missed before the latest
+            named = sorted({n for n in due if n < latest and n not in done} | ({own} - done))
+            return MissedDecision(own, latest, [], False, named, why)
+        return MissedDecision(own, latest, [], True, before, why)
+    # all: the newest max_nights nights before the latest run; older ones are named
+    window = sorted(n for n in set(due) if n < latest)[-policy.max_nights :]
+    keep = [n for n in before if n in window]
+    named = [n for n in before if n not in window]
+    why = (
+        f"defaults.missed.run is all: the {policy.max_nights} nights before the latest due "
+        f"({latest}) run, {policy.order} first"
+    )
+    runs_own = own == latest or own in window
+    if not runs_own and own not in done:
+        named = sorted({*named, own})
+    if policy.order == "newest":  # its own night first, then back in time
+        return MissedDecision(own, latest, [], runs_own, named, why, after=keep[::-1])
+    return MissedDecision(own, latest, keep, runs_own, named, why)
+
+
+def missed_message(
+    decision: MissedDecision, named: list[str], slots: dict[str, datetime], catalogue: str
+) -> tuple[str, list[str]]:
+    """The one alert naming ``named`` (the nights newly named): its headline and lines."""
+    count = f"{len(named)} night{'s' * (len(named) != 1)} missed"
+    headline = f"{count}: {', '.join(named)}"
+    when = sorted({slots[n].strftime("%H:%M UTC") for n in named if n in slots})
+    lines = [
+        f"Their slot{'s' * (len(named) != 1)} ({', '.join(when) or 'the schedule'}) passed "
+        "while nothing ran them (a worker or server down, the deployment paused)."
+    ]
+    ran = decision.nights
+    if ran:
+        lines.append(f"Running: {', '.join(ran)}. {decision.why}.")
+    else:
+        lines.append(f"{decision.why}.")
+    command = f"nightshift backfill --catalogue {catalogue} --from {named[0]} --to {named[-1]}"
+    lines.append(f"To run them: {command}")
+    return headline, lines

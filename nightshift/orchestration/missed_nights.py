@@ -1,0 +1,160 @@
+"""The nightly run's missed-night check, before its night starts: the schedule's nights due
+(its deployment's cron schedules, and its other runs still waiting), what ``defaults.missed``
+decides (``engine/missed.py``), and the nights newly named missed, in one alert.
+
+Only the first try of a run the schedule made is checked: a retry, a run by hand, a catch-up
+night and the local CLI run the night they were asked for.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from nightshift.engine.missed import LOOKBACK, MissedDecision, decide, missed_message
+from nightshift.engine.missed import schedule_nights as cron_nights
+from nightshift.engine.plan import tonight
+from nightshift.notify.notifier import Notifier
+from nightshift.orchestration.prepared_night import PreparedNight
+from nightshift.store.missed_nights import MissedNights
+from nightshift.store.night_reads import nights_run
+
+__all__ = ["check_missed", "scheduled_nights"]
+
+
+def scheduled_nights(now: datetime, logger: Any) -> dict[str, datetime] | None:
+    """The nights due by ``now`` of this flow run's deployment -> their slots; None when the
+    run is not the first try of a run of its schedule (made by Prefect's scheduler, or at one
+    of its slots), or has no deployment."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        DeploymentFilter,
+        DeploymentFilterId,
+        FlowRunFilter,
+        FlowRunFilterExpectedStartTime,
+    )
+    from prefect.runtime import flow_run
+
+    if not flow_run.id or (flow_run.run_count or 1) > 1:
+        return None
+    with get_client(sync_client=True) as client:
+        run = client.read_flow_run(flow_run.id)
+        if run.deployment_id is None:
+            return None
+        deployment = client.read_deployment(run.deployment_id)
+        slots = _cron_nights(deployment, now, logger)
+        if not _of_the_schedule(run, slots):
+            return None  # a run by hand: it runs the night it was asked for
+        # the deployment's runs of the last month, whatever their state: those of its
+        # schedule say which nights were due (a night that ran, or waits for its turn)
+        others = client.read_flow_runs(
+            deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[run.deployment_id])),
+            flow_run_filter=FlowRunFilter(
+                expected_start_time=FlowRunFilterExpectedStartTime(
+                    after_=now - LOOKBACK, before_=now
+                ),
+            ),
+            limit=200,
+        )
+    # due: the slots since the deployment was made, and those of its schedule's runs
+    made = deployment.created or now - LOOKBACK
+    due = {night: slot for night, slot in slots.items() if slot >= made}
+    for other in [run, *others]:
+        if _of_the_schedule(other, slots) and other.expected_start_time is not None:
+            slot = other.expected_start_time.astimezone(UTC)
+            due.setdefault(tonight(slot), slot)
+    return due
+
+
+def _cron_nights(deployment: Any, now: datetime, logger: Any) -> dict[str, datetime]:
+    """The nights of the deployment's active cron schedules with a slot in the last month ->
+    their first slot."""
+    since = now - LOOKBACK
+    due: dict[str, datetime] = {}
+    for schedule in deployment.schedules or []:
+        cron = getattr(schedule.schedule, "cron", None)
+        if not schedule.active or cron is None:
+            continue
+        try:
+            found = cron_nights(cron, getattr(schedule.schedule, "timezone", None), since, now)
+        except ValueError as exc:
+            logger.warning("missed nights: schedule %r not read: %s", cron, exc)
+            continue
+        for night, slot in found.items():
+            due.setdefault(night, slot)
+    return due
+
+
+def _of_the_schedule(run: Any, due: dict[str, datetime]) -> bool:
+    """Whether Prefect's scheduler made ``run``, or it starts at a slot of the schedule (a
+    slot before the deployment existed: a restored server, runs made by hand for slots)."""
+    if run.auto_scheduled:
+        return True
+    at = run.expected_start_time
+    if at is None or (run.parameters or {}).get("night"):
+        return False
+    slot = due.get(tonight(at))
+    if slot is None:  # before the month looked at: the schedule's own fire that day
+        return False
+    return abs((slot - at).total_seconds()) < 1
+
+
+def check_missed(
+    prepared: PreparedNight,
+    catalog: str,
+    notifier: Notifier | None,
+    logger: Any,
+    *,
+    now: datetime | None = None,
+    due: dict[str, datetime] | None = None,
+    by: str = "",
+) -> MissedDecision | None:
+    """What this run does about missed nights (None: not a scheduled run's first try); the
+    nights it newly names are named in the ledger and in one alert, and logged."""
+    now = now or datetime.now(UTC)
+    try:
+        return _check(prepared, catalog, notifier, logger, now=now, due=due, by=by)
+    except Exception as exc:  # the night runs all the same: this check only adds to it
+        logger.warning("missed nights not checked: %s: %s", type(exc).__name__, exc)
+        return None
+
+
+def _check(
+    prepared: PreparedNight,
+    catalog: str,
+    notifier: Notifier | None,
+    logger: Any,
+    *,
+    now: datetime,
+    due: dict[str, datetime] | None,
+    by: str,
+) -> MissedDecision | None:
+    if due is None:
+        due = scheduled_nights(now, logger)
+        if due is None:
+            return None
+    catalogue, engine = prepared.catalogue, prepared.ledger.engine
+    missed = MissedNights(engine, catalogue.key)
+    since = min([*due, prepared.night])
+    ran = nights_run(engine, catalogue.key, since)
+    named_before = {m.night for m in missed.all(since)}
+    decision = decide(prepared.night, list(due), ran, named_before, catalogue.defaults.missed)
+    if decision.quiet:
+        return decision
+    by = by or _run_name()
+    new = missed.name([(n, due.get(n)) for n in decision.named], by=by, reason=decision.why, at=now)
+    if new:
+        headline, lines = missed_message(decision, new, due, catalog)
+        logger.warning("%s. %s", headline, " ".join(lines))
+        if notifier is not None:
+            notifier.missed(prepared.night, headline, lines)
+        missed.announced(new)  # sent, or kept in the outbox until Slack takes it
+    if decision.first or decision.after:
+        logger.info("missed nights to run first: %s; after: %s", decision.first, decision.after)
+    return decision
+
+
+def _run_name() -> str:
+    from prefect.runtime import flow_run
+
+    return f"flow run {flow_run.name} ({flow_run.id})" if flow_run.id else "nightshift"

@@ -1,0 +1,90 @@
+"""A scheduled run's missed-night check on a real ledger and the Slack emulator: the nights it
+names are named once, in one alert, whichever run finds them first (no Prefect server: the
+schedule's nights are handed in as Prefect would give them)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from nightshift.orchestration.missed_nights import check_missed
+from nightshift.orchestration.night_setup import notifier_for
+from nightshift.orchestration.prepared_night import prepare_night
+from nightshift.sandbox.slack_emulator import SlackEmulator
+from nightshift.store.missed_nights import MissedNights
+
+TOKEN = "xoxb-missed-3f1c"
+ALERTS = "#night-alerts"
+CATALOGUE = """\
+name: missed
+defaults: {missed: %(policy)s}
+notify:
+  slack: {base_url: "%(url)s", timeout: 2}
+  routes: {alert: {channel: "%(alerts)s"}}
+jobs:
+  - {label: a, backend: command, argv: ["true"]}
+"""
+D = ["2026-12-04", "2026-12-05", "2026-12-06"]
+SLOTS = {night: datetime.fromisoformat(f"{night}T02:00:00+00:00") for night in D}
+NOW = datetime(2026, 12, 6, 9, 0, tzinfo=UTC)
+LOG = logging.getLogger("test-missed")
+
+
+@pytest.fixture
+def slack(sandbox: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SlackEmulator]:
+    monkeypatch.setenv("SLACK_BOT_TOKEN", TOKEN)
+    with SlackEmulator(TOKEN) as emulator:
+        yield emulator
+
+
+def _check(sandbox: Path, slack: SlackEmulator, night: str, policy: str = "latest") -> object:
+    path = sandbox / "nightshift.yaml"
+    path.write_text(CATALOGUE % {"policy": policy, "url": slack.base_url, "alerts": ALERTS})
+    prepared = prepare_night(path, night=night)
+    try:
+        notifier = notifier_for(prepared.catalogue, prepared.ledger, LOG)
+        return check_missed(
+            prepared, "nightshift.yaml", notifier, LOG, now=NOW, due=dict(SLOTS), by=night
+        )
+    finally:
+        prepared.close()
+
+
+@pytest.mark.parametrize("first", [D[2], D[0]], ids=["tonight-first", "the-oldest-first"])
+def test_missed_nights_are_named_once_in_one_alert_whichever_run_comes_first(
+    sandbox: Path, slack: SlackEmulator, first: str
+) -> None:
+    decisions = {night: _check(sandbox, slack, night) for night in [first, *sorted(D)]}
+
+    tonight, stale = decisions[D[2]], decisions[D[0]]
+    assert (tonight.runs_own, stale.runs_own, decisions[D[1]].runs_own) == (True, False, False)
+    (alert,) = slack.in_channel(ALERTS)
+    assert "2 nights missed: 2026-12-04, 2026-12-05" in alert.text
+    said = str(alert.blocks)
+    assert "02:00 UTC" in said and "the latest night due (2026-12-06) runs" in said
+    assert (
+        "nightshift backfill --catalogue nightshift.yaml --from 2026-12-04 --to 2026-12-05" in said
+    )
+    path = sandbox / "nightshift.yaml"
+    prepared = prepare_night(path, night=D[2])
+    try:
+        named = MissedNights(prepared.ledger.engine, prepared.catalogue.key).all()
+    finally:
+        prepared.close()
+    assert [(m.night, m.scheduled_at, m.named_by) for m in named] == [
+        (D[0], SLOTS[D[0]], first),
+        (D[1], SLOTS[D[1]], first),
+    ]
+    assert all(m.announced_at is not None for m in named)
+
+
+def test_all_runs_the_missed_nights_first_and_names_none(
+    sandbox: Path, slack: SlackEmulator
+) -> None:
+    decision = _check(sandbox, slack, D[2], policy="all")
+    assert decision.nights == D
+    assert slack.in_channel(ALERTS) == []

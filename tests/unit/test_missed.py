@@ -1,0 +1,79 @@
+"""Missed nights: the schedule's nights due and what a run does about them, per policy."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from nightshift.config.missed import Missed
+from nightshift.engine.missed import decide, schedule_nights
+
+D = ["2026-12-04", "2026-12-05", "2026-12-06"]  # D-2, D-1, tonight: all three late
+
+
+def test_the_schedules_nights_are_the_utc_dates_of_its_slots() -> None:
+    since = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
+    until = datetime(2026, 12, 6, 9, 0, tzinfo=UTC)
+    got = schedule_nights("0 2 * * *", "UTC", since, until)
+    assert list(got) == D
+    assert got["2026-12-06"] == datetime(2026, 12, 6, 2, 0, tzinfo=UTC)
+    # 23:30 in Tokyo is 14:30 UTC the same day; Sunday-only nights skip the week
+    tokyo = schedule_nights("30 23 * * *", "Asia/Tokyo", since, until)
+    assert tokyo["2026-12-04"] == datetime(2026, 12, 4, 14, 30, tzinfo=UTC)
+    assert list(schedule_nights("0 2 * * 0", None, since, until)) == ["2026-12-06"]
+
+
+def test_a_bad_cron_or_zone_is_a_value_error() -> None:
+    at = datetime(2026, 12, 3, tzinfo=UTC)
+    with pytest.raises(ValueError, match="cron"):
+        schedule_nights("every night", "UTC", at, at)
+    with pytest.raises(ValueError, match="time zone"):
+        schedule_nights("0 2 * * *", "Mars/Olympus", at, at)
+
+
+@pytest.mark.parametrize("run", ["latest", "none"])
+def test_by_default_only_tonight_runs_and_the_earlier_nights_are_named(run: str) -> None:
+    policy = Missed(run=run)  # type: ignore[arg-type]
+    stale = decide(D[0], D, set(), set(), policy)
+    assert (stale.runs_own, stale.first, stale.named) == (False, [], [D[0], D[1]])
+    assert stale.latest == D[2]
+    tonight = decide(D[2], D, set(), set(), policy)
+    assert (tonight.runs_own, tonight.first, tonight.named) == (True, [], [D[0], D[1]])
+    # once named (by whichever run came first), a night is not named again
+    assert decide(D[2], D, set(), {D[0], D[1]}, policy).quiet
+    again = decide(D[1], D, set(), {D[0], D[1]}, policy)
+    assert (again.runs_own, again.named) == (False, [])
+
+
+def test_all_runs_every_missed_night_oldest_first_whichever_run_comes_first() -> None:
+    policy = Missed(run="all")
+    # the oldest run first: its own night; then the next; then tonight
+    assert decide(D[0], D, set(), set(), policy).nights == [D[0]]
+    assert decide(D[1], D, {D[0]}, set(), policy).nights == [D[1]]
+    assert decide(D[2], D, {D[0], D[1]}, set(), policy).nights == [D[2]]
+    # tonight's run first: the two earlier nights before its own, in order
+    first = decide(D[2], D, set(), set(), policy)
+    assert (first.first, first.runs_own, first.named) == ([D[0], D[1]], True, [])
+    # the stale runs after it find their nights done
+    late = decide(D[0], D, {D[0], D[1], D[2]}, set(), policy)
+    assert (late.nights, late.named, late.why) == ([], [], f"night {D[0]} already ran")
+
+
+def test_all_keeps_to_max_nights_and_names_the_older_ones() -> None:
+    due = [f"2026-12-0{d}" for d in range(1, 7)]
+    got = decide(due[-1], due, set(), set(), Missed(run="all", max_nights=2))
+    assert got.first == ["2026-12-04", "2026-12-05"]
+    assert got.named == ["2026-12-01", "2026-12-02", "2026-12-03"]
+    old = decide("2026-12-02", due, set(), set(), Missed(run="all", max_nights=2))
+    assert (old.runs_own, old.first) == (False, [])
+    assert "2026-12-02" in old.named
+
+
+def test_all_newest_first_runs_tonight_then_back_in_time() -> None:
+    got = decide(D[2], D, set(), set(), Missed(run="all", order="newest"))
+    assert got.nights == [D[2], D[1], D[0]]
+
+
+def test_a_run_of_a_night_off_the_schedule_runs() -> None:
+    assert decide("2026-12-07", D, set(D), set(), Missed()).quiet
