@@ -7,6 +7,7 @@ import os
 import sys
 
 from nightshift.cli import (
+    backfill,
     budgets,
     cancel,
     demo,
@@ -62,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     for command in (
         init,
         run,
+        backfill,
         validate,
         demo,
         status,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta, tzinfo
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_args
@@ -12,9 +13,11 @@ from nightshift.cli import exits
 from nightshift.cli.args import add_command, catalogue_flag
 
 if TYPE_CHECKING:
+    from nightshift.budgets.lookup import Budgets
     from nightshift.cli.plan_money import PlanMoney
     from nightshift.config.catalogue import Catalogue
     from nightshift.engine.forecast import Forecast, Late
+    from nightshift.engine.plan import Plan
 
 __all__ = ["PLAN_EXIT_CODES", "register", "scheduled_start"]
 
@@ -45,7 +48,11 @@ def register(sub: Any) -> None:
         help="the forecast measured: each night's forecast finish against its actual finish",
     )
     plan.add_argument(
-        "--nights", type=_positive, default=None, metavar="N", help="with --accuracy (default 14)"
+        "--nights",
+        default=None,
+        metavar="D1..D2|N",
+        help="past nights to backfill, each night's finish and cost and the total; "
+        "with --accuracy, how many nights to measure (default 14)",
     )
 
 
@@ -59,6 +66,14 @@ def _command(args: argparse.Namespace) -> int:
     except ValueError as exc:
         exits.say(f"nightshift plan: {exc}")
         return exits.USAGE
+    if args.nights is not None and ".." in args.nights:
+        return _nights(args)
+    if args.nights is not None:
+        try:
+            args.nights = _positive(args.nights)
+        except argparse.ArgumentTypeError as exc:
+            exits.say(f"nightshift plan: --nights: {exc} (or D1..D2: a backfill's nights)")
+            return exits.USAGE
     if args.accuracy or args.nights is not None:
         return _accuracy(args)
 
@@ -70,6 +85,30 @@ def _command(args: argparse.Namespace) -> int:
             exits.say(f"{args.catalogue}: --without: {exc}")
             return exits.BAD_CATALOGUE
         return _show(catalogue, Path(args.catalogue), night, caps, args.without, args.json)
+
+    return exits.guarded(show)
+
+
+def _nights(args: argparse.Namespace) -> int:
+    """``--nights D1..D2``: the backfill's nights, forecast one by one, and the total."""
+    from nightshift.cli.plan_nights import parse_nights, plan_nights, print_nights
+    from nightshift.config.loader import load_catalogue
+
+    if args.accuracy or args.limits or args.without or args.night:
+        exits.say(
+            "nightshift plan: --nights D1..D2 takes no --accuracy, --night, --limits or --without"
+        )
+        return exits.USAGE
+    try:
+        nights = parse_nights(args.nights)
+    except ValueError as exc:
+        exits.say(f"nightshift plan: {exc}")
+        return exits.USAGE
+
+    def show() -> int:
+        catalogue = load_catalogue(args.catalogue)
+        print_nights(plan_nights(catalogue, Path(args.catalogue), nights), args.json)
+        return exits.OK
 
     return exits.guarded(show)
 
@@ -117,14 +156,35 @@ def _show(
     without: list[str],
     as_json: bool,
 ) -> int:
+    now = datetime.now(UTC)
+    inputs = plan_inputs(catalogue, without, now)
+    result, source, money = night_plan(catalogue, path, inputs, night, caps, now)
+    extra = sorted(inputs.removed - set(without))
+    if as_json:
+        print(json.dumps(_as_json(result, source, sorted(set(without)), extra, money)))
+    else:
+        _print(result, source, sorted(set(without)), extra, money)
+    return exits.OK
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    """What every night's forecast is made from, read once: the plan, the budgets, each job's
+    learned costs, and the jobs left out (``--without`` and their dependents)."""
+
+    plan: Plan
+    budgets: Budgets
+    learned: dict[str, list[float]]
+    removed: set[str]
+
+
+def plan_inputs(catalogue: Catalogue, without: list[str], now: datetime) -> PlanInputs:
+    """Read the ledger as a night would at its start (the database's errors propagate)."""
     from nightshift.budgets.current import current_budgets
-    from nightshift.cli.plan_money import plan_money
     from nightshift.config.settings import load_settings
-    from nightshift.engine.night_forecast import forecast_night
     from nightshift.engine.plan import HISTORY_DAYS, expected_durations, plan_night
     from nightshift.store.ledger import Ledger
 
-    now = datetime.now(UTC)
     removed = _with_dependents(catalogue, without)
     keep = [j.label for j in catalogue.jobs if j.label not in removed]
     ledger = Ledger(load_settings().ledger_url(), catalogue.key)
@@ -139,16 +199,25 @@ def _show(
         ledger.close()
     if not keep:
         plan = type(plan)([], [])
+    return PlanInputs(plan, budgets, learned, removed)
+
+
+def night_plan(
+    catalogue: Catalogue,
+    path: Path,
+    inputs: PlanInputs,
+    night: str | None,
+    caps: dict[str, int],
+    now: datetime,
+) -> tuple[Forecast, str, PlanMoney]:
+    """One night's forecast (from its slot in the schedule), where its start comes from, and
+    what it costs, as the night forecasts itself at its start (engine/night_forecast.py)."""
+    from nightshift.cli.plan_money import plan_money
+    from nightshift.engine.night_forecast import forecast_night
+
     start, source, zone = _night_start(path, night, now)
-    # as the night forecasts itself at its start (engine/night_forecast.py)
-    result = forecast_night(catalogue, plan, budgets, start=start, caps=caps)
-    money = plan_money(catalogue, result, learned, zone)
-    extra = sorted(removed - set(without))
-    if as_json:
-        print(json.dumps(_as_json(result, source, sorted(set(without)), extra, money)))
-    else:
-        _print(result, source, sorted(set(without)), extra, money)
-    return exits.OK
+    result = forecast_night(catalogue, inputs.plan, inputs.budgets, start=start, caps=caps)
+    return result, source, plan_money(catalogue, result, inputs.learned, zone)
 
 
 def _with_dependents(catalogue: Catalogue, without: list[str]) -> set[str]:

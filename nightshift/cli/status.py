@@ -78,10 +78,12 @@ class LeaseHolder:
 
 def lease_holder(ledger: Ledger, key: str, now: datetime | None = None) -> LeaseHolder | None:
     """Who holds the catalogue's lease now (an expired lease is held by nobody)."""
+    from nightshift.store.db import db_now
     from nightshift.store.lease import Lease
 
     held = Lease(ledger.engine, key).holder()
-    if held is None or held[1] <= (now or datetime.now(UTC)):
+    # on the clock the lease expires by: the database's, not this host's
+    if held is None or held[1] <= db_now(ledger.engine, lambda: now or datetime.now(UTC)):
         return None
     owner, expires_at = held
     # host:pid:tag, and :flow-run-id when the night knew its flow run
@@ -100,7 +102,8 @@ def show_status(url: str, catalogue: Catalogue, night: str, *, as_json: bool) ->
     ledger = Ledger(url, catalogue.key)
     try:
         jobs = night_jobs(ledger.engine, catalogue.key, night)
-        if not jobs:
+        missed = missed_nights(ledger, catalogue.key, night)
+        if not jobs and not any(m["night"] == night for m in missed):
             raise NoSuchNight(f"no jobs of {catalogue.key!r} recorded for the night {night}")
         now = datetime.now(UTC)
         since = now - timedelta(days=HISTORY_DAYS)
@@ -111,12 +114,43 @@ def show_status(url: str, catalogue: Catalogue, night: str, *, as_json: bool) ->
     rows = [_row(job, usual.get(job.label)) for job in jobs]
     if as_json:
         lease = None if holder is None else _holder_json(holder)
-        print(
-            json.dumps({"catalogue": catalogue.key, "night": night, "lease": lease, "jobs": rows})
-        )
+        out = {"catalogue": catalogue.key, "night": night, "lease": lease, "jobs": rows}
+        print(json.dumps({**out, "missed": missed}))
         return 0
     _print(catalogue.key, night, rows, holder)
+    _print_missed(missed, night, catalogue.path)
     return 0
+
+
+def missed_nights(ledger: Ledger, key: str, night: str) -> list[dict[str, Any]]:
+    """The nights named missed in the month up to ``night``, and what became of each since:
+    ``missed`` (never run), or its verdict once run (a backfill)."""
+    from nightshift.orchestration.missed_nights import missed_fates
+
+    return [
+        {
+            "night": m.night,
+            "scheduled_at": _iso(m.scheduled_at),
+            "named_at": _iso(m.named_at),
+            "named_by": m.named_by,
+            "reason": m.reason,
+            "became": became,
+        }
+        for m, became in missed_fates(ledger.engine, key, night)
+    ]
+
+
+def _print_missed(missed: list[dict[str, Any]], night: str, path: Any) -> None:
+    if not missed:
+        return
+    for m in missed:
+        became = "never run" if m["became"] == "missed" else f"run since: {m['became']}"
+        head = "this night was" if m["night"] == night else f"night {m['night']}"
+        print(f"{head} missed ({became}); named {m['named_at']} by {m['named_by']}: {m['reason']}")
+    left = [m["night"] for m in missed if m["became"] == "missed"]
+    if left:
+        where = f" --catalogue {path}" if path is not None else ""
+        print(f"to run them: nightshift backfill{where} --from {left[0]} --to {left[-1]}")
 
 
 def _row(job: NightJob, usual_s: float | None) -> dict[str, Any]:
@@ -171,7 +205,8 @@ def _print(key: str, night: str, rows: list[dict[str, Any]], holder: LeaseHolder
             row["expected_end"] or "",
         )
     console = Console()
-    console.print(table)
+    if rows:  # a missed night has none: what became of it follows
+        console.print(table)
     if holder is None:
         line = "lease: free (no night of this catalogue is running)"
     else:

@@ -16,9 +16,18 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from nightshift.config.missed import Missed
 from nightshift.engine.plan import tonight
 
-__all__ = ["LOOKBACK", "MissedDecision", "decide", "missed_message", "schedule_nights"]
+__all__ = [
+    "LATE_AFTER",
+    "LOOKBACK",
+    "MissedDecision",
+    "decide",
+    "late_line",
+    "missed_message",
+    "schedule_nights",
+]
 
 LOOKBACK = timedelta(days=31)  # the furthest back a run looks for missed nights
+LATE_AFTER = timedelta(minutes=15)  # a night started later than this after its slot ran late
 _MAX_FIRES = 10_000  # a cron firing every minute for a week, at most
 
 
@@ -35,6 +44,7 @@ class MissedDecision:
     named: list[str] = field(default_factory=list)
     why: str = ""
     after: list[str] = field(default_factory=list)
+    slots: dict[str, datetime] = field(default_factory=dict)  # each due night's slot
 
     @property
     def quiet(self) -> bool:
@@ -128,3 +138,23 @@ def missed_message(
     command = f"nightshift backfill --catalogue {catalogue} --from {named[0]} --to {named[-1]}"
     lines.append(f"To run them: {command}")
     return headline, lines
+
+
+def late_line(
+    slot: datetime | None, started_at: datetime, missed: list[tuple[str, str]]
+) -> str | None:
+    """What the morning must know of when a night ran: late against its ``slot``, and the
+    nights ``missed`` before it, each with what became of it; None: on time, none missed."""
+    from nightshift.config.durations import format_duration
+
+    parts = []
+    if slot is not None and started_at - slot > LATE_AFTER:
+        late = format_duration((started_at - slot).total_seconds())
+        parts.append(
+            f"ran late: scheduled {slot.astimezone(UTC):%Y-%m-%d %H:%M} UTC, started "
+            f"{started_at.astimezone(UTC):%Y-%m-%d %H:%M} UTC ({late} late)"
+        )
+    if missed:
+        said = ", ".join(f"{night} ({became})" for night, became in missed)
+        parts.append(f"missed before it: {said}")
+    return "; ".join(parts) or None

@@ -125,6 +125,8 @@ class NightSummary:
     finished_at: str | None = None
     rerun: bool = False  # a later run of the night (a retry): some jobs may be kept
     spend: SpendTotals | None = None  # tonight's spend on paid jobs (None: none, no cap)
+    # when the night ran against its slot, and the earlier nights missed (None: on time)
+    late: str | None = None
 
     @property
     def exit_code(self) -> int:

@@ -7,6 +7,8 @@ the order that lets a stopped night go within seconds) in ``orchestration/night_
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 from prefect import flow, get_run_logger, tags
@@ -21,7 +23,7 @@ from nightshift.engine.stopping import NightStop
 from nightshift.flows.chain import chain, chain_run_name
 from nightshift.loop import NightLoop
 from nightshift.orchestration.cancel_hook import cancel_in_flight
-from nightshift.orchestration.missed_nights import check_missed
+from nightshift.orchestration.missed_nights import check_missed, late_of
 from nightshift.orchestration.night_end import end_early, end_night
 from nightshift.orchestration.night_run import run_night
 from nightshift.orchestration.night_setup import NightSetup, notifier_for, prepared_or_none, stamp
@@ -59,6 +61,7 @@ def nightly(
     live: Any = None,
     stop: Any = None,
     prepared: Any = None,
+    scheduled: str | None = None,
 ) -> State | list[State]:
     """One night of the catalogue: Completed only when every job succeeded.
 
@@ -73,41 +76,61 @@ def nightly(
     is over (summary written, lease given back). Without one the night makes its own.
     ``prepared``, the ``PreparedNight`` its caller checked (``orchestration/prepared_night.py``;
     the parameters above are what it was prepared from); without one the run prepares its own.
+    ``scheduled``: the slot a catch-up night was scheduled for (ISO), for its ``late`` line.
     """
     logger = get_run_logger()
     if prepared is None:
-        scheduled = flow_run.scheduled_start_time
-        prepared = prepared_or_none(catalog, only, night, run_dir, scheduled, logger)
+        start = flow_run.scheduled_start_time
+        prepared = prepared_or_none(catalog, only, night, run_dir, start, logger)
         if prepared is None:
             return [Failed(message="invalid catalogue: nothing was run")]
     notifier = notifier_for(prepared.catalogue, prepared.ledger, logger)
     # a run its schedule made: the earlier nights it finds missed are run first, or named
     missed = check_missed(prepared, catalog, notifier, logger)
     if missed is not None:
-        _catch_up(catalog, only, missed.first, logger)
+        _catch_up(catalog, only, missed, missed.first, logger)
         if not missed.runs_own:
             prepared.close()
-            _catch_up(catalog, only, missed.after, logger)
+            _catch_up(catalog, only, missed, missed.after, logger)
             return Cancelled(
                 name="Skipped", message=f"night {prepared.night} not run: {missed.why}"
             )
-    state = _own_night(prepared, notifier, live, stop, logger)
+    slot = _slot(scheduled, missed, prepared.night)
+    state = _own_night(prepared, notifier, live, stop, logger, slot)
     if missed is not None:
-        _catch_up(catalog, only, missed.after, logger)
+        _catch_up(catalog, only, missed, missed.after, logger)
     return state
 
 
-def _catch_up(catalog: str, only: list[str] | None, nights: list[str], logger: Any) -> None:
+def _slot(scheduled: str | None, missed: Any, night: str) -> datetime | None:
+    """When the night was due: a catch-up's slot, its schedule's, else the run's start."""
+    if scheduled:
+        return datetime.fromisoformat(scheduled)
+    if missed is not None and night in missed.slots:
+        return missed.slots[night]  # type: ignore[no-any-return]
+    return flow_run.scheduled_start_time  # type: ignore[no-any-return]
+
+
+def _catch_up(
+    catalog: str, only: list[str] | None, missed: Any, nights: list[str], logger: Any
+) -> None:
     """Each missed night in turn, as a nightly subflow run of its own (its lease, ledger rows,
     spend cap, report and verdict); one that fails does not stop the next."""
     for k, night in enumerate(nights, 1):
         logger.info("missed night %d of %d: %s", k, len(nights), night)
-        state = nightly(catalog=catalog, only=only, night=night, return_state=True)
+        slot = missed.slots.get(night)
+        state = nightly(
+            catalog=catalog,
+            only=only,
+            night=night,
+            scheduled=None if slot is None else slot.isoformat(),
+            return_state=True,
+        )
         logger.info("missed night %s: %s", night, getattr(state, "name", state))
 
 
 def _own_night(
-    prepared: Any, notifier: Any, live: Any, stop: Any, logger: Any
+    prepared: Any, notifier: Any, live: Any, stop: Any, logger: Any, slot: datetime | None
 ) -> State | list[State]:
     """The run's own night: fanned out, watched and joined under its lease."""
     prepared.run_path.mkdir(parents=True, exist_ok=True)
@@ -131,6 +154,8 @@ def _own_night(
         except Exception as exc:
             end_early(setup, exc, results, started_at)
             raise  # the CLI reads a LockHeldError from the flow run's result (exit 3)
+        # a night that ran late says so: its slot, its start, the nights missed before it
+        summary = replace(summary, late=late_of(prepared, slot, summary.started_at))
         return end_night(setup, summary, progress)
 
 

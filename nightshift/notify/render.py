@@ -103,6 +103,8 @@ def render_night(
     # what tonight spent, where it has a cap or its paid jobs cost anything
     if (spend := summary.spend) is not None and (spend.cap_usd is not None or spend.total_usd):
         slowest.append(escape(spend.line()))
+    if summary.late:  # it ran late: its slot, its start, the nights missed before it
+        slowest.append(escape(summary.late))
     tail = [context(f"<{escape(url)}|Flow run in the Prefect UI>")] if url else []
     blocks += pack_lines(lines, MAX_BLOCKS - len(blocks) - len(slowest) - len(tail))
     blocks += [section_block(line) for line in slowest] + tail

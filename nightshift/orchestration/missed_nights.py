@@ -8,18 +8,27 @@ night and the local CLI run the night they were asked for.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from nightshift.engine.missed import LOOKBACK, MissedDecision, decide, missed_message
+from nightshift.engine.missed import (
+    LOOKBACK,
+    MissedDecision,
+    decide,
+    late_line,
+    missed_message,
+)
 from nightshift.engine.missed import schedule_nights as cron_nights
 from nightshift.engine.plan import tonight
 from nightshift.notify.notifier import Notifier
 from nightshift.orchestration.prepared_night import PreparedNight
-from nightshift.store.missed_nights import MissedNights
-from nightshift.store.night_reads import nights_run
+from nightshift.store.alert_log import AlertLog
+from nightshift.store.missed_nights import MissedNight, MissedNights
+from nightshift.store.night_reads import night_verdicts, nights_run
+from nightshift.watchdog.checks import missed_findings
 
-__all__ = ["check_missed", "scheduled_nights"]
+__all__ = ["check_missed", "late_of", "missed_fates", "scheduled_nights"]
 
 
 def scheduled_nights(now: datetime, logger: Any) -> dict[str, datetime] | None:
@@ -139,11 +148,17 @@ def _check(
     ran = nights_run(engine, catalogue.key, since)
     named_before = {m.night for m in missed.all(since)}
     decision = decide(prepared.night, list(due), ran, named_before, catalogue.defaults.missed)
+    decision = replace(decision, slots=dict(due))
     if decision.quiet:
         return decision
     by = by or _run_name()
     new = missed.name([(n, due.get(n)) for n in decision.named], by=by, reason=decision.why, at=now)
     if new:
+        # in the alert log as the night's: the watchdog does not name them a second time
+        log = AlertLog(engine)
+        named = [(n, due.get(n), decision.why) for n in new]
+        for found in missed_findings(catalogue.key, named, now):
+            log.record(replace(found, raised_by="night"))
         headline, lines = missed_message(decision, new, due, catalog)
         logger.warning("%s. %s", headline, " ".join(lines))
         if notifier is not None:
@@ -158,3 +173,32 @@ def _run_name() -> str:
     from prefect.runtime import flow_run
 
     return f"flow run {flow_run.name} ({flow_run.id})" if flow_run.id else "nightshift"
+
+
+def missed_fates(engine: Any, key: str, night: str) -> list[tuple[MissedNight, str]]:
+    """The nights named missed in the month up to ``night`` (included), each with what became
+    of it: ``missed`` (never run), or its verdict once run (a backfill)."""
+    from datetime import date
+
+    since = (date.fromisoformat(night) - LOOKBACK).isoformat()
+    named = [m for m in MissedNights(engine, key).all(since) if m.night <= night]
+    verdicts = night_verdicts(engine, key, [m.night for m in named])
+    return [(m, verdicts.get(m.night, "missed")) for m in named]
+
+
+def late_of(prepared: PreparedNight, slot: datetime | None, started_at: str | None) -> str | None:
+    """The night's ``late`` line (``engine.missed.late_line``): its slot against its start, the
+    nights missed before it and what became of them. Never raises: a courtesy of the report."""
+    if started_at is None:
+        return None
+    try:
+        key, engine = prepared.catalogue.key, prepared.ledger.engine
+        fates = missed_fates(engine, key, prepared.night)
+        before = [
+            (m.night, "never run" if fate == "missed" else f"run since: {fate}")
+            for m, fate in fates
+            if m.night < prepared.night
+        ]
+        return late_line(slot, datetime.fromisoformat(started_at), before)
+    except Exception:  # the night's end never fails on this line
+        return None

@@ -149,6 +149,8 @@ def build_report(
         "forecast": None if forecast is None else dict(forecast),
         # tonight's spend on paid jobs and its cap: one line (None: no paid job, no cap)
         "spend": None if summary.spend is None else summary.spend.line(),
+        # a night that ran late, and the nights missed before it (None: on time, none missed)
+        "late": summary.late,
     }
 
 
@@ -177,6 +179,9 @@ def render_report(report: Mapping[str, Any], plot: str | None = None) -> str:
         runs = [{"started_at": report["started_at"], "finished_at": report.get("finished_at")}]
     if runs and (when := runs_line(night, runs)):
         out += ["", when]
+    if report.get("late"):  # a night that ran late, and the nights missed before it
+        late = str(report["late"]).replace("_", "\\_").replace("*", "\\*")
+        out += ["", f"**{late}**"]
     if report.get("forecast"):
         out += ["", *forecast_lines(report["forecast"])]
     if report.get("spend"):

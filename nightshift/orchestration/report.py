@@ -113,6 +113,8 @@ def summary_json(summary: NightSummary) -> dict[str, Any]:
         ],
         # tonight's spend on paid jobs (runs of the night before this one included), its cap
         "spend": None if summary.spend is None else spend_json(summary.spend),
+        # a night that ran late: its slot, its start, the nights missed before it
+        "late": summary.late,
     }
 
 

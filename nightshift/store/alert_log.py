@@ -6,7 +6,9 @@ watchdog (``INSERT ... ON CONFLICT DO NOTHING`` on SQLite and PostgreSQL).
 
 Kinds: ``dwell`` (a job's time in ``state`` past its budget: watch > p95, alert > 2 x p95),
 ``stopped`` (a night's lease expired with jobs in flight), ``stale`` (no success in too long),
-``streak`` (not ok several nights in a row). Only ``dwell`` rows have a state.
+``streak`` (not ok several nights in a row), ``missed`` (a night of the schedule that never
+ran: named by the run that found it, kept here so the watchdog does not name it again). Only
+``dwell`` rows have a state.
 """
 
 from __future__ import annotations
@@ -19,9 +21,18 @@ import sqlalchemy as sa
 
 from nightshift.store.db import UTCDateTime, dialect_insert
 
-__all__ = ["ALERTS_TABLE", "DWELL", "STALE", "STOPPED", "STREAK", "AlertLog", "AlertRecord"]
+__all__ = [
+    "ALERTS_TABLE",
+    "DWELL",
+    "MISSED",
+    "STALE",
+    "STOPPED",
+    "STREAK",
+    "AlertLog",
+    "AlertRecord",
+]
 
-DWELL, STOPPED, STALE, STREAK = "dwell", "stopped", "stale", "streak"
+DWELL, STOPPED, STALE, STREAK, MISSED = "dwell", "stopped", "stale", "streak", "missed"
 
 _metadata = sa.MetaData()
 
@@ -56,7 +67,7 @@ class AlertRecord:
     catalogue: str
     night: str
     label: str
-    kind: str  # DWELL | STOPPED | STALE | STREAK
+    kind: str  # DWELL | STOPPED | STALE | STREAK | MISSED
     level: str  # "watch" | "alert"
     raised_by: str  # "night" | "watchdog"
     at: datetime  # aware, UTC

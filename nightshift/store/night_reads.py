@@ -73,15 +73,19 @@ def nights_run(engine: sa.Engine, catalogue: str, since: str = "") -> set[str]:
         return {row.night for row in conn.execute(query)}
 
 
-def night_verdicts(engine: sa.Engine, catalogue: str, nights: list[str]) -> dict[str, str]:
-    """Each of ``nights`` with jobs in the ledger -> ``ok`` (every job succeeded), ``running``
-    (a job not yet in a final state) or ``not ok``."""
+def night_verdicts(
+    engine: sa.Engine, catalogue: str, nights: list[str], only: list[str] | None = None
+) -> dict[str, str]:
+    """Each of ``nights`` with jobs in the ledger (``only`` these labels) -> ``ok`` (every job
+    succeeded), ``running`` (a job not yet in a final state) or ``not ok``."""
     from nightshift.states import FINAL
 
     jobs = JOBS_TABLE.c
     query = sa.select(jobs.night, jobs.state).where(
         jobs.catalogue == catalogue, jobs.night.in_(nights)
     )
+    if only:
+        query = query.where(jobs.label.in_(only))
     states: dict[str, set[str]] = {}
     with engine.begin() as conn:
         for row in conn.execute(query):

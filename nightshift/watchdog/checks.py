@@ -34,7 +34,7 @@ from nightshift.budgets.lookup import FLOOR_S, Budget, classify
 from nightshift.config.durations import format_duration
 from nightshift.config.names import shown_name
 from nightshift.states import JobState
-from nightshift.store.alert_log import DWELL, STALE, STOPPED, STREAK, AlertRecord
+from nightshift.store.alert_log import DWELL, MISSED, STALE, STOPPED, STREAK, AlertRecord
 
 __all__ = [
     "BY",
@@ -45,6 +45,7 @@ __all__ = [
     "NightOutcome",
     "Rules",
     "dwell_findings",
+    "missed_findings",
     "stale_findings",
     "stale_limit",
     "stopped_findings",
@@ -226,6 +227,19 @@ def stale_findings(
         limit = format_duration(limit_s)
         text = f"{name}/{label} stale: {what}, more than {limit} (night {night})"
         found.append(_record(catalogue, night, label, STALE, now, text))
+    return found
+
+
+def missed_findings(
+    catalogue: str, missed: Iterable[tuple[str, datetime | None, str]], now: datetime
+) -> list[AlertRecord]:
+    """Each (night, slot, why) of ``catalogue`` named missed and never run since: ``missed``."""
+    name = shown_name(catalogue)
+    found = []
+    for night, slot, why in sorted(missed, key=lambda m: m[0]):
+        when = f"its {slot:%H:%M} UTC slot passed" if slot is not None else "its slot passed"
+        text = f"{name} night {night} missed: {when} and it never ran ({why})"
+        found.append(_record(catalogue, night, "", MISSED, now, text))
     return found
 
 

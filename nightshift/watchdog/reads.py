@@ -161,6 +161,19 @@ def label_records(engine: sa.Engine, catalogue: str) -> dict[str, LabelRecord]:
     return found
 
 
+def missed_never_run(
+    engine: sa.Engine, catalogue: str, since: str
+) -> list[tuple[str, datetime | None, str]]:
+    """The nights of ``catalogue`` from ``since`` on named missed and not run since: (night,
+    slot, why)."""
+    from nightshift.store.missed_nights import MissedNights
+    from nightshift.store.night_reads import nights_run
+
+    ran = nights_run(engine, catalogue, since)
+    named = MissedNights(engine, catalogue).all(since)
+    return [(m.night, m.scheduled_at, m.reason) for m in named if m.night not in ran]
+
+
 def _aware(value: datetime | str) -> datetime:
     """An aggregate's datetime, aware: SQLite keeps naive UTC (and may hand back its text)."""
     if isinstance(value, str):

@@ -16,11 +16,20 @@ from typing import Any, Protocol
 from nightshift.budgets.lookup import FLOOR_S
 from nightshift.config.catalogue import MIN_SAMPLES
 from nightshift.config.names import shown_name
-from nightshift.store.alert_log import DWELL, STALE, STOPPED, STREAK, AlertLog, AlertRecord
+from nightshift.store.alert_log import (
+    DWELL,
+    MISSED,
+    STALE,
+    STOPPED,
+    STREAK,
+    AlertLog,
+    AlertRecord,
+)
 from nightshift.store.db import db_now
 from nightshift.watchdog.checks import (
     Rules,
     dwell_findings,
+    missed_findings,
     stale_findings,
     stopped_findings,
     streak_findings,
@@ -31,7 +40,7 @@ __all__ = ["FindingSink", "LogFindingSink", "WatchReport", "watch_once"]
 Logger = logging.Logger | logging.LoggerAdapter  # type: ignore[type-arg]
 
 OUTCOME_WINDOW = timedelta(days=30)  # streaks are read from this many nights back, as budgets
-_ORDER = {STOPPED: 0, DWELL: 1, STREAK: 2, STALE: 3}  # the bigger news first
+_ORDER = {STOPPED: 0, DWELL: 1, MISSED: 2, STREAK: 3, STALE: 4}  # the bigger news first
 
 
 class FindingSink(Protocol):
@@ -124,7 +133,12 @@ def watch_once(
             found += dwell_findings(jobs, current_budgets(ledger, now, min_samples), now, floor_s)
         first_night = (now - OUTCOME_WINDOW).date().isoformat()
         found += streak_findings(reads.outcomes(engine, first_night, catalogue), now, rules, labels)
-        if catalogue is not None and labels is not None:
+        missed = []
+        if catalogue is not None:
+            missed = reads.missed_never_run(engine, catalogue, first_night)
+            found += missed_findings(catalogue, missed, now)
+        if catalogue is not None and labels is not None and not missed:
+            # a catalogue whose nights were missed is `missed`, not each of its labels stale
             records = reads.label_records(engine, catalogue)
             found += stale_findings(catalogue, labels, records, now, rules)
         found.sort(key=lambda a: (_ORDER.get(a.kind, 9), a.catalogue, a.night, a.label))

@@ -159,3 +159,34 @@ def test_a_database_that_is_down_is_one_line_and_exit_6(
     assert main([command, "--catalogue", str(catalogue), "--night", NIGHT]) == 6
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith("cannot open the ledger database ")
+
+
+def test_status_names_missed_nights_and_what_became_of_them(catalogue: Path, capsys) -> None:
+    from nightshift.store.missed_nights import MissedNights
+
+    ledger = _ledger()
+    try:
+        slot = datetime(2026, 11, 27, 2, 0, tzinfo=UTC)
+        MissedNights(ledger.engine, NAME).name(
+            [("2026-11-27", slot), ("2026-11-28", slot.replace(day=28))],
+            by="flow run night 2026-11-29",
+            reason="defaults.missed.run is latest",
+        )
+        # 11-28 was backfilled since, and ended ok
+        ledger.record_submit("2026-11-28", "done", "cli", "x1", 1)
+        ledger.record_state("2026-11-28", "done", "succeeded")
+    finally:
+        ledger.close()
+
+    # a missed night that never ran: not "no jobs recorded", but what became of it
+    assert main(["status", "--catalogue", str(catalogue), "--night", "2026-11-27", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["jobs"] == []
+    assert [(m["night"], m["became"]) for m in out["missed"]] == [("2026-11-27", "missed")]
+    assert out["missed"][0]["scheduled_at"] == "2026-11-27T02:00:00+00:00"
+
+    assert main(["status", "--catalogue", str(catalogue), "--night", "2026-11-28"]) == 0
+    text = capsys.readouterr().out
+    assert "night 2026-11-27 missed (never run)" in text
+    assert "this night was missed (run since: ok)" in text
+    assert f"nightshift backfill --catalogue {catalogue} --from 2026-11-27 --to 2026-11-27" in text

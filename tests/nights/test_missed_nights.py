@@ -80,6 +80,13 @@ def test_missed_nights_are_named_once_in_one_alert_whichever_run_comes_first(
         (D[1], SLOTS[D[1]], first),
     ]
     assert all(m.announced_at is not None for m in named)
+    # the watchdog finds them missed, and does not name them a second time
+    from nightshift.config.settings import load_settings
+    from nightshift.watchdog.run import watch_once
+
+    report = watch_once(load_settings().ledger_url(), catalogue="missed", now=NOW)
+    assert [(a.kind, a.night) for a in report.found] == [("missed", D[0]), ("missed", D[1])]
+    assert report.raised == []
 
 
 def test_all_runs_the_missed_nights_first_and_names_none(

@@ -187,3 +187,29 @@ def test_a_watchdog_on_a_host_whose_clock_is_off_judges_by_the_ledgers_clock(
         report = watch_once(db_url, catalogue="cat", labels=["etl"], host_clock=skewed)
         assert [(a.kind, a.detail) for a in report.found] == [], minutes
         assert abs((report.at - datetime.now(UTC)).total_seconds()) < 30
+
+
+def test_a_night_named_missed_and_never_run_is_missed_not_its_labels_stale(db_url: str) -> None:
+    from nightshift.store.alert_log import MISSED
+    from nightshift.store.missed_nights import MissedNights
+
+    ledger = Ledger(db_url, "cat")
+    _history(ledger)  # etl succeeded every night up to the one before NOW
+    later = NOW + timedelta(days=3)  # then the worker was down: no night for three days
+    missed = MissedNights(ledger.engine, "cat")
+    slot = datetime(2026, 11, 30, 2, 0, tzinfo=UTC)
+    missed.name([("2026-11-30", slot)], by="test", reason="defaults.missed.run is latest")
+    missed.name([("2026-12-01", None)], by="test", reason="defaults.missed.run is latest")
+    # 12-01 was backfilled since, and succeeded
+    ledger.record_submit("2026-12-01", "etl", "command", "backfilled", 1, at=later)
+    ledger.record_state("2026-12-01", "etl", "succeeded", finished_at=later)
+
+    report = watch_once(db_url, catalogue="cat", labels=["etl"], now=later)
+
+    assert [(a.kind, a.night) for a in report.raised] == [(MISSED, "2026-11-30")]
+    assert report.raised[0].detail == (
+        "cat night 2026-11-30 missed: its 02:00 UTC slot passed and it never ran "
+        "(defaults.missed.run is latest)"
+    )
+    again = watch_once(db_url, catalogue="cat", labels=["etl"], now=later)
+    assert again.raised == [] and [a.kind for a in again.found] == [MISSED]

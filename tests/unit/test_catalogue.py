@@ -254,3 +254,27 @@ def test_a_catalogue_loaded_by_a_relative_path_keeps_its_key_and_folder_when_the
     )
     assert job_spec(catalogue, "batch").options["input"] == spec.options["input"]
     assert spec.options["input"] == str(tmp_path / "team" / "in.jsonl")
+
+
+JOB = "jobs: [{label: a, backend: command, argv: [sleep, '5']}]"
+
+
+def test_the_missed_night_policy_defaults_to_latest_and_has_a_shorthand() -> None:
+    assert parse_catalogue(JOB).defaults.missed.run == "latest"
+    policy = parse_catalogue("defaults: {missed: all}\n" + JOB).defaults.missed
+    assert (policy.run, policy.max_nights, policy.order) == ("all", 3, "oldest")
+
+
+@pytest.mark.parametrize(
+    ("block", "said"),
+    [
+        ("{run: everything}", "night.yaml:1: field 'defaults.missed.run': Input should be"),
+        ("{run: all, max_nights: 0}", "field 'defaults.missed.max_nights'"),
+        ("{order: sideways}", "field 'defaults.missed.order'"),
+        ("{catch_up: true}", "field 'defaults.missed.catch_up'"),
+    ],
+)
+def test_a_bad_missed_block_is_named_by_line_and_field(block: str, said: str) -> None:
+    with pytest.raises(CatalogueError) as bad:
+        parse_catalogue(f"defaults: {{missed: {block}}}\n" + JOB, "night.yaml")
+    assert said in str(bad.value)

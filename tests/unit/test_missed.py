@@ -77,3 +77,22 @@ def test_all_newest_first_runs_tonight_then_back_in_time() -> None:
 
 def test_a_run_of_a_night_off_the_schedule_runs() -> None:
     assert decide("2026-12-07", D, set(D), set(), Missed()).quiet
+
+
+def test_a_night_on_time_with_nothing_missed_says_nothing() -> None:
+    from nightshift.engine.missed import late_line
+
+    slot = datetime(2026, 12, 6, 2, 0, tzinfo=UTC)
+    assert late_line(slot, slot.replace(minute=14), []) is None
+    assert late_line(None, slot, []) is None
+
+
+def test_a_late_night_says_its_slot_its_start_and_the_nights_missed_before_it() -> None:
+    from nightshift.engine.missed import late_line
+
+    slot = datetime(2026, 12, 6, 2, 0, tzinfo=UTC)
+    line = late_line(slot, slot.replace(hour=9, minute=12), [(D[0], "never run"), (D[1], "ok")])
+    assert line == (
+        "ran late: scheduled 2026-12-06 02:00 UTC, started 2026-12-06 09:12 UTC (7h12m late); "
+        "missed before it: 2026-12-04 (never run), 2026-12-05 (ok)"
+    )

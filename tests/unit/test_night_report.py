@@ -353,3 +353,14 @@ def test_a_report_without_its_picture_keeps_the_rest(tmp_path) -> None:
     kept = json.loads((tmp_path / SUMMARY_FILE).read_text())
     assert kept["report"]["jobs"] == page["jobs"]
     assert "Tonight against the budgets" not in render_report(page, plot=None)
+
+
+def test_a_night_that_ran_late_says_so_above_its_jobs() -> None:
+    late = "ran late: scheduled 2026-12-01 02:00 UTC, started 2026-12-01 09:12 UTC (7h12m late)"
+    late += "; missed before it: 2026-11-29 (never run), 2026-11-30 (run since: ok)"
+    fields = build_report(replace(NIGHT, late=late), night="2026-12-01", catalogue="nightly")
+    assert fields["late"] == late
+    page = render_report(fields)
+    assert f"**{late}**" in page
+    assert page.index("ran late") < page.index("## Jobs, worst first")
+    assert "ran late" not in render_report(report())  # on time: nothing said

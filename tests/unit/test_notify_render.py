@@ -342,3 +342,16 @@ def test_the_slow_line_fits_a_digest_at_slacks_limits_and_is_escaped() -> None:
     assert sections[-1].startswith("slow: &lt;!channel&gt; 0 2m, usual 3s (25.0× p95);")
     assert sections[-1].endswith("; and 4 more")
     assert "<!channel>" not in _texts(message.blocks) + message.text
+
+
+def test_a_digest_of_a_night_that_ran_late_says_so() -> None:
+    from dataclasses import replace
+
+    night = _night(Severity.PARTIAL, JobOutcome("audit:links", Outcome.FAILED, 60, detail="x"))
+    late = "ran late: scheduled 2026-11-29 02:00 UTC, started 2026-11-29 09:12 UTC (7h12m late)"
+    [message] = render_night(
+        replace(night, late=late), CONFIG, night="2026-11-29", catalogue="nightly"
+    )
+    assert late in message.text and late in _texts(message.blocks)
+    [on_time] = render_night(night, CONFIG, night="2026-11-29", catalogue="nightly")
+    assert "ran late" not in on_time.text

@@ -35,6 +35,7 @@ KNOWN = (
     "0006",
     "0007",
     "0008",
+    "0009",
     HEAD,
 )  # oldest first; None: no revision kept (new, or before migrations)
 VERSION_TABLE = "nightshift_alembic_version"  # where the ledger keeps its revision
