@@ -94,6 +94,8 @@ class MetricsData:
     severities: dict[str, str] = field(default_factory=dict)
     # catalogue -> what its latest night's paid jobs spent and still commit, USD
     spend: dict[str, float] = field(default_factory=dict)
+    # (catalogue, "missed" | "backfilled") -> nights named missed: never run, or run since
+    missed: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
 def night_severity(states: Iterable[str]) -> str:
@@ -137,6 +139,7 @@ def _families(data: MetricsData) -> list[tuple[Sequence[Any], Build]]:
         (sorted(data.severities.items()), _severity),
         (sorted(data.alerts, key=lambda a: (a.catalogue, a.job, a.level)), _alerts),
         (sorted(data.spend.items()), _spend),
+        (sorted(data.missed.items()), _missed),
     ]
 
 
@@ -228,6 +231,18 @@ def _spend(rows: Sequence[tuple[str, float]]) -> Metric:
     for catalogue, usd in rows:
         spend.add_metric([catalogue], usd)
     return spend
+
+
+def _missed(rows: Sequence[tuple[tuple[str, str], int]]) -> Metric:
+    missed = CounterMetricFamily(
+        "nightshift_missed_nights",
+        "Nights of the schedule that never ran when due, as the ledger keeps them: still missed "
+        "(never run), or backfilled (run since)",
+        labels=["catalogue", "became"],
+    )
+    for (catalogue, became), count in rows:
+        missed.add_metric([catalogue, became], count)
+    return missed
 
 
 def _bound(seconds: float) -> str:

@@ -23,6 +23,7 @@ from nightshift.metrics.families import (
 from nightshift.states import JobState
 from nightshift.store.alert_log import ALERTS_TABLE
 from nightshift.store.ledger import BEFORE_CATALOGUES, JOBS_TABLE, TRANSITIONS_TABLE
+from nightshift.store.missed_nights import MISSED_NIGHTS_TABLE
 
 __all__ = ["read_metrics"]
 
@@ -37,6 +38,7 @@ def read_metrics(engine: sa.Engine) -> MetricsData:
             alerts=_alerts(conn),
             severities=_severities(conn),
             spend=_spend(conn),
+            missed=_missed(conn),
         )
 
 
@@ -136,6 +138,15 @@ def _spend(conn: sa.Connection) -> dict[str, float]:
         .group_by(j.catalogue)
     )
     return {catalogue: float(total) for catalogue, total in conn.execute(query)}
+
+
+def _missed(conn: sa.Connection) -> dict[tuple[str, str], int]:
+    """(catalogue, "missed" | "backfilled") -> how many nights named missed are so."""
+    m, j = MISSED_NIGHTS_TABLE.c, JOBS_TABLE.c
+    ran = sa.exists().where(j.catalogue == m.catalogue, j.night == m.night)
+    became = sa.case((ran, "backfilled"), else_="missed")
+    query = sa.select(m.catalogue, became, sa.func.count()).group_by(m.catalogue, became)
+    return {(catalogue, state): int(n) for catalogue, state, n in conn.execute(query)}
 
 
 def _latest_night() -> tuple[sa.Subquery, sa.ColumnElement[bool]]:

@@ -222,3 +222,20 @@ def test_the_latest_night_s_spend_is_a_gauge_per_catalogue(db_url: str, tmp_path
     got = _parse(path.read_text())
     assert got[("nightshift_spend_usd", (("catalogue", "n.yaml"),))] == 6.25
     assert ("nightshift_spend_usd", (("catalogue", "other.yaml"),)) not in got  # nothing paid
+
+
+def test_missed_and_backfilled_nights_are_counted_per_catalogue(db_url: str, tmp_path: Path) -> None:
+    from nightshift.store.missed_nights import MissedNights
+
+    ledger = _fill(db_url)
+    named = [("2026-11-20", None), ("2026-11-21", None), ("2026-11-22", None)]
+    MissedNights(ledger.engine, "n.yaml").name(named, by="test", reason="latest")
+    ledger.record_submit("2026-11-21", "gen", "http", "g", 1, at=T0)  # backfilled since
+    path = tmp_path / "nightshift.prom"
+
+    assert export_metrics(read_metrics(ledger.engine), path) is True
+
+    got = _parse(path.read_text())
+    name = "nightshift_missed_nights_total"
+    assert got[(name, (("became", "missed"), ("catalogue", "n.yaml")))] == 2
+    assert got[(name, (("became", "backfilled"), ("catalogue", "n.yaml")))] == 1
