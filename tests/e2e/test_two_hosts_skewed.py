@@ -59,8 +59,8 @@ def test_a_host_whose_clock_is_off_is_refused_while_the_night_is_live(
     }
     night = ["-m", "nightshift.cli.main", "run", "--catalogue", str(catalogue), "--night", NIGHT]
     host_a = {**env, "NIGHTSHIFT_STATE_DIR": str(tmp_path / "host-a")}
-    first = subprocess.Popen([sys.executable, *night], cwd=REPO, env=host_a,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    out = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True}
+    first = subprocess.Popen([sys.executable, *night], cwd=REPO, env=host_a, **out)
     ledger = sa.create_engine(db_url)
 
     def states() -> list[str]:
@@ -92,12 +92,12 @@ def test_a_host_whose_clock_is_off_is_refused_while_the_night_is_live(
             report = json.loads(watched.stdout)
             assert report["found"] == 0, (offset, report)
             assert in_flight()  # host A's night, untouched
-        out, _ = first.communicate(timeout=120)
+        said, _ = first.communicate(timeout=120)
     finally:
         if first.poll() is None:
             first.kill()
             first.wait(timeout=30)
-    assert first.returncode == 0, out
+    assert first.returncode == 0, said
     assert states() == ["succeeded", "succeeded"]
     assert [len((tmp_path / label).read_text()) for label in ("etl", "report")] == [1, 1]
     ledger.dispose()

@@ -224,7 +224,9 @@ def test_the_latest_night_s_spend_is_a_gauge_per_catalogue(db_url: str, tmp_path
     assert ("nightshift_spend_usd", (("catalogue", "other.yaml"),)) not in got  # nothing paid
 
 
-def test_missed_and_backfilled_nights_are_counted_per_catalogue(db_url: str, tmp_path: Path) -> None:
+def test_missed_and_backfilled_nights_are_counted_per_catalogue(
+    db_url: str, tmp_path: Path
+) -> None:
     from nightshift.store.missed_nights import MissedNights
 
     ledger = _fill(db_url)
