@@ -21,7 +21,13 @@ from nightshift.errors import CatalogueProblem
 if TYPE_CHECKING:
     from nightshift.config.catalogue import Catalogue
 
-__all__ = ["job_lifetime", "schedule_interval", "schedule_warnings", "timer_problems"]
+__all__ = [
+    "job_lifetime",
+    "nightly_crons",
+    "schedule_interval",
+    "schedule_warnings",
+    "timer_problems",
+]
 
 DAY_S = 86400.0
 # enough fires of a cron to see its shortest gap (a weekly cron fires 8 times in 50 days)
@@ -121,6 +127,20 @@ def nightly_schedules(catalogue_path: Path) -> tuple[str, list[dict[str, Any]]] 
         schedules = [s for s in deployment.get("schedules") or [] if isinstance(s, dict)]
         return str(deployment.get("name", "?")), schedules
     return None
+
+
+def nightly_crons(catalogue_path: Path) -> list[tuple[str, str | None]]:
+    """The active cron schedules of this catalogue's nightly deployment in a ``prefect.yaml``
+    beside it, as (cron, time zone); [] without one."""
+    found = nightly_schedules(catalogue_path)
+    if found is None:
+        return []
+    crons = []
+    for schedule in found[1]:
+        if isinstance(schedule.get("cron"), str) and schedule.get("active", True) is not False:
+            zone = schedule.get("timezone")
+            crons.append((schedule["cron"], str(zone) if zone else None))
+    return crons
 
 
 def schedule_interval(catalogue_path: Path) -> tuple[float, str]:

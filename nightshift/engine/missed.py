@@ -103,10 +103,12 @@ def decide(
             named = sorted({n for n in due if n < latest and n not in done} | ({own} - done))
             return MissedDecision(own, latest, [], False, named, why)
         return MissedDecision(own, latest, [], True, before, why)
-    # all: the newest max_nights nights before the latest run; older ones are named
+    # all: the newest max_nights nights before the latest run, named before (by the watchdog
+    # while no worker ran, say) or not; older ones are named
     window = sorted(n for n in set(due) if n < latest)[-policy.max_nights :]
-    keep = [n for n in before if n in window]
-    named = [n for n in before if n not in window]
+    unrun = sorted(n for n in set(due) if n < own and n not in ran)
+    keep = [n for n in unrun if n in window]
+    named = [n for n in unrun if n not in window and n not in named_before]
     why = (
         f"defaults.missed.run is all: the {policy.max_nights} nights before the latest due "
         f"({latest}) run, {policy.order} first"

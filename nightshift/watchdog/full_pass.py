@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from nightshift.budgets.lookup import FLOOR_S, dwell_floor
 from nightshift.config.catalogue import MIN_SAMPLES, Catalogue
 from nightshift.config.settings import Settings
-from nightshift.config.timers import schedule_interval
+from nightshift.config.timers import nightly_crons, schedule_interval
 from nightshift.metrics.export import export_ledger_metrics
 from nightshift.notify.notifier import Notifier, flush_outbox
 from nightshift.notify.sinks import SlackFindingSink
@@ -70,6 +70,9 @@ def watchdog_pass(
     log: Logger = logger or logging.getLogger("nightshift.watchdog")
     url = settings.ledger_url()
     floor_s, min_samples = FLOOR_S, MIN_SAMPLES
+    schedule: list[tuple[str, str | None]] | None = None
+    if catalogue is not None and catalogue.path is not None:
+        schedule = nightly_crons(catalogue.path)  # its nights that never started are missed
     if catalogue is not None:
         # stale follows the catalogue's schedule (prefect.yaml beside it, else daily), and the
         # watchdog's dwell alerts keep the night's floor
@@ -96,6 +99,7 @@ def watchdog_pass(
             now=now,
             floor_s=floor_s,
             min_samples=min_samples,
+            schedule=schedule,
         )
         export_ledger_metrics(ledger.engine, settings, logger=log)
     finally:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from nightshift.budgets.lookup import FLOOR_S
@@ -27,6 +27,7 @@ from nightshift.store.alert_log import (
 )
 from nightshift.store.db import db_now
 from nightshift.watchdog.checks import (
+    BY,
     Rules,
     dwell_findings,
     missed_findings,
@@ -39,6 +40,7 @@ __all__ = ["FindingSink", "LogFindingSink", "WatchReport", "watch_once"]
 
 Logger = logging.Logger | logging.LoggerAdapter  # type: ignore[type-arg]
 
+UNSTARTED_AFTER = timedelta(hours=1)  # a night not started this long after its slot: missed
 OUTCOME_WINDOW = timedelta(days=30)  # streaks are read from this many nights back, as budgets
 _ORDER = {STOPPED: 0, DWELL: 1, MISSED: 2, STREAK: 3, STALE: 4}  # the bigger news first
 
@@ -103,6 +105,7 @@ def watch_once(
     floor_s: float = FLOOR_S,
     min_samples: int = MIN_SAMPLES,
     host_clock: Callable[[], datetime] | None = None,
+    schedule: list[tuple[str, str | None]] | None = None,
 ) -> WatchReport:
     """One pass over ``catalogue`` (a key; None: all); stale labels need ``labels`` (its file's).
 
@@ -110,7 +113,10 @@ def watch_once(
     leases expire by, whatever this host's says), a SQLite file's host's (``host_clock``).
 
     ``floor_s`` and ``min_samples`` are the catalogue's (its dwell floor and
-    ``defaults.min_samples``), the defaults without one.
+    ``defaults.min_samples``), the defaults without one. ``schedule``: the (cron, time zone)
+    of the catalogue's nightly: a night whose slot passed ``UNSTARTED_AFTER`` ago with no night
+    of the catalogue running and none of it in the ledger is named missed here (no worker ran
+    it, so no run of it could).
 
     Database errors propagate for the caller to name.
     """
@@ -128,13 +134,16 @@ def watch_once(
         catalogues = {j.catalogue for j in jobs}
         since = min((j.night for j in jobs), default="")
         activity = reads.night_activity(engine, catalogues, since)
-        found = stopped_findings(jobs, reads.leases(engine), activity, now)
+        leases = reads.leases(engine)
+        found = stopped_findings(jobs, leases, activity, now)
         if jobs:
             found += dwell_findings(jobs, current_budgets(ledger, now, min_samples), now, floor_s)
         first_night = (now - OUTCOME_WINDOW).date().isoformat()
         found += streak_findings(reads.outcomes(engine, first_night, catalogue), now, rules, labels)
         missed = []
         if catalogue is not None:
+            if schedule:
+                _name_unstarted(engine, catalogue, schedule, leases, now)
             missed = reads.missed_never_run(engine, catalogue, first_night)
             found += missed_findings(catalogue, missed, now)
         if catalogue is not None and labels is not None and not missed:
@@ -167,3 +176,40 @@ def _alert_dict(alert: AlertRecord) -> dict[str, Any]:
         "p95_s": alert.p95_s,
         "text": alert.detail,
     }
+
+
+def _name_unstarted(
+    engine: Any,
+    catalogue: str,
+    schedule: list[tuple[str, str | None]],
+    leases: dict[str, Any],
+    now: datetime,
+) -> None:
+    """Name the nights of ``schedule`` whose slot passed ``UNSTARTED_AFTER`` ago and that
+    never started, since the catalogue's first night (none while one of its nights runs)."""
+    from nightshift.engine.missed import LOOKBACK, schedule_nights
+    from nightshift.store.missed_nights import MissedNights
+    from nightshift.store.night_reads import nights_run
+    from nightshift.watchdog import reads
+
+    lease = leases.get(catalogue)
+    if lease is not None and lease.expires_at >= now:
+        return  # a night is running: the next one may only be waiting its turn
+    first = reads.first_night(engine, catalogue)
+    if first is None:
+        return  # it never ran: nothing says its schedule is meant to run yet
+    start = datetime.fromisoformat(first).replace(tzinfo=UTC) + timedelta(days=1)
+    since = max(start, now - LOOKBACK)
+    slots: dict[str, datetime] = {}
+    for cron, zone in schedule:
+        try:
+            found = schedule_nights(cron, zone, since, now - UNSTARTED_AFTER)
+        except ValueError:
+            continue  # `nightshift validate` names a bad schedule
+        for night, slot in found.items():
+            slots.setdefault(night, slot)
+    missed = MissedNights(engine, catalogue)
+    done = nights_run(engine, catalogue, first) | {m.night for m in missed.all(first)}
+    unstarted = [(n, at) for n, at in sorted(slots.items()) if n not in done and n > first]
+    why = "no run of it started (is a worker running? the deployment paused?)"
+    missed.name(unstarted, by=BY, reason=why, at=now)

@@ -213,3 +213,36 @@ def test_a_night_named_missed_and_never_run_is_missed_not_its_labels_stale(db_ur
     )
     again = watch_once(db_url, catalogue="cat", labels=["etl"], now=later)
     assert again.raised == [] and [a.kind for a in again.found] == [MISSED]
+
+
+def test_nights_that_never_started_are_named_missed_by_the_watchdog(db_url: str) -> None:
+    from nightshift.store.alert_log import MISSED
+    from nightshift.store.missed_nights import MissedNights
+
+    ledger = Ledger(db_url, "cat")
+    _history(ledger)  # nights up to 2026-11-28; then no worker: nothing started since
+    schedule = [("0 2 * * *", "UTC")]
+    later = datetime(2026, 12, 1, 2, 30, tzinfo=UTC)  # 12-01's slot passed only 30 minutes ago
+    night = Lease(ledger.engine, "cat", "a-night", ttl_s=3600, clock=lambda: later)
+    night.acquire()
+
+    # a night holds the lease (the next may only wait its turn): nothing named
+    held = watch_once(db_url, catalogue="cat", now=later, schedule=schedule)
+    assert MissedNights(ledger.engine, "cat").all() == [] and held.raised == []
+
+    night.release()  # that night ended
+    free = later + timedelta(minutes=5)
+    report = watch_once(db_url, catalogue="cat", labels=["etl"], now=free, schedule=schedule)
+
+    assert [(a.kind, a.night) for a in report.raised] == [
+        (MISSED, "2026-11-29"),
+        (MISSED, "2026-11-30"),
+    ]
+    assert "no run of it started (is a worker running?" in report.raised[0].detail
+    named = MissedNights(ledger.engine, "cat").all()
+    assert [(m.night, m.scheduled_at, m.named_by) for m in named] == [
+        ("2026-11-29", datetime(2026, 11, 29, 2, 0, tzinfo=UTC), "watchdog"),
+        ("2026-11-30", datetime(2026, 11, 30, 2, 0, tzinfo=UTC), "watchdog"),
+    ]
+    again = watch_once(db_url, catalogue="cat", labels=["etl"], now=free, schedule=schedule)
+    assert again.raised == []

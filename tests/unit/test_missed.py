@@ -96,3 +96,11 @@ def test_a_late_night_says_its_slot_its_start_and_the_nights_missed_before_it() 
         "ran late: scheduled 2026-12-06 02:00 UTC, started 2026-12-06 09:12 UTC (7h12m late); "
         "missed before it: 2026-12-04 (never run), 2026-12-05 (ok)"
     )
+
+
+def test_all_runs_a_missed_night_named_before_by_the_watchdog_within_its_window() -> None:
+    # the worker was down: the watchdog named D-2 and D-1; the worker is back
+    got = decide(D[2], D, set(), {D[0], D[1]}, Missed(run="all"))
+    assert (got.first, got.named) == ([D[0], D[1]], [])
+    # latest keeps them named, not run
+    assert decide(D[2], D, set(), {D[0], D[1]}, Missed()).quiet
