@@ -80,12 +80,16 @@ def plan_nights(
     for night in nights:
         forecast, _source, money = night_plan(catalogue, path, inputs, night, {}, now)
         cost = money.cost
+        # no job with a basis (no history, no hint): no finish to forecast, said as such
+        known = any(j.basis != "none" for j in forecast.jobs)
+        p50 = round((forecast.finish_p50 - forecast.start).total_seconds()) if known else None
+        p95 = round((forecast.finish_p95 - forecast.start).total_seconds()) if known else None
         rows.append(
             {
                 "night": night,
                 "start": forecast.start.astimezone(UTC).isoformat(timespec="seconds"),
-                "finish_p50_s": round((forecast.finish_p50 - forecast.start).total_seconds()),
-                "finish_p95_s": round((forecast.finish_p95 - forecast.start).total_seconds()),
+                "finish_p50_s": p50,
+                "finish_p95_s": p95,
                 "usd": _usd(cost.total_p50),
                 "p95_usd": _usd(cost.total_p95),
                 "unknown": list(cost.unknown),
@@ -118,8 +122,8 @@ def print_nights(found: NightsPlan, as_json: bool) -> None:
         flag = " over cap" if r["over_cap"] else ""
         table.add_row(
             r["night"],
-            format_duration(r["finish_p50_s"]),
-            format_duration(r["finish_p95_s"]),
+            "no history" if r["finish_p50_s"] is None else format_duration(r["finish_p50_s"]),
+            "no history" if r["finish_p95_s"] is None else format_duration(r["finish_p95_s"]),
             _money(r["usd"]) + flag,
             _money(r["p95_usd"]),
         )

@@ -81,6 +81,10 @@ def test_plan_nights_gives_each_nights_cost_and_the_total(sandbox: Path, capsys)
         ("2026-11-22", 1.75),
     ]
     assert out["total_usd"] == 5.25 and out["over_cap"] == []
+    # no history yet: no finish is forecast, and none is shown as if it were
+    assert {(n["finish_p50_s"], n["finish_p95_s"]) for n in out["nights"]} == {(None, None)}
+    assert main(["plan", "--catalogue", str(path), "--nights", "2026-11-20..2026-11-20"]) == 0
+    assert "no history" in capsys.readouterr().out
 
 
 def test_a_night_expected_past_the_cap_needs_yes(sandbox: Path, capsys) -> None:
