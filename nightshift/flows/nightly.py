@@ -105,7 +105,10 @@ def nightly(
 def _slot(scheduled: str | None, missed: Any, night: str) -> datetime | None:
     """When the night was due: a catch-up's slot, its schedule's, else the run's start."""
     if scheduled:
-        return datetime.fromisoformat(scheduled)
+        try:
+            return datetime.fromisoformat(scheduled)
+        except ValueError:  # only for the late line: the night runs all the same
+            return None
     if missed is not None and night in missed.slots:
         return missed.slots[night]  # type: ignore[no-any-return]
     return flow_run.scheduled_start_time  # type: ignore[no-any-return]
@@ -119,13 +122,17 @@ def _catch_up(
     for k, night in enumerate(nights, 1):
         logger.info("missed night %d of %d: %s", k, len(nights), night)
         slot = missed.slots.get(night)
-        state = nightly(
-            catalog=catalog,
-            only=only,
-            night=night,
-            scheduled=None if slot is None else slot.isoformat(),
-            return_state=True,
-        )
+        try:
+            state = nightly(
+                catalog=catalog,
+                only=only,
+                night=night,
+                scheduled=None if slot is None else slot.isoformat(),
+                return_state=True,
+            )
+        except Exception as exc:  # its subflow run could not even start: the next night can
+            logger.error("missed night %s not run: %s: %s", night, type(exc).__name__, exc)
+            continue
         logger.info("missed night %s: %s", night, getattr(state, "name", state))
 
 

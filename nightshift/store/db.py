@@ -86,7 +86,8 @@ def db_now(on: sa.Engine | sa.Connection, host_clock: Any = None) -> datetime:
     else:
         with on.connect() as conn:
             value = conn.execute(sa.select(sa.func.now())).scalar_one()
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
+    # the session's time zone is the server's setting: UTC, as every time here is
+    return value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
 
 
 def dialect_insert(engine: sa.Engine, table: sa.Table) -> Any:

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 
 import sqlalchemy as sa
 
-from nightshift.store.db import UTCDateTime
+from nightshift.store.db import UTCDateTime, db_now
 from nightshift.store.lease import LEASES_TABLE
 
 __all__ = ["Orphan", "SlotHolders"]
@@ -72,8 +72,9 @@ class SlotHolders:
             conn.execute(sa.delete(_slots).where(_slots.c.lease_id == lease_id))
 
     def orphans(self, now: datetime | None = None) -> list[Orphan]:
-        """Slot leases on this server whose holder holds no unexpired night lease (it died)."""
-        now = now or datetime.now(UTC)
+        """Slot leases on this server whose holder holds no unexpired night lease (it died),
+        on the clock the night leases expire by (the database's: ``db_now``)."""
+        now = now or db_now(self.engine)
         alive = sa.select(LEASES_TABLE.c.owner).where(LEASES_TABLE.c.expires_at >= now)
         query = (
             sa.select(_slots.c.lease_id, _slots.c.limit_name, _slots.c.holder)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from nightshift.orchestration.leases import SlotLeases, heal_orphans
 from nightshift.store.lease import Lease
 from nightshift.store.ledger import Ledger
@@ -58,4 +60,27 @@ def test_on_the_temporary_server_the_slot_is_taken_back_without_its_lease(db_url
     rerun = SlotHolders(ledger.engine, "host:2:rerun", "cat", here)
     assert heal_orphans(rerun, server) == 1
     assert server.taken_back == [("nightshift-cli", 1)]  # another server's orphan left alone
+    ledger.close()
+
+
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)  # SQLite: one host's clock
+def test_a_host_whose_clock_runs_ahead_gives_back_no_live_nights_slots(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nightshift.store import slot_holders
+
+    ledger = Ledger(db_url, "cat")
+    live = Lease(ledger.engine, "cat", owner="host:1:live", ttl_s=60)
+    live.acquire()
+    book = SlotHolders(ledger.engine, live.owner, "cat", "http://prefect/api")
+    book.taken("nightshift-cli", "L1")
+
+    class Ahead(datetime):  # this host's wall clock, 5 minutes ahead
+        @classmethod
+        def now(cls, tz=None):  # type: ignore[no-untyped-def, override]
+            return datetime.now(tz) + timedelta(minutes=5)
+
+    monkeypatch.setattr(slot_holders, "datetime", Ahead)
+    other = SlotHolders(ledger.engine, "host:2:ahead", "other", "http://prefect/api")
+    assert other.orphans() == []  # the live night's slot is not an orphan
     ledger.close()
