@@ -84,6 +84,7 @@ def run_prune(
     print(f"{verb} {report.transitions} ledger transitions before {report.cutoff.isoformat()}")
     print(f"{verb} {report.jobs} ledger job rows")
     print(f"{verb} {report.forecasts} forecasts of nights")
+    print(f"{verb} {report.missed_nights} nights named missed")
     if report.manifests is None:
         print("skipped Gemini submit manifests (give --catalogue to prune them)")
     else:

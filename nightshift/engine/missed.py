@@ -21,6 +21,7 @@ __all__ = [
     "LOOKBACK",
     "MissedDecision",
     "decide",
+    "due_nights",
     "late_line",
     "missed_message",
     "schedule_nights",
@@ -82,6 +83,15 @@ def schedule_nights(
             break
         nights.setdefault(tonight(at), at)
     return nights
+
+
+def due_nights(
+    cron: dict[str, datetime], runs: dict[str, datetime], first: str | None
+) -> dict[str, datetime]:
+    """The nights due: the cron's from after the catalogue's ``first`` night in the ledger (a
+    new catalogue, a new ledger, a renamed catalogue: nothing before it was missed), and those
+    of the schedule's runs at their slots, whenever they were."""
+    return {n: at for n, at in cron.items() if first is not None and n > first} | runs
 
 
 def decide(

@@ -234,7 +234,7 @@ def _spend(rows: Sequence[tuple[str, float]]) -> Metric:
 
 
 def _missed(rows: Sequence[tuple[tuple[str, str], int]]) -> Metric:
-    missed = CounterMetricFamily(
+    missed = GaugeMetricFamily(
         "nightshift_missed_nights",
         "Nights of the schedule that never ran when due, as the ledger keeps them: still missed "
         "(never run), or backfilled (run since)",

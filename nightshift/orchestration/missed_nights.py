@@ -16,6 +16,7 @@ from nightshift.engine.missed import (
     LOOKBACK,
     MissedDecision,
     decide,
+    due_nights,
     late_line,
     missed_message,
 )
@@ -25,16 +26,19 @@ from nightshift.notify.notifier import Notifier
 from nightshift.orchestration.prepared_night import PreparedNight
 from nightshift.store.alert_log import AlertLog
 from nightshift.store.missed_nights import MissedNight, MissedNights
-from nightshift.store.night_reads import night_verdicts, nights_run
+from nightshift.store.night_reads import first_night, night_verdicts, nights_run
 from nightshift.watchdog.checks import missed_findings
 
 __all__ = ["check_missed", "late_of", "missed_fates", "scheduled_nights"]
 
 
-def scheduled_nights(now: datetime, logger: Any) -> dict[str, datetime] | None:
-    """The nights due by ``now`` of this flow run's deployment -> their slots; None when the
-    run is not the first try of a run of its schedule (made by Prefect's scheduler, or at one
-    of its slots), or has no deployment."""
+def scheduled_nights(
+    now: datetime, logger: Any
+) -> tuple[dict[str, datetime], dict[str, datetime]] | None:
+    """The nights due by ``now`` of this flow run's deployment -> their slots: by its cron
+    schedules since they were made, and by its runs at their slots (late, waiting, or run);
+    None when the run is not the first try of a run of its schedule (made by Prefect's
+    scheduler, or at one of its slots), or has no deployment."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import (
         DeploymentFilter,
@@ -52,6 +56,7 @@ def scheduled_nights(now: datetime, logger: Any) -> dict[str, datetime] | None:
             return None
         deployment = client.read_deployment(run.deployment_id)
         slots = _cron_nights(deployment, now, logger)
+        runs: dict[str, datetime] = {}
         if not _of_the_schedule(run, slots):
             return None  # a run by hand: it runs the night it was asked for
         # the deployment's runs of the last month, whatever their state: those of its
@@ -65,14 +70,19 @@ def scheduled_nights(now: datetime, logger: Any) -> dict[str, datetime] | None:
             ),
             limit=200,
         )
-    # due: the slots since the deployment was made, and those of its schedule's runs
-    made = deployment.created or now - LOOKBACK
-    due = {night: slot for night, slot in slots.items() if slot >= made}
+    # the slots since the deployment (and its schedule) was made, and those of its runs
+    due = {night: slot for night, slot in slots.items() if slot >= _made(deployment, now)}
     for other in [run, *others]:
         if _of_the_schedule(other, slots) and other.expected_start_time is not None:
             slot = other.expected_start_time.astimezone(UTC)
-            due.setdefault(tonight(slot), slot)
-    return due
+            runs.setdefault(tonight(slot), slot)
+    return due, runs
+
+
+def _made(deployment: Any, now: datetime) -> datetime:
+    """When the deployment's schedule began: the newest of its own and its schedules' making."""
+    made = [deployment.created, *(getattr(s, "created", None) for s in deployment.schedules or [])]
+    return max([m for m in made if m is not None], default=now - LOOKBACK)
 
 
 def _cron_nights(deployment: Any, now: datetime, logger: Any) -> dict[str, datetime]:
@@ -138,11 +148,13 @@ def _check(
     due: dict[str, datetime] | None,
     by: str,
 ) -> MissedDecision | None:
-    if due is None:
-        due = scheduled_nights(now, logger)
-        if due is None:
-            return None
     catalogue, engine = prepared.catalogue, prepared.ledger.engine
+    if due is None:
+        schedule = scheduled_nights(now, logger)
+        if schedule is None:
+            return None
+        cron, runs = schedule
+        due = due_nights(cron, runs, first_night(engine, catalogue.key))
     missed = MissedNights(engine, catalogue.key)
     since = min([*due, prepared.night])
     ran = nights_run(engine, catalogue.key, since)
@@ -192,12 +204,16 @@ def late_of(prepared: PreparedNight, slot: datetime | None, started_at: str | No
     if started_at is None:
         return None
     try:
-        key, engine = prepared.catalogue.key, prepared.ledger.engine
-        fates = missed_fates(engine, key, prepared.night)
+        key, engine, night = prepared.catalogue.key, prepared.ledger.engine, prepared.night
+        fates = missed_fates(engine, key, night)
+        # the nights missed since the previous night that ran on its slot: once, not a month
+        ran = {n for n in nights_run(engine, key, min([m.night for m, _ in fates], default=night))}
+        named = {m.night for m, _ in fates}
+        previous = max((n for n in ran - named if n < night), default="")
         before = [
             (m.night, "never run" if fate == "missed" else f"run since: {fate}")
             for m, fate in fates
-            if m.night < prepared.night
+            if previous < m.night < night
         ]
         return late_line(slot, datetime.fromisoformat(started_at), before)
     except Exception:  # the night's end never fails on this line

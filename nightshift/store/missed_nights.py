@@ -107,3 +107,17 @@ class MissedNights:
         )
         with self.engine.begin() as conn:
             return [MissedNight(*row) for row in conn.execute(query)]
+
+    def prune(
+        self, before: datetime, *, every_catalogue: bool = False, dry_run: bool = False
+    ) -> int:
+        """Forget the nights named before ``before`` (this catalogue's, or
+        ``every_catalogue``'s): retention's, with the ledger's rows; how many (would) go."""
+        where = [_missed.c.named_at < before.astimezone(UTC)]
+        if not every_catalogue:
+            where.append(_missed.c.catalogue == self.catalogue)
+        with self.engine.begin() as conn:
+            if dry_run:
+                count = sa.select(sa.func.count()).select_from(_missed).where(*where)
+                return int(conn.execute(count).scalar_one())
+            return int(conn.execute(sa.delete(_missed).where(*where)).rowcount)

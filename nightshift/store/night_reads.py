@@ -13,7 +13,7 @@ import sqlalchemy as sa
 
 from nightshift.store.ledger import JOBS_TABLE, TRANSITIONS_TABLE
 
-__all__ = ["NightJob", "night_jobs", "night_verdicts", "nights_run"]
+__all__ = ["NightJob", "first_night", "night_jobs", "night_verdicts", "nights_run"]
 
 
 @dataclass(frozen=True)
@@ -97,3 +97,11 @@ def night_verdicts(
         else:
             out[night] = "ok" if seen == {"succeeded"} else "not ok"
     return out
+
+
+def first_night(engine: sa.Engine, catalogue: str) -> str | None:
+    """The catalogue's first night in the ledger (None: it never ran)."""
+    jobs = JOBS_TABLE.c
+    with engine.begin() as conn:
+        query = sa.select(sa.func.min(jobs.night)).where(jobs.catalogue == catalogue)
+        return conn.execute(query).scalar_one_or_none()

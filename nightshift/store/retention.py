@@ -45,6 +45,7 @@ class PruneReport:
     folders: int
     folder_bytes: int
     forecasts: int = 0  # the nights' forecasts (one a run), made before the cutoff
+    missed_nights: int = 0  # the nights named missed before the cutoff
 
 
 def retention_scope(path: str | None) -> tuple[str | None, list[Path] | None]:
@@ -176,13 +177,14 @@ def prune(
     cutoff = datetime.fromtimestamp(now.timestamp() - keep_s, tz=UTC)
     n_t, n_j = prune_ledger(url, cutoff, catalogue=catalogue, dry_run=dry_run)
     n_f = _prune_forecasts(url, cutoff, catalogue, dry_run)
+    n_m = _prune_missed(url, cutoff, catalogue, dry_run)
     manifests: int | None = None
     manifest_bytes = 0
     if outputs is not None:
         manifests, manifest_bytes = prune_manifests(outputs, cutoff, dry_run=dry_run)
     folders, folder_bytes = prune_folders(state_dir, cutoff, dry_run=dry_run)
     return PruneReport(
-        cutoff, dry_run, n_t, n_j, manifests, manifest_bytes, folders, folder_bytes, n_f
+        cutoff, dry_run, n_t, n_j, manifests, manifest_bytes, folders, folder_bytes, n_f, n_m
     )
 
 
@@ -194,5 +196,17 @@ def _prune_forecasts(url: str, cutoff: datetime, catalogue: str | None, dry_run:
     try:
         forecasts = Forecasts(ledger.engine, catalogue or "default")
         return forecasts.prune(cutoff, every_catalogue=catalogue is None, dry_run=dry_run)
+    finally:
+        ledger.close()
+
+
+def _prune_missed(url: str, cutoff: datetime, catalogue: str | None, dry_run: bool) -> int:
+    """The nights named missed before ``cutoff`` (``catalogue`` None: every catalogue's)."""
+    from nightshift.store.missed_nights import MissedNights
+
+    ledger = Ledger(url, catalogue or "default")
+    try:
+        missed = MissedNights(ledger.engine, catalogue or "default")
+        return missed.prune(cutoff, every_catalogue=catalogue is None, dry_run=dry_run)
     finally:
         ledger.close()

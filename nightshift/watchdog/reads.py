@@ -174,16 +174,6 @@ def missed_never_run(
     return [(m.night, m.scheduled_at, m.reason) for m in named if m.night not in ran]
 
 
-def first_night(engine: sa.Engine, catalogue: str) -> str | None:
-    """The catalogue's first night in the ledger (None: it never ran)."""
-    from nightshift.store.ledger import JOBS_TABLE
-
-    j = JOBS_TABLE.c
-    with engine.begin() as conn:
-        first = conn.execute(sa.select(sa.func.min(j.night)).where(j.catalogue == catalogue))
-        return first.scalar_one_or_none()
-
-
 def _aware(value: datetime | str) -> datetime:
     """An aggregate's datetime, aware: SQLite keeps naive UTC (and may hand back its text)."""
     if isinstance(value, str):

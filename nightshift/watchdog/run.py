@@ -146,8 +146,9 @@ def watch_once(
                 _name_unstarted(engine, catalogue, schedule, leases, now)
             missed = reads.missed_never_run(engine, catalogue, first_night)
             found += missed_findings(catalogue, missed, now)
-        if catalogue is not None and labels is not None and not missed:
-            # a catalogue whose nights were missed is `missed`, not each of its labels stale
+        if catalogue is not None and labels is not None and not _fresh(missed, now, rules):
+            # while a catalogue's missed nights are fresh news, it is `missed`, not each of its
+            # labels stale; after that (nights still not running), stale says so again
             records = reads.label_records(engine, catalogue)
             found += stale_findings(catalogue, labels, records, now, rules)
         found.sort(key=lambda a: (_ORDER.get(a.kind, 9), a.catalogue, a.night, a.label))
@@ -178,6 +179,16 @@ def _alert_dict(alert: AlertRecord) -> dict[str, Any]:
     }
 
 
+def _fresh(missed: list[tuple[str, Any, str]], now: datetime, rules: Rules) -> bool:
+    """Whether a night of ``missed`` ended within the stale limit of ``now``."""
+    limit = now - timedelta(seconds=rules.stale_s)
+    ends = [
+        datetime.fromisoformat(night).replace(tzinfo=UTC) + timedelta(days=1)
+        for night, *_ in missed
+    ]
+    return any(end >= limit for end in ends)
+
+
 def _name_unstarted(
     engine: Any,
     catalogue: str,
@@ -189,13 +200,12 @@ def _name_unstarted(
     never started, since the catalogue's first night (none while one of its nights runs)."""
     from nightshift.engine.missed import LOOKBACK, schedule_nights
     from nightshift.store.missed_nights import MissedNights
-    from nightshift.store.night_reads import nights_run
-    from nightshift.watchdog import reads
+    from nightshift.store.night_reads import first_night, nights_run
 
     lease = leases.get(catalogue)
     if lease is not None and lease.expires_at >= now:
         return  # a night is running: the next one may only be waiting its turn
-    first = reads.first_night(engine, catalogue)
+    first = first_night(engine, catalogue)
     if first is None:
         return  # it never ran: nothing says its schedule is meant to run yet
     start = datetime.fromisoformat(first).replace(tzinfo=UTC) + timedelta(days=1)

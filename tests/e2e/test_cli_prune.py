@@ -12,6 +12,7 @@ from nightshift.cli.main import main
 from nightshift.config.settings import load_settings
 from nightshift.store.forecasts import Forecasts, StoredForecast
 from nightshift.store.ledger import Ledger
+from nightshift.store.missed_nights import MissedNights
 
 
 def _old_history(sandbox: Path) -> Path:
@@ -26,6 +27,10 @@ def _old_history(sandbox: Path) -> Path:
         made = at - timedelta(seconds=5)
         forecast = StoredForecast(night, "r", made, made, at, at, ["etl"], {"jobs": []})
         Forecasts(ledger.engine, "team-a").save(forecast)  # each night's, made at its start
+        # the night before each was missed, and named so that night
+        MissedNights(ledger.engine, "team-a").name(
+            [(f"{night}-1", None)], by="t", reason="r", at=at
+        )
     ledger.close()
     old = (now - timedelta(days=100)).timestamp()
     jobdir = sandbox / "state" / "jobs" / "etl-1"
@@ -52,6 +57,7 @@ def test_prune_dry_run_then_prune_say_what_goes(sandbox: Path, capsys) -> None:
     assert out[1:] == [
         "would remove 1 ledger job rows",
         "would remove 1 forecasts of nights",
+        "would remove 1 nights named missed",
         "would remove 1 Gemini submit manifests (3 bytes)",
         "would remove 1 command-job folders (1 bytes)",
     ]
@@ -63,6 +69,7 @@ def test_prune_dry_run_then_prune_say_what_goes(sandbox: Path, capsys) -> None:
     assert out[1:] == [
         "removed 1 ledger job rows",
         "removed 1 forecasts of nights",
+        "removed 1 nights named missed",
         "removed 1 Gemini submit manifests (3 bytes)",
         "removed 1 command-job folders (1 bytes)",
     ]
@@ -71,6 +78,7 @@ def test_prune_dry_run_then_prune_say_what_goes(sandbox: Path, capsys) -> None:
     assert ledger.get_job("old", "etl") is None and ledger.get_job("new", "etl") is not None
     kept = Forecasts(ledger.engine, "team-a")
     assert (kept.of_night("old"), len(kept.of_night("new"))) == ([], 1)
+    assert [m.night for m in MissedNights(ledger.engine, "team-a").all()] == ["new-1"]
     ledger.close()
 
 
@@ -81,6 +89,7 @@ def test_prune_without_a_catalogue_skips_manifests(sandbox: Path, capsys) -> Non
     assert out[1:] == [
         "removed 0 ledger job rows",
         "removed 0 forecasts of nights",
+        "removed 0 nights named missed",
         "skipped Gemini submit manifests (give --catalogue to prune them)",
         "removed 0 command-job folders (0 bytes)",
     ]

@@ -95,3 +95,29 @@ def test_all_runs_the_missed_nights_first_and_names_none(
     decision = _check(sandbox, slack, D[2], policy="all")
     assert decision.nights == D
     assert slack.in_channel(ALERTS) == []
+
+
+def test_the_late_line_names_the_nights_missed_since_the_previous_night_that_ran(
+    sandbox: Path, slack: SlackEmulator
+) -> None:
+    from nightshift.orchestration.missed_nights import late_of
+
+    _check(sandbox, slack, D[2])  # names D-2 and D-1
+    path = sandbox / "nightshift.yaml"
+    tonight = prepare_night(path, night=D[2])
+    try:
+        tonight.ledger.record_submit(D[2], "a", "command", "a-1", 1)  # tonight ran
+        started = "2026-12-06T09:12:00+00:00"
+        line = late_of(tonight, SLOTS[D[2]], started)
+        assert line == (
+            "ran late: scheduled 2026-12-06 02:00 UTC, started 2026-12-06 09:12 UTC (7h12m late); "
+            "missed before it: 2026-12-04 (never run), 2026-12-05 (never run)"
+        )
+    finally:
+        tonight.close()
+    tomorrow = prepare_night(path, night="2026-12-07")
+    try:  # on time, and the nights missed before the last one are old news
+        on_time = "2026-12-07T02:00:30+00:00"
+        assert late_of(tomorrow, datetime(2026, 12, 7, 2, 0, tzinfo=UTC), on_time) is None
+    finally:
+        tomorrow.close()

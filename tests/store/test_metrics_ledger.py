@@ -238,6 +238,6 @@ def test_missed_and_backfilled_nights_are_counted_per_catalogue(
     assert export_metrics(read_metrics(ledger.engine), path) is True
 
     got = _parse(path.read_text())
-    name = "nightshift_missed_nights_total"
+    name = "nightshift_missed_nights"  # a gauge: a backfill moves a night from one to the other
     assert got[(name, (("became", "missed"), ("catalogue", "n.yaml")))] == 2
     assert got[(name, (("became", "backfilled"), ("catalogue", "n.yaml")))] == 1

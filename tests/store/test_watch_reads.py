@@ -213,6 +213,9 @@ def test_a_night_named_missed_and_never_run_is_missed_not_its_labels_stale(db_ur
     )
     again = watch_once(db_url, catalogue="cat", labels=["etl"], now=later)
     assert again.raised == [] and [a.kind for a in again.found] == [MISSED]
+    # a week on, nothing ran still: the missed night is old news, the stale label says so
+    week = watch_once(db_url, catalogue="cat", labels=["etl"], now=later + timedelta(days=7))
+    assert [(a.kind, a.label) for a in week.raised] == [(STALE, "etl")]
 
 
 def test_nights_that_never_started_are_named_missed_by_the_watchdog(db_url: str) -> None:

@@ -104,3 +104,20 @@ def test_all_runs_a_missed_night_named_before_by_the_watchdog_within_its_window(
     assert (got.first, got.named) == ([D[0], D[1]], [])
     # latest keeps them named, not run
     assert decide(D[2], D, set(), {D[0], D[1]}, Missed()).quiet
+
+
+def test_the_crons_nights_count_from_the_catalogues_first_night_its_runs_always() -> None:
+    from nightshift.engine.missed import due_nights
+
+    at = datetime(2026, 12, 1, 2, 0, tzinfo=UTC)
+    cron = {f"2026-12-0{d}": at.replace(day=d) for d in range(1, 7)}
+    runs = {"2026-11-30": at.replace(month=11, day=30)}
+    # a new catalogue (or ledger): no cron night is missed, a run waiting at a slot is due
+    assert list(due_nights(cron, {}, None)) == []
+    assert due_nights(cron, runs, None) == runs
+    assert sorted(due_nights(cron, runs, "2026-12-03")) == [
+        "2026-11-30",
+        "2026-12-04",
+        "2026-12-05",
+        "2026-12-06",
+    ]
