@@ -34,7 +34,7 @@ BACKFILL_EXIT_CODES = exits.epilog(
     c1="every night run failed",
     c2="some nights ran not ok",
     c4="invalid catalogue, --only, or a night expected past the cap without --yes",
-    c64="a bad --from or --to",
+    c64="a bad --from, --to or --nights",
 ) + ("  130 stopped by Ctrl-C; the same command goes on where it stopped\n")
 
 
@@ -48,8 +48,11 @@ def register(sub: Any) -> None:
         BACKFILL_EXIT_CODES,
     )
     catalogue_flag(backfill)
-    backfill.add_argument("--from", dest="first", required=True, metavar="YYYY-MM-DD")
-    backfill.add_argument("--to", dest="last", required=True, metavar="YYYY-MM-DD")
+    backfill.add_argument("--from", dest="first", metavar="YYYY-MM-DD", help="the first night")
+    backfill.add_argument("--to", dest="last", metavar="YYYY-MM-DD", help="the last night")
+    backfill.add_argument(
+        "--nights", metavar="D1,D2,...", help="these nights instead of --from/--to"
+    )
     backfill.add_argument("--only", nargs="+", metavar="LABEL", help="run only these jobs")
     backfill.add_argument("--newest-first", action="store_true", help="the newest night first")
     backfill.add_argument(
@@ -66,16 +69,27 @@ def register(sub: Any) -> None:
 
 
 def _command(args: argparse.Namespace) -> int:
-    from nightshift.cli.plan_nights import night_range
-
     try:
-        nights = night_range(args.first, args.last)
+        nights = _nights(args)
     except ValueError as exc:
         say(f"nightshift backfill: {exc}")
         return exits.USAGE
     if args.newest_first:
         nights.reverse()
     return exits.guarded(lambda: run_backfill(args.catalogue, nights, args))
+
+
+def _nights(args: argparse.Namespace) -> list[str]:
+    """The nights asked for, oldest first: ``--from``/``--to``, or ``--nights``; ValueError."""
+    from nightshift.cli.plan_nights import night_list, night_range
+
+    if args.nights is not None:
+        if args.first is not None or args.last is not None:
+            raise ValueError("give --nights or --from/--to, not both")
+        return night_list(args.nights)
+    if args.first is None or args.last is None:
+        raise ValueError("which nights? --from D1 --to D2, or --nights D1,D2,...")
+    return night_range(args.first, args.last)
 
 
 def run_backfill(path: str, nights: list[str], args: argparse.Namespace) -> int:

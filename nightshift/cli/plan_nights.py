@@ -12,7 +12,14 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from nightshift.config.catalogue import Catalogue
 
-__all__ = ["MAX_NIGHTS", "NightsPlan", "night_range", "plan_nights", "print_nights"]
+__all__ = [
+    "MAX_NIGHTS",
+    "NightsPlan",
+    "night_list",
+    "night_range",
+    "plan_nights",
+    "print_nights",
+]
 
 MAX_NIGHTS = 366  # a range longer than a year is a typo
 
@@ -33,6 +40,21 @@ def night_range(first: str, last: str) -> list[str]:
     if days > MAX_NIGHTS:
         raise ValueError(f"{days} nights from {first} to {last}: at most {MAX_NIGHTS} at once")
     return [(start + timedelta(days=k)).isoformat() for k in range(days)]
+
+
+def night_list(text: str) -> list[str]:
+    """``D1,D2,...`` -> those nights, oldest first, once each; ValueError naming a bad one."""
+    nights = set()
+    for item in text.split(","):
+        try:
+            nights.add(date.fromisoformat(item.strip()).isoformat())
+        except ValueError:
+            raise ValueError(
+                f"--nights wants dates like 2026-11-29, not {item.strip()!r}"
+            ) from None
+    if len(nights) > MAX_NIGHTS:
+        raise ValueError(f"{len(nights)} nights: at most {MAX_NIGHTS} at once")
+    return sorted(nights)
 
 
 def parse_nights(text: str) -> list[str]:

@@ -149,8 +149,9 @@ def _print_missed(missed: list[dict[str, Any]], night: str, path: Any) -> None:
         print(f"{head} missed ({became}); named {m['named_at']} by {m['named_by']}: {m['reason']}")
     left = [m["night"] for m in missed if m["became"] == "missed"]
     if left:
-        where = f" --catalogue {path}" if path is not None else ""
-        print(f"to run them: nightshift backfill{where} --from {left[0]} --to {left[-1]}")
+        from nightshift.engine.missed import backfill_command
+
+        print(f"to run them: {backfill_command(None if path is None else str(path), left)}")
 
 
 def _row(job: NightJob, usual_s: float | None) -> dict[str, Any]:

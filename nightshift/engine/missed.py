@@ -10,7 +10,7 @@ own night runs, and the nights to name as missed.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from nightshift.config.missed import Missed
@@ -20,6 +20,7 @@ __all__ = [
     "LATE_AFTER",
     "LOOKBACK",
     "MissedDecision",
+    "backfill_command",
     "decide",
     "due_nights",
     "late_line",
@@ -147,9 +148,19 @@ def missed_message(
         lines.append(f"Running: {', '.join(ran)}. {decision.why}.")
     else:
         lines.append(f"{decision.why}.")
-    command = f"nightshift backfill --catalogue {catalogue} --from {named[0]} --to {named[-1]}"
-    lines.append(f"To run them: {command}")
+    lines.append(f"To run them: {backfill_command(catalogue, named)}")
     return headline, lines
+
+
+def backfill_command(catalogue: str | None, nights: list[str]) -> str:
+    """The command that runs exactly ``nights``: a range when they are consecutive days, else
+    their list (a weekday schedule's gap is no night to run)."""
+    where = f" --catalogue {catalogue}" if catalogue else ""
+    days = sorted(nights)
+    first, last = date.fromisoformat(days[0]), date.fromisoformat(days[-1])
+    if (last - first).days + 1 == len(set(days)):
+        return f"nightshift backfill{where} --from {days[0]} --to {days[-1]}"
+    return f"nightshift backfill{where} --nights {','.join(days)}"
 
 
 def late_line(

@@ -60,6 +60,9 @@ def _submissions(sandbox: Path, label: str) -> int:
         (["--from", "2026-11-24", "--to", "2026-11-20"], "--from 2026-11-24 is after --to"),
         (["--from", "yesterday", "--to", "2026-11-20"], "--from must be a date"),
         (["--from", "2026-11-20", "--to", "2026-13-01"], "--to must be a date"),
+        (["--nights", "2026-11-20,friday"], "--nights wants dates like 2026-11-29, not 'friday'"),
+        (["--nights", "2026-11-20", "--from", "2026-11-20"], "not both"),
+        ([], "which nights? --from D1 --to D2, or --nights D1,D2,..."),
     ],
 )
 def test_a_bad_range_is_one_line_and_the_usage_exit(sandbox: Path, capsys, args, said) -> None:
@@ -85,6 +88,20 @@ def test_plan_nights_gives_each_nights_cost_and_the_total(sandbox: Path, capsys)
     assert {(n["finish_p50_s"], n["finish_p95_s"]) for n in out["nights"]} == {(None, None)}
     assert main(["plan", "--catalogue", str(path), "--nights", "2026-11-20..2026-11-20"]) == 0
     assert "no history" in capsys.readouterr().out
+
+
+def test_nights_by_list_skip_what_ended_ok_and_say_what_would_run(sandbox: Path, capsys) -> None:
+    path = _catalogue(sandbox)
+    ledger = Ledger(load_settings().ledger_url(), "backfill")
+    for label in ("report", "index"):
+        ledger.record_submit(NIGHTS[0], label, "command", f"{label}-x", 1)
+        ledger.record_state(NIGHTS[0], label, "succeeded")
+    ledger.close()
+    argv = ["backfill", "--catalogue", str(path), "--nights", f"{NIGHTS[3]},{NIGHTS[0]}"]
+    assert main([*argv, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert f"skipped, already ended ok: {NIGHTS[0]}" in out and NIGHTS[3] in out
+    assert "total: $1.75" in out and _submissions(sandbox, "report") == 0
 
 
 def test_a_night_expected_past_the_cap_needs_yes(sandbox: Path, capsys) -> None:

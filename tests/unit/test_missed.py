@@ -121,3 +121,15 @@ def test_the_crons_nights_count_from_the_catalogues_first_night_its_runs_always(
         "2026-12-05",
         "2026-12-06",
     ]
+
+
+def test_the_backfill_command_runs_exactly_the_nights_named() -> None:
+    from nightshift.engine.missed import backfill_command
+
+    assert backfill_command("n.yaml", [D[1], D[0]]) == (
+        "nightshift backfill --catalogue n.yaml --from 2026-12-04 --to 2026-12-05"
+    )
+    # a weekday schedule's missed Friday and Monday: not the weekend between them
+    assert backfill_command(None, ["2026-12-04", "2026-12-07"]) == (
+        "nightshift backfill --nights 2026-12-04,2026-12-07"
+    )
