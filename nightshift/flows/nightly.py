@@ -23,7 +23,7 @@ from nightshift.engine.stopping import NightStop
 from nightshift.flows.chain import chain, chain_run_name
 from nightshift.loop import NightLoop
 from nightshift.orchestration.cancel_hook import cancel_in_flight
-from nightshift.orchestration.missed_nights import check_missed, late_of
+from nightshift.orchestration.missed_nights import SKIPPED, check_missed, late_of, quiet_skip
 from nightshift.orchestration.night_end import end_early, end_night
 from nightshift.orchestration.night_run import run_night
 from nightshift.orchestration.night_setup import NightSetup, notifier_for, prepared_or_none, stamp
@@ -92,9 +92,8 @@ def nightly(
         if not missed.runs_own:
             prepared.close()
             _catch_up(catalog, only, missed, missed.after, logger)
-            return Cancelled(
-                name="Skipped", message=f"night {prepared.night} not run: {missed.why}"
-            )
+            quiet_skip()  # no "unexpected exception" traceback under the night's own words
+            return Cancelled(name=SKIPPED, message=f"night {prepared.night} not run: {missed.why}")
     slot = _slot(scheduled, missed, prepared.night)
     state = _own_night(prepared, notifier, live, stop, logger, slot)
     if missed is not None:

@@ -8,6 +8,7 @@ night and the local CLI run the night they were asked for.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -29,7 +30,38 @@ from nightshift.store.missed_nights import MissedNight, MissedNights
 from nightshift.store.night_reads import first_night, night_verdicts, nights_run
 from nightshift.watchdog.checks import missed_findings
 
-__all__ = ["check_missed", "late_of", "missed_fates", "scheduled_nights"]
+__all__ = [
+    "SKIPPED",
+    "check_missed",
+    "late_of",
+    "missed_fates",
+    "quiet_skip",
+    "scheduled_nights",
+]
+
+
+SKIPPED = "Skipped"  # the state of a run whose night the policy does not run (Cancelled type)
+_ENGINE_ERROR = "Engine execution exited with unexpected exception"
+
+
+class _QuietSkip(logging.Filter):
+    """Drops Prefect's ERROR and traceback for a run ended Skipped on purpose: Prefect raises
+    any final state but Completed, and logs it as an unexpected exception in the run's logs."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from prefect.exceptions import CancelledRun
+
+        if record.getMessage() != _ENGINE_ERROR or not record.exc_info:
+            return True
+        error = record.exc_info[1]
+        return not (isinstance(error, CancelledRun) and " not run: " in str(error))
+
+
+def quiet_skip() -> None:
+    """Keep the run's logs of a night not run to what the night said (once per process)."""
+    flow_runs = logging.getLogger("prefect.flow_runs")
+    if not any(isinstance(f, _QuietSkip) for f in flow_runs.filters):
+        flow_runs.addFilter(_QuietSkip())
 
 
 def scheduled_nights(

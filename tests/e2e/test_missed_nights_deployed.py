@@ -178,3 +178,17 @@ def test_the_late_runs_after_a_worker_outage_run_or_name_every_night(site: Site)
         (alert,) = alerts
         assert f"2 nights missed: {nights[0]}, {nights[1]}" in alert.text
         assert f"--from {nights[0]} --to {nights[1]}" in str(alert.blocks)
+        # a night skipped on purpose logs what it said, not Prefect's "unexpected exception"
+        for run in runs[policy][:2]:
+            assert [m for m in _logs(run.id) if m[0] >= 40] == [], policy
+
+
+def _logs(run_id: Any) -> list[tuple[int, str]]:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+
+    with get_client(sync_client=True) as client:
+        found = client.read_logs(
+            log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run_id]))
+        )
+    return [(log.level, log.message) for log in found]
