@@ -31,10 +31,15 @@ pytestmark = [
 
 
 def _catalogue(folder: Path) -> Path:
-    job = "import sys, time; open(sys.argv[1], 'a').write('x'); time.sleep(40)"
+    # each job runs until the test says it may end (the file `done`), at most a minute
+    job = (
+        "import pathlib, sys, time; open(sys.argv[1], 'a').write('x'); end = time.time() + 60\n"
+        "while not pathlib.Path(sys.argv[2]).exists() and time.time() < end: time.sleep(0.2)"
+    )
     lines = ["name: two-hosts", "defaults: {poll: {initial: 0.2s, max: 1s}, stagger: 0s}", "jobs:"]
+    done = json.dumps(str(folder / "done"))
     for label in ("etl", "report"):
-        argv = f"[{PY}, -c, {json.dumps(job)}, {json.dumps(str(folder / label))}]"
+        argv = f"[{PY}, -c, {json.dumps(job)}, {json.dumps(str(folder / label))}, {done}]"
         lines.append(f"  - {{label: {label}, backend: command, argv: {argv}}}")
     path = folder / "nightshift.yaml"
     path.write_text("\n".join(lines) + "\n")
@@ -92,6 +97,7 @@ def test_a_host_whose_clock_is_off_is_refused_while_the_night_is_live(
             report = json.loads(watched.stdout)
             assert report["found"] == 0, (offset, report)
             assert in_flight()  # host A's night, untouched
+        (tmp_path / "done").write_text("")  # host A's jobs may end now
         said, _ = first.communicate(timeout=120)
     finally:
         if first.poll() is None:
