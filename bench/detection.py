@@ -165,10 +165,6 @@ def main() -> None:
     shapes = job_shapes(rng, labels)
     budgets = learn(rng, shapes, labels)
     floor_s = 0.0 if args.no_floor else dwell_floor(args.poll)
-    if args.no_floor:  # the rule before: a p95 of 0 alone was unusable
-        import nightshift.budgets.lookup as lookup
-
-        lookup.INSTANT_S = 1e-9
 
     stall_at: dict[tuple[int, str], str] = {}
     for night in range(args.nights):

@@ -42,8 +42,9 @@ Level = Literal["ok", "watch", "alert"]
 # and the clocks' noise, and nobody acts on a five-second wait anyway.
 FLOOR_S = 5.0
 FLOOR_POLLS = 3  # ... nor before this many poll intervals (a state's end is seen a poll late)
-# A state whose p95 is below this is normally instant (``submitted``: the backend answered): it
-# gets no level at all; a job that hangs there is the fixed timers' (queued_timeout, timeout).
+# A state whose p95 is below this is normally instant (``submitted``: the backend answered, a
+# queue that starts work at once). It is held to the floor like any other: a queue that always
+# started work at once and now holds it is named at the floor, as a provider outage begins.
 INSTANT_S = 1.0
 
 
@@ -77,13 +78,11 @@ class Budget:
 
     @property
     def instant(self) -> bool:
-        """A state that is normally instant (p95 below INSTANT_S): no levels at all."""
+        """A state that is normally instant (p95 below INSTANT_S): its levels are the floor's."""
         return self.p95 < INSTANT_S
 
-    def limits(self, floor_s: float = FLOOR_S) -> tuple[float, float] | None:
-        """(watch past, alert past) in seconds with the floor under p95; None: instant."""
-        if self.instant:
-            return None
+    def limits(self, floor_s: float = FLOOR_S) -> tuple[float, float]:
+        """(watch past, alert past) in seconds with the floor under p95."""
         watch = max(self.p95, floor_s)
         return watch, 2 * watch
 
@@ -91,14 +90,13 @@ class Budget:
 def classify(dwell_s: float, budget: Budget | None, *, floor_s: float = FLOOR_S) -> Level:
     """``ok`` up to p95 inclusive, ``watch`` up to 2 x p95 inclusive, ``alert`` beyond.
 
-    No budget (still learning), or a state that is normally instant, is always ``ok``: the fixed
-    timers still apply. ``floor_s`` raises a p95 smaller than it (``dwell_floor``), so a state
-    that usually takes a second does not alert on the third. Compared on unrounded seconds.
+    No budget (still learning) is always ``ok``: the fixed timers still apply. ``floor_s``
+    raises a p95 smaller than it (``dwell_floor``), so a state that usually takes a second (or
+    is normally instant) does not alert on the third. Compared on unrounded seconds.
     """
-    limits = None if budget is None else budget.limits(floor_s)
-    if limits is None:
+    if budget is None:
         return "ok"
-    watch, alert = limits
+    watch, alert = budget.limits(floor_s)
     if dwell_s > alert:
         return "alert"
     if dwell_s > watch:

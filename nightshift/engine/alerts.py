@@ -66,11 +66,10 @@ class Alert:
 
     def measure(self) -> str:
         """``2h10m (p95 41m, x3.2)``; with ``floor 6s`` when the floor, not p95, set the limit."""
-        ratio = self.dwell_s / self.p95_s if self.p95_s > 0 else float("inf")
+        # a state that is normally instant (p95 0) has no ratio to speak of: its floor says it
+        ratio = f", x{self.dwell_s / self.p95_s:.1f}" if self.p95_s > 0 else ""
         floored = f", floor {seconds_text(self.floor_s)}" if self.floor_s > self.p95_s else ""
-        return (
-            f"{seconds_text(self.dwell_s)} (p95 {seconds_text(self.p95_s)}, x{ratio:.1f}{floored})"
-        )
+        return f"{seconds_text(self.dwell_s)} (p95 {seconds_text(self.p95_s)}{ratio}{floored})"
 
 
 def seconds_text(seconds: float) -> str:

@@ -50,8 +50,8 @@ class BudgetTable:
 
 
 def usable(budget: Budget | None) -> Budget | None:
-    """A budget the detector can use: none for a state that is normally instant (p95 < 1 s)."""
-    return budget if budget is not None and not budget.instant else None
+    """A budget the detector can use: any (a normally instant state is held to the floor)."""
+    return budget
 
 
 def level_moments(

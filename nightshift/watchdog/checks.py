@@ -151,10 +151,11 @@ def dwell_findings(
         if budget is None or classify(dwell, budget, floor_s=floor_s) != "alert":
             continue
         floored = f", floor {format_duration(floor_s)}" if floor_s > budget.p95 else ""
+        # a state that is normally instant (p95 0) has no ratio to speak of: its floor says it
+        ratio = f", x{dwell / budget.p95:.1f}" if budget.p95 > 0 else ""
         text = (
             f"{shown_name(job.catalogue)}/{job.label} {job.state} for {format_duration(dwell)} "
-            f"(p95 {format_duration(budget.p95)}, x{dwell / budget.p95:.1f}{floored}) "
-            f"night {job.night}"
+            f"(p95 {format_duration(budget.p95)}{ratio}{floored}) night {job.night}"
         )
         key = (job.catalogue, job.night, job.label, DWELL)
         found.append(_record(*key, now, text, job.state, dwell_s=dwell, p95_s=budget.p95))

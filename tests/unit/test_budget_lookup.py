@@ -39,8 +39,8 @@ def test_no_budget_is_always_ok() -> None:
 def test_a_floor_keeps_an_instant_state_from_alerting_at_once() -> None:
     instant = Budget(p50=0.0, p95=0.0, n=30, source="job")
 
-    assert classify(0.5, instant, floor_s=0) == "ok"  # normally instant: never a level
-    assert classify(1e9, instant) == "ok"
+    assert classify(0.5, instant) == "ok"  # normally instant: held to the floor (5 s)
+    assert classify(1e9, instant) == "alert"  # and named past twice it, as any state is
     quick = Budget(p50=1.0, p95=2.0, n=30, source="job")
     assert classify(5.0, quick) == "ok"  # the default floor, FLOOR_S
     assert classify(61, quick, floor_s=60) == "watch"
@@ -48,11 +48,14 @@ def test_a_floor_keeps_an_instant_state_from_alerting_at_once() -> None:
     assert classify(101, BUDGET, floor_s=60) == "watch"  # a p95 above the floor stands
 
 
-def test_the_submitted_state_of_one_night_is_instant() -> None:
-    # issue 17: a pooled `submitted` p95 of 129 ms alerted normal jobs at 0.26 s
+def test_a_normally_instant_state_is_held_to_the_floor_like_any_other() -> None:
+    # issue 17: a pooled `submitted` p95 of 129 ms alerted normal jobs at 0.26 s: the floor
+    # keeps them quiet; issue 40: a queue that always started work at once and now holds it
+    # is named at the floor, not left to its queued_timeout
     submitted = Budget(p50=0.08, p95=0.129, n=6, source="backend")
-    assert submitted.instant and submitted.limits() is None
-    assert [classify(s, submitted) for s in (0.26, 2.0, 30.0)] == ["ok", "ok", "ok"]
+    assert submitted.instant and submitted.limits() == (FLOOR_S, 2 * FLOOR_S)
+    assert [classify(s, submitted) for s in (0.26, 2.0, 5.0)] == ["ok", "ok", "ok"]
+    assert [classify(s, submitted) for s in (5.1, 10.0, 10.1)] == ["watch", "watch", "alert"]
 
 
 def test_the_floor_is_a_few_seconds_or_a_few_polls() -> None:

@@ -58,11 +58,13 @@ def test_no_budget_never_alerts() -> None:
     assert d.raised == frozenset()
 
 
-def test_a_budget_of_zero_is_no_budget_and_p50_above_p95_is_refused() -> None:
-    # a p95 of 0 would make every wait abnormal: the detector treats it as no budget
+def test_a_budget_of_zero_is_held_to_the_floor_and_p50_above_p95_is_refused() -> None:
+    # a queue that always started work at once (p95 0) and now holds it for an hour: named,
+    # at the floor's levels, not only when queued_timeout ends it (issue 40)
     d = Detector("2026-11-29", "cat", BudgetTable({("etl", "queued"): Budget(p50=0.0, p95=0.0)}))
-    assert d.observe("etl", "queued", entered_at=at(0), now=at(3600), backend="cli") == []
-    assert d.next_wake() is None
+    found = d.observe("etl", "queued", entered_at=at(0), now=at(3600), backend="cli")
+    assert levels(found) == [("queued", "watch"), ("queued", "alert")]
+    assert found[-1].measure() == "1h00m (p95 0.0s, floor 5.0s)"
     with pytest.raises(ValueError):
         Budget(p50=20.0, p95=10.0)
 
@@ -170,12 +172,16 @@ def test_the_log_sink_is_an_alert_sink(caplog: pytest.LogCaptureFixture) -> None
     )
 
 
-def test_no_level_on_a_state_that_is_normally_instant() -> None:
+def test_a_state_that_is_normally_instant_is_named_only_past_the_floor() -> None:
     # one real night of history: `submitted` pooled p95 129 ms; a normal submit took 0.26-2 s
     table = BudgetTable({("etl", "submitted"): Budget(0.08, 0.129, 6, "backend")})
     d = Detector("n", "c", table)
-    assert observe(d, "submitted", 0, 2.0) == [] and observe(d, "submitted", 0, 3600) == []
-    assert d.next_wake() is None
+    assert observe(d, "submitted", 0, 2.0) == []
+    assert d.next_change_at("etl") == at(5.0 + 1e-6)  # woken at the floor, not never
+    assert levels(observe(d, "submitted", 0, 3600)) == [
+        ("submitted", "watch"),
+        ("submitted", "alert"),
+    ]
 
 
 def test_the_floor_holds_every_level_back() -> None:

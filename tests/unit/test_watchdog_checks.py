@@ -66,9 +66,11 @@ def test_a_label_without_its_own_budget_uses_its_backends() -> None:
     assert [(a.label, a.p95_s) for a in found] == [("new", 50.0)]
 
 
-def test_no_budget_or_a_zero_p95_raises_nothing() -> None:
+def test_no_budget_raises_nothing_and_a_zero_p95_is_held_to_the_floor() -> None:
     zero = Budgets(states={("cat", "etl", "queued"): Budget(0.0, 0.0, 9)})
-    assert dwell_findings([job(ago=10_000.0)], zero, NOW) == []
+    (found,) = dwell_findings([job(ago=10_000.0)], zero, NOW)
+    assert "queued for 2h47m (p95 0ms, floor 5s)" in (found.detail or "")
+    assert dwell_findings([job(ago=9.0)], zero, NOW) == []  # within twice the floor
     assert dwell_findings([job("etl", "submitted", ago=10_000.0)], BUDGETS, NOW) == []
 
 
