@@ -143,13 +143,15 @@ def test_stale_follows_the_schedule_in_the_prefect_yaml_beside_the_catalogue(
     sandbox: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     catalogue = _failing_three_nights(sandbox)
-    # an hourly catalogue whose last run was a day ago missed its schedule: 1 h + 1 h grace
+    # an hourly catalogue whose last run was a day ago missed its schedule: 1 h + 1 h grace.
+    # Its schedule paused: after 01:00 UTC an active one would have today's nights named
+    # `missed` by the watchdog (no run of them started), which stands in for `stale`
     (sandbox / "prefect.yaml").write_text(
         "deployments:\n"
         "  - name: nightly-batch-hourly\n"
         "    entrypoint: flows/nightly.py:nightly\n"
         "    parameters: {catalog: nightshift.yaml}\n"
-        "    schedules: [{cron: '0 * * * *'}]\n"
+        "    schedules: [{cron: '0 * * * *', active: false}]\n"
     )
     assert main(["watchdog", "--catalogue", str(catalogue)]) == 0
     out = capsys.readouterr().out.splitlines()
