@@ -24,7 +24,6 @@ __all__ = [
     "BudgetTable",
     "Detector",
     "level_moments",
-    "usable",
 ]
 
 _TICK = timedelta(microseconds=1)
@@ -47,11 +46,6 @@ class BudgetTable:
     def budget(self, label: str, state: str) -> Budget | None:
         """The budget of ``label`` in ``state``, or None."""
         return self.by_key.get((label, state))
-
-
-def usable(budget: Budget | None) -> Budget | None:
-    """A budget the detector can use: any (a normally instant state is held to the floor)."""
-    return budget
 
 
 def level_moments(
@@ -152,7 +146,7 @@ class Detector:
 
     def _changes(self, label: str, now: datetime) -> list[Alert]:
         job = self._jobs[label]
-        budget = usable(self._budgets.budget(label, job.state))
+        budget = self._budgets.budget(label, job.state)
         if budget is None:
             return []
         dwell = _dwell(job.entered_at, now)

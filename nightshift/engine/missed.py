@@ -21,6 +21,7 @@ __all__ = [
     "LOOKBACK",
     "MissedDecision",
     "backfill_command",
+    "crons_nights",
     "decide",
     "due_nights",
     "late_line",
@@ -84,6 +85,25 @@ def schedule_nights(
             break
         nights.setdefault(tonight(at), at)
     return nights
+
+
+def crons_nights(
+    crons: list[tuple[str, str | None]], since: datetime, until: datetime
+) -> tuple[dict[str, datetime], list[str]]:
+    """``schedule_nights`` of every (cron, time zone), merged (a night's first slot), and what
+    was wrong with those that could not be read."""
+    nights: dict[str, datetime] = {}
+    problems = []
+    for cron, zone in crons:
+        try:
+            found = schedule_nights(cron, zone, since, until)
+        except ValueError as exc:
+            problems.append(str(exc))
+            continue
+        for night, slot in found.items():
+            if night not in nights or slot < nights[night]:
+                nights[night] = slot
+    return nights, problems
 
 
 def due_nights(

@@ -16,18 +16,18 @@ from typing import Any
 from nightshift.engine.missed import (
     LOOKBACK,
     MissedDecision,
+    crons_nights,
     decide,
     due_nights,
     late_line,
     missed_message,
 )
-from nightshift.engine.missed import schedule_nights as cron_nights
 from nightshift.engine.plan import tonight
 from nightshift.notify.notifier import Notifier
 from nightshift.orchestration.prepared_night import PreparedNight
 from nightshift.store.alert_log import AlertLog
 from nightshift.store.missed_nights import MissedNight, MissedNights
-from nightshift.store.night_reads import first_night, night_verdicts, nights_run
+from nightshift.store.night_reads import first_night, named_fates, nights_run
 from nightshift.watchdog.checks import missed_findings
 
 __all__ = [
@@ -78,16 +78,17 @@ def scheduled_nights(
         FlowRunFilter,
         FlowRunFilterExpectedStartTime,
     )
-    from prefect.runtime import flow_run
+    from prefect.context import FlowRunContext
 
-    if not flow_run.id or (flow_run.run_count or 1) > 1:
+    # the run as the engine loaded it: the CLI's nights and catch-up subflows (no deployment)
+    # and retries cost no API call
+    context = FlowRunContext.get()
+    run = context.flow_run if context is not None else None
+    if run is None or run.deployment_id is None or (run.run_count or 1) > 1:
         return None
     with get_client(sync_client=True) as client:
-        run = client.read_flow_run(flow_run.id)
-        if run.deployment_id is None:
-            return None
-        deployment = client.read_deployment(run.deployment_id)
-        slots = _cron_nights(deployment, now, logger)
+        made = client.read_deployment(run.deployment_id)
+        slots = _cron_nights(made, now, logger)
         runs: dict[str, datetime] = {}
         if not _of_the_schedule(run, slots):
             return None  # a run by hand: it runs the night it was asked for
@@ -103,7 +104,7 @@ def scheduled_nights(
             limit=200,
         )
     # the slots since the deployment (and its schedule) was made, and those of its runs
-    due = {night: slot for night, slot in slots.items() if slot >= _made(deployment, now)}
+    due = {night: slot for night, slot in slots.items() if slot >= _made(made, now)}
     for other in [run, *others]:
         if _of_the_schedule(other, slots) and other.expected_start_time is not None:
             slot = other.expected_start_time.astimezone(UTC)
@@ -120,20 +121,15 @@ def _made(deployment: Any, now: datetime) -> datetime:
 def _cron_nights(deployment: Any, now: datetime, logger: Any) -> dict[str, datetime]:
     """The nights of the deployment's active cron schedules with a slot in the last month ->
     their first slot."""
-    since = now - LOOKBACK
-    due: dict[str, datetime] = {}
-    for schedule in deployment.schedules or []:
-        cron = getattr(schedule.schedule, "cron", None)
-        if not schedule.active or cron is None:
-            continue
-        try:
-            found = cron_nights(cron, getattr(schedule.schedule, "timezone", None), since, now)
-        except ValueError as exc:
-            logger.warning("missed nights: schedule %r not read: %s", cron, exc)
-            continue
-        for night, slot in found.items():
-            due.setdefault(night, slot)
-    return due
+    crons = [
+        (cron, getattr(s.schedule, "timezone", None))
+        for s in deployment.schedules or []
+        if s.active and (cron := getattr(s.schedule, "cron", None)) is not None
+    ]
+    nights, problems = crons_nights(crons, now - LOOKBACK, now)
+    for problem in problems:
+        logger.warning("missed nights: a schedule not read: %s", problem)
+    return nights
 
 
 def _of_the_schedule(run: Any, due: dict[str, datetime]) -> bool:
@@ -224,10 +220,7 @@ def missed_fates(engine: Any, key: str, night: str) -> list[tuple[MissedNight, s
     of it: ``missed`` (never run), or its verdict once run (a backfill)."""
     from datetime import date
 
-    since = (date.fromisoformat(night) - LOOKBACK).isoformat()
-    named = [m for m in MissedNights(engine, key).all(since) if m.night <= night]
-    verdicts = night_verdicts(engine, key, [m.night for m in named])
-    return [(m, verdicts.get(m.night, "missed")) for m in named]
+    return named_fates(engine, key, (date.fromisoformat(night) - LOOKBACK).isoformat(), night)
 
 
 def late_of(prepared: PreparedNight, slot: datetime | None, started_at: str | None) -> str | None:

@@ -8,12 +8,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
 from nightshift.store.ledger import JOBS_TABLE, TRANSITIONS_TABLE
 
-__all__ = ["NightJob", "first_night", "night_jobs", "night_verdicts", "nights_run"]
+if TYPE_CHECKING:
+    from nightshift.store.missed_nights import MissedNight
+
+__all__ = [
+    "NightJob",
+    "first_night",
+    "named_fates",
+    "night_jobs",
+    "night_verdicts",
+    "nights_run",
+]
 
 
 @dataclass(frozen=True)
@@ -105,3 +116,17 @@ def first_night(engine: sa.Engine, catalogue: str) -> str | None:
     with engine.begin() as conn:
         query = sa.select(sa.func.min(jobs.night)).where(jobs.catalogue == catalogue)
         return conn.execute(query).scalar_one_or_none()
+
+
+def named_fates(
+    engine: sa.Engine, catalogue: str, since: str, until: str | None = None
+) -> list[tuple[MissedNight, str]]:
+    """The nights named missed from ``since`` to ``until`` (None: on), each with what became of
+    it: ``missed`` (never run), or its verdict once run (``night_verdicts``)."""
+    from nightshift.store.missed_nights import MissedNights
+
+    named = [
+        m for m in MissedNights(engine, catalogue).all(since) if until is None or m.night <= until
+    ]
+    verdicts = night_verdicts(engine, catalogue, [m.night for m in named])
+    return [(m, verdicts.get(m.night, "missed")) for m in named]

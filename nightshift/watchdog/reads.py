@@ -166,12 +166,10 @@ def missed_never_run(
 ) -> list[tuple[str, datetime | None, str]]:
     """The nights of ``catalogue`` from ``since`` on named missed and not run since: (night,
     slot, why)."""
-    from nightshift.store.missed_nights import MissedNights
-    from nightshift.store.night_reads import nights_run
+    from nightshift.store.night_reads import named_fates
 
-    ran = nights_run(engine, catalogue, since)
-    named = MissedNights(engine, catalogue).all(since)
-    return [(m.night, m.scheduled_at, m.reason) for m in named if m.night not in ran]
+    fates = named_fates(engine, catalogue, since)
+    return [(m.night, m.scheduled_at, m.reason) for m, fate in fates if fate == "missed"]
 
 
 def _aware(value: datetime | str) -> datetime:

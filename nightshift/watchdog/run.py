@@ -198,7 +198,7 @@ def _name_unstarted(
 ) -> None:
     """Name the nights of ``schedule`` whose slot passed ``UNSTARTED_AFTER`` ago and that
     never started, since the catalogue's first night (none while one of its nights runs)."""
-    from nightshift.engine.missed import LOOKBACK, schedule_nights
+    from nightshift.engine.missed import LOOKBACK, crons_nights
     from nightshift.store.missed_nights import MissedNights
     from nightshift.store.night_reads import first_night, nights_run
 
@@ -210,14 +210,8 @@ def _name_unstarted(
         return  # it never ran: nothing says its schedule is meant to run yet
     start = datetime.fromisoformat(first).replace(tzinfo=UTC) + timedelta(days=1)
     since = max(start, now - LOOKBACK)
-    slots: dict[str, datetime] = {}
-    for cron, zone in schedule:
-        try:
-            found = schedule_nights(cron, zone, since, now - UNSTARTED_AFTER)
-        except ValueError:
-            continue  # `nightshift validate` names a bad schedule
-        for night, slot in found.items():
-            slots.setdefault(night, slot)
+    # a schedule that cannot be read is `nightshift validate`'s to name
+    slots, _problems = crons_nights(schedule, since, now - UNSTARTED_AFTER)
     missed = MissedNights(engine, catalogue)
     done = nights_run(engine, catalogue, first) | {m.night for m in missed.all(first)}
     unstarted = [(n, at) for n, at in sorted(slots.items()) if n not in done and n > first]

@@ -133,3 +133,15 @@ def test_the_backfill_command_runs_exactly_the_nights_named() -> None:
     assert backfill_command(None, ["2026-12-04", "2026-12-07"]) == (
         "nightshift backfill --nights 2026-12-04,2026-12-07"
     )
+
+
+def test_several_crons_merge_their_nights_and_name_what_cannot_be_read() -> None:
+    from nightshift.engine.missed import crons_nights
+
+    since = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
+    until = datetime(2026, 12, 6, 9, 0, tzinfo=UTC)
+    nights, problems = crons_nights(
+        [("0 2 * * *", "UTC"), ("0 1 * * 0", "UTC"), ("every night", None)], since, until
+    )
+    assert list(nights) == D and nights[D[2]] == datetime(2026, 12, 6, 1, 0, tzinfo=UTC)
+    assert len(problems) == 1 and "every night" in problems[0]
