@@ -22,8 +22,15 @@ from rich.table import Table
 from rich.text import Text
 
 from nightshift.engine.context import utcnow
-from nightshift.engine.events import JobChanged, JobFinished, LevelChanged, NightEvent
+from nightshift.engine.events import (
+    IncidentChanged,
+    JobChanged,
+    JobFinished,
+    LevelChanged,
+    NightEvent,
+)
 from nightshift.engine.expected import clock_text
+from nightshift.engine.incidents import Closed, IncidentChange, Opened
 from nightshift.engine.night_progress import NightProgress
 from nightshift.states import JobState, is_final
 
@@ -59,6 +66,7 @@ class LiveTable:
         }
         self._done = 0  # jobs in a final state, kept as they change (a night may have thousands)
         self._lines = False
+        self._incidents: dict[str, str] = {}  # key -> its line, while it lasts
 
     def update(self, label: str, state: str) -> None:
         """Note a job's new state and redraw."""
@@ -89,6 +97,19 @@ class LiveTable:
         elif isinstance(event, JobFinished):
             # a job kept from an earlier run changes no state: its outcome is its news
             self.update(event.outcome.label, event.outcome.state.value)
+        elif isinstance(event, IncidentChanged):
+            self._incident(event.change)
+
+    def _incident(self, change: IncidentChange) -> None:
+        """An incident above the jobs while it lasts (a line of its own at its start and end)."""
+        incident = change.incident
+        with self._lock:
+            if isinstance(change, Closed):
+                self._incidents.pop(incident.key, None)
+            else:
+                self._incidents[incident.key] = f"incident: {incident.headline()}"
+        if self._lines and isinstance(change, Opened | Closed):
+            self._say(f"incident: {incident.line()}")
 
     def render(self) -> Table:
         """The table as it stands."""
@@ -101,7 +122,11 @@ class LiveTable:
         title = f"nightshift: {done}/{len(rows)} jobs finished"
         if expected and (at := self.progress.expected_done(wall)) is not None:
             title = f"nightshift: {done}/{len(rows)} finished, expected done {clock_text(at, wall)}"
-        table = Table(title=title, min_width=len(title))  # the night's line is never wrapped
+        with self._lock:
+            incidents = list(self._incidents.values())
+        if incidents:  # one backend's jobs stalled together: said above the jobs
+            title = "\n".join([title, *incidents])
+        table = Table(title=title, min_width=max(map(len, title.splitlines())))
         table.add_column("job")
         table.add_column("state")
         table.add_column("for", justify="right")
@@ -116,7 +141,8 @@ class LiveTable:
             if len(rows) > room:
                 table.caption += f"; {len(rows) - room + 1} more not shown"
                 rows = rows[: max(0, room - 1)]
-            table.min_width = max(len(title), len(table.caption))  # one line, never wrapped
+            # one line, never wrapped
+            table.min_width = max(table.min_width or 0, len(table.caption))
         for label, (state, since) in rows:
             view = views.get(label)
             cell = Text(state, style=_STYLE.get(state, "white"))

@@ -19,6 +19,7 @@ from pydantic import (
 
 from nightshift.config.durations import parse_duration
 from nightshift.config.http_api import HttpApiFields
+from nightshift.config.incident import IncidentSettings
 from nightshift.config.limits import BackendLimit
 from nightshift.config.missed import Missed
 from nightshift.config.names import DEFAULT_NAME
@@ -130,6 +131,8 @@ class Defaults(_Strict):
     spend: NightSpend | None = None
     # the earlier nights of the schedule that never ran (a worker down): run or named
     missed: Missed = Missed()
+    # several jobs of one backend stalled together: one incident (nightshift.config.incident)
+    incident: IncidentSettings = IncidentSettings()
 
     @model_validator(mode="after")
     def _one_min_samples(self) -> Defaults:
@@ -304,6 +307,14 @@ class Catalogue(_Strict):
         own = {"cli": self.cli.submit_patience, "gemini_batch": self.gemini.submit_patience}
         value = own.get(backend)
         return self.defaults.submit_patience if value is None else value
+
+    def incident(self, backend: str) -> IncidentSettings:
+        """``backend``'s incident settings: ``limits.<backend>.incident`` over the defaults'."""
+        limit = self.limits.get(backend)  # type: ignore[call-overload]
+        own = None if limit is None else limit.incident
+        if own is None:
+            return self.defaults.incident
+        return self.defaults.incident.model_copy(update=own.model_dump(exclude_unset=True))
 
     def line(self, *at: Any) -> int | None:
         """The line of ``at`` (e.g. ``"jobs", 0, "timeout"``) in the file, when known."""

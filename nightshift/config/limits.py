@@ -12,6 +12,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
+from nightshift.config.incident import IncidentSettings
+
 __all__ = ["BackendLimit", "format_rate", "parse_rate"]
 
 _PER = {"s": 1.0, "sec": 1.0, "second": 1.0, "min": 60.0, "minute": 60.0, "h": 3600.0}
@@ -49,6 +51,8 @@ class BackendLimit(BaseModel):
 
     concurrency: int | None = Field(None, ge=1)
     rate: Rate | None = None
+    # this backend's own `incident:` (over `defaults.incident`): nightshift.config.incident
+    incident: IncidentSettings | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -62,6 +66,6 @@ class BackendLimit(BaseModel):
 
     @model_validator(mode="after")
     def _something(self) -> BackendLimit:
-        if self.concurrency is None and self.rate is None:
-            raise ValueError("give a concurrency, a rate or both")
+        if self.concurrency is None and self.rate is None and self.incident is None:
+            raise ValueError("give a concurrency, a rate, an incident: setting, or several")
         return self

@@ -13,6 +13,8 @@ from nightshift.backends.base import Backend, ExternalState, JobStatus
 from nightshift.config.catalogue import Catalogue
 from nightshift.engine.admission import Admission
 from nightshift.engine.events import Logger, Publisher, Sink
+from nightshift.engine.holds import SubmitHolds
+from nightshift.engine.incidents import IncidentDesk
 from nightshift.engine.job_run import JobRun
 from nightshift.engine.ledger_sink import LedgerSink
 from nightshift.engine.marks import JobMarks
@@ -88,6 +90,10 @@ class NightContext:
     budgets: Budgets | None = None  # tonight's learned budgets (learned timeouts), if any
     # tonight's spend on paid jobs, checked before each paid submit (no paid jobs: counts none)
     spend: SpendCap = field(default_factory=lambda: SpendCap(None, {}))
+    # several jobs of one backend stalled together (the dwell watch decides), and the submits
+    # such an incident holds
+    incidents: IncidentDesk = field(default_factory=IncidentDesk)
+    holds: SubmitHolds = field(default_factory=SubmitHolds)
 
     @property
     def loop(self) -> NightLoop:

@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime
@@ -27,21 +27,41 @@ from nightshift.engine.alerts import Alert, AlertSink, Raised
 from nightshift.engine.detection import Detector
 from nightshift.engine.events import (
     ExpectedDurations,
+    IncidentChanged,
     JobChanged,
     LevelChanged,
     Logger,
     NightEvent,
 )
 from nightshift.engine.expected import typical_of
+from nightshift.engine.holds import SubmitHolds
+from nightshift.engine.incidents import (
+    Action,
+    Alone,
+    Closed,
+    Holds,
+    IncidentDesk,
+    IncidentRule,
+    Opened,
+)
 from nightshift.engine.outcomes import is_final
+from nightshift.engine.spend import is_paid
 from nightshift.loop import CHORE_THREADS, CHORES, NightLoop, Signal
-from nightshift.store.alert_log import DWELL, AlertLog, AlertRecord
+from nightshift.store.alert_log import DWELL, INCIDENT, AlertLog, AlertRecord
 
 if TYPE_CHECKING:
+    from nightshift.config.catalogue import Catalogue
     from nightshift.engine.context import NightContext
     from nightshift.store.ledger import Ledger
 
-__all__ = ["BudgetLoader", "CatalogueBudgets", "DwellWatch", "LevelOutlets", "watch_dwells"]
+__all__ = [
+    "BudgetLoader",
+    "CatalogueBudgets",
+    "DwellWatch",
+    "LevelOutlets",
+    "incident_desk",
+    "watch_dwells",
+]
 
 _MAX_WAIT = 60.0  # seconds: the timer looks at the wall clock at least this often
 _MIN_WAIT = 0.01  # never spin, even if a wake-up is already past
@@ -69,6 +89,8 @@ class LevelOutlets:
     log: AlertLog
     publish: Callable[[NightEvent], None]
     alerts: AlertSink
+    # several jobs of one backend stalled together: one incident (None: each level alone)
+    desk: IncidentDesk | None = None
 
 
 class DwellWatch:
@@ -88,6 +110,7 @@ class DwellWatch:
         self._publish = outlets.publish
         self._log = outlets.log
         self._alerts = outlets.alerts
+        self._desk = outlets.desk
         self._wall = wall
         self._owns_night = owns_night
         self._logger: Logger = logger or logging.getLogger("nightshift.detection")
@@ -108,13 +131,19 @@ class DwellWatch:
         if is_final(event.state):
             with self._lock:
                 self._entered.pop(event.label, None)
+                moved = self._desk.ended(event.label, event.state, event.at) if self._desk else []
             self.detector.forget(event.label)
+            self._dispatch(moved)
             return
         with self._lock:
             previous = self._entered.get(event.label)
             if previous is None or previous[0] != event.state:
                 self._entered[event.label] = (event.state, event.at)
             entered_at = self._entered[event.label][1]  # a repeat keeps the state's start
+            moved = []
+            if self._desk is not None:
+                moved = self._desk.entered(event.label, event.backend, event.state, event.at)
+        self._dispatch(moved)
         changes = self.detector.observe(
             event.label,
             event.state,
@@ -152,14 +181,27 @@ class DwellWatch:
             return self._waiting_for
 
     def tick(self) -> None:
-        """Announce every level reached by now, without a poll."""
-        self._announce(self.detector.tick(self._wall()))
+        """Announce every level reached by now, and the levels whose wait for others is over,
+        without a poll."""
+        now = self._wall()
+        self._announce(self.detector.tick(now))
+        if self._desk is not None:
+            with self._lock:
+                due = self._desk.tick(now)
+            self._dispatch(due)
+
+    def _next_wake(self) -> datetime | None:
+        wakes = [self.detector.next_wake()]
+        if self._desk is not None:
+            with self._lock:
+                wakes.append(self._desk.next_wake())
+        return min((w for w in wakes if w is not None), default=None)
 
     async def _timer(self) -> None:
         loop = asyncio.get_running_loop()
         chores = self._night.blocking(CHORES, CHORE_THREADS)
         while not self._stopped:
-            wake, now = self.detector.next_wake(), self._wall()
+            wake, now = self._next_wake(), self._wall()
             if wake is None or wake > now:
                 left = _MAX_WAIT if wake is None else (wake - now).total_seconds()
                 with self._lock:
@@ -182,10 +224,52 @@ class DwellWatch:
             if not self._keep(alert):
                 continue
             self._publish(LevelChanged(alert))
-            try:
-                self._alerts.send(alert)
-            except Exception:
-                self._logger.exception("the alert sink failed on %s", alert.line())
+            if self._desk is None:
+                self._dispatch([Alone(alert)])
+                continue
+            with self._lock:
+                actions = self._desk.level(alert, self._wall())
+            self._dispatch(actions)
+
+    def _dispatch(self, actions: list[Action]) -> None:
+        """A level alone to the alert sink; an incident's change to the night's sinks."""
+        for action in actions:
+            if isinstance(action, Alone):
+                try:
+                    self._alerts.send(action.alert)
+                except Exception:
+                    self._logger.exception("the alert sink failed on %s", action.alert.line())
+                continue
+            if not self._owns_night():
+                continue
+            if isinstance(action, Opened | Closed):
+                self._keep_incident(action)
+            self._publish(IncidentChanged(self.detector.night, self.detector.catalogue, action))
+
+    def _keep_incident(self, change: Opened | Closed) -> None:
+        """The incident's opening and its end in the alert log (metrics, reports, a rerun)."""
+        incident, opened = change.incident, isinstance(change, Opened)
+        record = AlertRecord(
+            catalogue=self.detector.catalogue,
+            night=self.detector.night,
+            label=incident.key,
+            kind=INCIDENT,
+            level=incident.level if opened else "over",
+            raised_by="night",
+            at=incident.opened_at if opened else (incident.ended_at or incident.opened_at),
+            state=incident.state,
+            dwell_s=incident.lasted_s,
+            detail=incident.line(),
+        )
+        try:
+            self._log.record(record)
+        except Exception as exc:
+            self._logger.warning(
+                "could not keep incident %s in the alert log: %s: %s",
+                incident.key,
+                type(exc).__name__,
+                exc,
+            )
 
     def _keep(self, alert: Alert) -> bool:
         """Write the alert log row; False when it was there already (raised by another run).
@@ -214,6 +298,47 @@ class DwellWatch:
             return True
 
 
+def incident_desk(catalogue: Catalogue) -> IncidentDesk:
+    """Tonight's incident desk with each backend's rule (``incident:`` of the catalogue): its
+    submits held while it lasts when ``hold_submits`` says so, a paid job's always."""
+    paid = {job.backend for job in catalogue.jobs if is_paid(job)}
+    poll_max = catalogue.defaults.poll.max
+
+    def rule(backend: str) -> IncidentRule:
+        settings = catalogue.incident(backend)
+        holds: Holds = "all" if settings.hold_submits else "paid" if backend in paid else "none"
+        return IncidentRule(settings.jobs, settings.window_s(poll_max), holds)
+
+    return IncidentDesk(rule)
+
+
+def hold_submits(holds: SubmitHolds, event: NightEvent) -> None:
+    """An incident that holds submits holds them from its opening; its end releases them when
+    its jobs moved on, else its backend is refused for the rest of the night."""
+    if not isinstance(event, IncidentChanged):
+        return
+    change, incident = event.change, event.change.incident
+    if incident.holds == "none":
+        return
+    if isinstance(change, Opened):
+        holds.hold(incident.backend, incident.headline(), everything=incident.holds == "all")
+    elif isinstance(change, Closed) and incident.moved_on:
+        holds.release(incident.backend)
+    elif isinstance(change, Closed):
+        holds.refuse(incident.backend, f"{incident.headline()}, and none moved on")
+
+
+def _numbered(keys: Iterable[str]) -> dict[tuple[str, str], int]:
+    """(backend, state) -> the most incidents of it opened, from keys like ``cli/queued#2``."""
+    counts: dict[tuple[str, str], int] = {}
+    for key in keys:
+        where, _, number = key.rpartition("#")
+        backend, _, state = where.partition("/")
+        if number.isdigit():
+            counts[(backend, state)] = max(counts.get((backend, state), 0), int(number))
+    return counts
+
+
 # (ledger, now, min_samples): the budgets of at least the catalogue's `defaults.min_samples`
 BudgetLoader = Callable[["Ledger", datetime, int], Budgets]
 
@@ -234,6 +359,7 @@ def watch_dwells(
         budgets = load(ctx.ledger, ctx.wall(), ctx.catalogue.defaults.min_samples)
         log = AlertLog(ctx.ledger.engine)
         raised = log.raised(key, ctx.night)
+        opened = {label for label, _, _ in log.raised(key, ctx.night, INCIDENT)}
     except Exception as exc:
         logger.warning(
             "no dwell watch tonight: the budgets could not be read: %s: %s",
@@ -254,13 +380,16 @@ def watch_dwells(
     )
     if typical := typical_of(budgets, ctx.catalogue):
         ctx.events.publish(ExpectedDurations(ctx.night, key, typical, ctx.wall()))
+    desk = ctx.incidents
+    desk.numbered.update(_numbered(opened))  # a rerun numbers on from an earlier run's
     watch = DwellWatch(
         detector,
-        LevelOutlets(log, ctx.events.publish, alerts),
+        LevelOutlets(log, ctx.events.publish, alerts, desk),
         wall=ctx.wall,
         owns_night=ctx.rules.owns_night,
         logger=logger,
         loop=ctx.loop,
     )
+    ctx.events.add(lambda event: hold_submits(ctx.holds, event))
     ctx.events.add(watch)  # the last sink: the others hear a change before its level
     return watch.start()

@@ -15,10 +15,12 @@ from datetime import datetime
 
 from nightshift.engine.alerts import Alert
 from nightshift.engine.expected import Typical
+from nightshift.engine.incidents import Closed, IncidentChange, Opened
 from nightshift.engine.outcomes import JobOutcome, NightSummary
 
 __all__ = [
     "ExpectedDurations",
+    "IncidentChanged",
     "JobChanged",
     "JobFinished",
     "LevelChanged",
@@ -107,8 +109,24 @@ class ExpectedDurations:
     at: datetime
 
 
+@dataclass(frozen=True)
+class IncidentChanged:
+    """An incident of one backend opened, took a level, lost a job or ended
+    (engine/incidents.py): its levels are not announced one job at a time."""
+
+    night: str
+    catalogue: str
+    change: IncidentChange
+
+
 NightEvent = (
-    JobChanged | JobFinished | PollFailed | NightFinished | LevelChanged | ExpectedDurations
+    JobChanged
+    | JobFinished
+    | PollFailed
+    | NightFinished
+    | LevelChanged
+    | ExpectedDurations
+    | IncidentChanged
 )
 Sink = Callable[[NightEvent], None]
 
@@ -182,3 +200,14 @@ class LogSink:
             # once each: a watch for the record, an alert for someone to act on
             severity = logging.ERROR if event.alert.level == "alert" else logging.INFO
             self._logger.log(severity, "%s", event.alert.line())
+        elif isinstance(event, IncidentChanged):
+            self._incident(event.change)
+
+    def _incident(self, change: IncidentChange) -> None:
+        incident = change.incident
+        if isinstance(change, Opened):
+            severity = logging.ERROR if incident.level == "alert" else logging.WARNING
+            self._logger.log(severity, "incident: %s", incident.headline())
+        elif isinstance(change, Closed):
+            self._logger.info("incident %s %s", incident.key, incident.end_line())
+        # a job's level and its end inside an incident are logged once already, as its own

@@ -23,8 +23,10 @@ from nightshift.engine.admission import Admission
 from nightshift.engine.alerts import AlertSink, LogAlertSink
 from nightshift.engine.cancelling import CancelWatch
 from nightshift.engine.context import NightContext, NightRules, night_records, utcnow
-from nightshift.engine.dwell_watch import BudgetLoader, watch_dwells
+from nightshift.engine.dwell_watch import BudgetLoader, incident_desk, watch_dwells
 from nightshift.engine.events import Logger, NightFinished, Sink
+from nightshift.engine.holds import SubmitHolds
+from nightshift.engine.incidents import IncidentDesk
 from nightshift.engine.marks import JobMarks
 from nightshift.engine.outcomes import JobOutcome, NightSummary, Outcome, join
 from nightshift.engine.plan import HISTORY_DAYS, Plan
@@ -105,6 +107,9 @@ class NightParts:
     # the night's one event loop, its maker's to close (None: the night makes and closes its
     # own); a flow's outlives the night: its progress is posted on its chores at the end
     loop: NightLoop | None = None
+    # tonight's incidents (None: the night makes one from its catalogue); a sink that asks it
+    # (which job's end an incident tells) is handed the same
+    incidents: IncidentDesk | None = None
 
 
 @dataclass(frozen=True)
@@ -221,9 +226,15 @@ def open_night(
             ),
             stop=stop if stop is not None else NightStop(),
             spend=night_spend(catalogue, parts.ledger, night.night, parts.wall()),
+            incidents=parts.incidents or incident_desk(catalogue),
+            holds=SubmitHolds(watcher.now),
         )
         # on a stop: waits for a turn or a slot end at once, every watched job is let go
-        for listener in (ctx.admission.interrupt, getattr(parts.hold, "interrupt", None)):
+        for listener in (
+            ctx.admission.interrupt,
+            ctx.holds.interrupt,
+            getattr(parts.hold, "interrupt", None),
+        ):
             if listener is not None:
                 cleanup.callback(ctx.stop.on_request(listener))
         cleanup.callback(ctx.stop.on_request(watcher.detach))
@@ -330,6 +341,8 @@ def finish_night(
     summary = join(jobs, started_at, finished.isoformat(timespec="seconds"))
     if ctx.spend.cap_usd is not None or ctx.spend.priced:
         summary = replace(summary, spend=ctx.spend.totals())
+    if incidents := ctx.incidents.incidents:
+        summary = replace(summary, incidents=tuple(i.line() for i in incidents))
     ctx.events.publish(NightFinished(ctx.night, ctx.catalogue.key, summary, finished))
     return summary
 

@@ -127,6 +127,8 @@ class NightSummary:
     spend: SpendTotals | None = None  # tonight's spend on paid jobs (None: none, no cap)
     # when the night ran against its slot, and the earlier nights missed (None: on time)
     late: str | None = None
+    # tonight's incidents (several jobs of one backend stalled together), one line each
+    incidents: tuple[str, ...] = ()
 
     @property
     def exit_code(self) -> int:

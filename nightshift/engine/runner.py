@@ -131,6 +131,11 @@ async def take_turn(ctx: NightContext, begun: Begun) -> ExitStack | None:
     what it then holds, to give back; None when the night's deadline or its stop came first."""
     job = begun.run.job
     priority = ctx.priorities.get(begun.run.label, 0)
+    # an incident of its backend holds its submit (a job in flight is re-attached all the same)
+    if not begun.reattach:
+        paid = ctx.spend.paid(begun.run.label)
+        if await ctx.holds.clear(job.backend, paid, ctx.deadline_at) is not None:
+            return None
     try:
         slot = await ctx.admission.enter(
             job.backend, priority, ctx.deadline_at, stagger=not begun.reattach
@@ -146,6 +151,9 @@ def turn_missed(ctx: NightContext, label: str) -> JobOutcome:
     """A job whose turn never came: let go by the night's stop, else timed out."""
     if ctx.stop.requested:  # interrupted while it waited for its turn
         return stopped_outcome(ctx, label)
+    held = ctx.holds.why(ctx.catalogue.job(label).backend, ctx.spend.paid(label))
+    if held is not None:  # its backend's incident held it to the end (or refuses it tonight)
+        return end_job(ctx, label, Outcome.SKIPPED, held)
     return end_job(ctx, label, Outcome.TIMEOUT, "night deadline before submit")
 
 

@@ -96,6 +96,8 @@ class MetricsData:
     spend: dict[str, float] = field(default_factory=dict)
     # (catalogue, "missed" | "backfilled") -> nights named missed: never run, or run since
     missed: dict[tuple[str, str], int] = field(default_factory=dict)
+    # (catalogue, backend, state) -> incidents opened (several jobs of one backend stalled)
+    incidents: dict[tuple[str, str, str], int] = field(default_factory=dict)
 
 
 def night_severity(states: Iterable[str]) -> str:
@@ -140,6 +142,7 @@ def _families(data: MetricsData) -> list[tuple[Sequence[Any], Build]]:
         (sorted(data.alerts, key=lambda a: (a.catalogue, a.job, a.level)), _alerts),
         (sorted(data.spend.items()), _spend),
         (sorted(data.missed.items()), _missed),
+        (sorted(data.incidents.items()), _incidents),
     ]
 
 
@@ -231,6 +234,17 @@ def _spend(rows: Sequence[tuple[str, float]]) -> Metric:
     for catalogue, usd in rows:
         spend.add_metric([catalogue], usd)
     return spend
+
+
+def _incidents(rows: Sequence[tuple[tuple[str, str, str], int]]) -> Metric:
+    incidents = CounterMetricFamily(
+        "nightshift_incidents",
+        "Incidents opened: several jobs of one backend stalled in one state together",
+        labels=["catalogue", "backend", "state"],
+    )
+    for (catalogue, backend, state), count in rows:
+        incidents.add_metric([catalogue, backend, state], count)
+    return incidents
 
 
 def _missed(rows: Sequence[tuple[tuple[str, str], int]]) -> Metric:

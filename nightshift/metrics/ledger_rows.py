@@ -21,7 +21,7 @@ from nightshift.metrics.families import (
     night_severity,
 )
 from nightshift.states import JobState
-from nightshift.store.alert_log import ALERTS_TABLE
+from nightshift.store.alert_log import ALERTS_TABLE, INCIDENT
 from nightshift.store.ledger import BEFORE_CATALOGUES, JOBS_TABLE, TRANSITIONS_TABLE
 from nightshift.store.missed_nights import MISSED_NIGHTS_TABLE
 
@@ -36,6 +36,7 @@ def read_metrics(engine: sa.Engine) -> MetricsData:
             latest=_latest(conn),
             dwells=_dwells(conn),
             alerts=_alerts(conn),
+            incidents=_incidents(conn),
             severities=_severities(conn),
             spend=_spend(conn),
             missed=_missed(conn),
@@ -112,10 +113,23 @@ def _dwells(conn: sa.Connection) -> list[DwellBuckets]:
 
 def _alerts(conn: sa.Connection) -> list[AlertCount]:
     a = ALERTS_TABLE.c
-    query = sa.select(a.catalogue, a.label, a.level, sa.func.count()).group_by(
-        a.catalogue, a.label, a.level
+    query = (
+        sa.select(a.catalogue, a.label, a.level, sa.func.count())
+        .where(a.kind != INCIDENT)  # a job's levels: an incident is counted on its own
+        .group_by(a.catalogue, a.label, a.level)
     )
     return [AlertCount(*row) for row in conn.execute(query)]
+
+
+def _incidents(conn: sa.Connection) -> dict[tuple[str, str, str], int]:
+    """(catalogue, backend, state) -> incidents opened (their opening rows, not their ends)."""
+    a = ALERTS_TABLE.c
+    query = sa.select(a.catalogue, a.label, a.state).where(a.kind == INCIDENT, a.level != "over")
+    counts: dict[tuple[str, str, str], int] = {}
+    for catalogue, key, state in conn.execute(query):
+        backend = key.split("/", 1)[0]  # cli/queued#1
+        counts[(catalogue, backend, state)] = counts.get((catalogue, backend, state), 0) + 1
+    return counts
 
 
 def _severities(conn: sa.Connection) -> dict[str, str]:

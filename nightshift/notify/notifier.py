@@ -69,6 +69,7 @@ class Notifier:
         self.log: Logger = logger or _log
         self._claim_s = claim_s
         self._threads: dict[tuple[str, str], str] = {}  # (night, channel) -> thread ts
+        self._incidents: dict[tuple[str, str], str] = {}  # (night, incident) -> its opening's ts
         self._alerted: set[tuple[str, str]] = set()  # (night, label), when there is no outbox
         self._lock = threading.Lock()
         self._thread_lock = threading.Lock()
@@ -125,6 +126,10 @@ class Notifier:
         )  # fmt: skip
         return self._safe_send(message, night)
 
+    def post(self, message: Message | None, night: str) -> Delivery | None:
+        """Send a message drawn elsewhere (an incident's); never raises."""
+        return self._safe_send(message, night)
+
     def missed(self, night: str, headline: str, lines: list[str]) -> Delivery | None:
         """The one alert naming missed nights (``night``: the run's own, for the outbox)."""
         message = render_missed(
@@ -143,6 +148,17 @@ class Notifier:
     def send(self, message: Message, night: str) -> Delivery:
         """Keep ``message`` in the outbox, post it (a reply: in the night's thread), mark it."""
         item_id = self._keep(message, night)
+        if message.incident is not None:  # an incident's opening, or a reply in its thread
+            thread = self._incident_thread(night, message.incident) if message.thread else None
+            result = self.sender.post(
+                message.route, message.destination, message.text, message.blocks, thread
+            )
+            if result.ok and not message.thread and result.ts:
+                with self._lock:
+                    self._incidents[(night, message.incident)] = result.ts
+            self._note(message, thread, result)
+            self._settle(item_id, result, message)
+            return result
         # replies wait for each other: two first alerts at once must not both start a thread
         with self._thread_lock if message.thread else contextlib.nullcontext():
             thread = self._thread_of(night, message.destination) if message.thread else None
@@ -185,6 +201,7 @@ class Notifier:
                 destination=_names(message.destination), slack=_names(self.config.slack),
                 kind=message.kind, label=message.label, thread=message.thread,
                 text=message.text, blocks=message.blocks, claim_s=self._claim_s,
+                incident=message.incident,
             )  # fmt: skip
         except Exception as exc:  # no ledger: still try Slack
             self.log.warning("notify: outbox unavailable, sending anyway: %s", _one_line(exc))
@@ -210,6 +227,13 @@ class Notifier:
             known = self._threads.get((night, route.channel))
         if known is None and self.outbox is not None:
             known = self.outbox.thread_ts(self.catalogue, night, route.channel)
+        return known
+
+    def _incident_thread(self, night: str, incident: str) -> str | None:
+        with self._lock:
+            known = self._incidents.get((night, incident))
+        if known is None and self.outbox is not None:
+            known = self.outbox.incident_ts(self.catalogue, night, incident)
         return known
 
     def _start_thread(self, night: str, route: Route, ts: str | None) -> None:
@@ -263,7 +287,11 @@ def flush_outbox(
             senders[key] = sender if sender and slack else SlackSender(settings, env=env)
         route = Route(**item.destination)
         thread = None
-        if item.thread and route.channel:
+        if item.incident is not None and item.thread:  # a reply in its incident's thread
+            thread = outbox.incident_ts(item.catalogue, item.night, item.incident)
+        elif item.incident is not None:
+            thread = None  # an incident's opening message: top-level
+        elif item.thread and route.channel:
             thread = outbox.thread_ts(item.catalogue, item.night, route.channel)
         elif item.kind == DIGEST and route.channel:
             # a later digest of the night (a retry's) replies in the first one's thread
@@ -271,7 +299,14 @@ def flush_outbox(
             if first is not None and first.destination.get("channel") == route.channel:
                 thread = first.ts
         result = senders[key].post(item.route, route, item.text, item.blocks, thread)
-        if result.ok and item.thread and route.channel and thread is None and result.ts:
+        if (
+            result.ok
+            and item.thread
+            and route.channel
+            and thread is None
+            and result.ts
+            and (item.incident is None)
+        ):
             outbox.start_thread(item.catalogue, item.night, route.channel, result.ts)
         if on_item is not None:
             on_item(item, result)

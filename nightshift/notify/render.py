@@ -19,6 +19,7 @@ from datetime import datetime
 from nightshift.config.durations import format_duration
 from nightshift.config.notify import NotifyConfig, Route
 from nightshift.engine.alerts import Alert
+from nightshift.engine.incidents import Incident
 from nightshift.engine.outcomes import JobOutcome, NightSummary, Outcome, Severity, retry_line
 from nightshift.notify.blocks import MAX_BLOCKS, Block, context, cut, escape, header, pack_lines
 from nightshift.notify.blocks import section as section_block
@@ -30,13 +31,15 @@ __all__ = [
     "flow_run_link",
     "job_line",
     "render_alert",
+    "render_incident",
+    "render_incident_reply",
     "render_missed",
     "render_night",
     "render_notice",
     "render_recovered",
 ]
 
-ALERT, DIGEST, RECOVERED = "alert", "digest", "recovered"
+ALERT, DIGEST, RECOVERED, INCIDENT = "alert", "digest", "recovered", "incident"
 # the counts every digest shows, in this order (cancelled only when there is one)
 COUNTED = (Outcome.SUCCEEDED, Outcome.PARTIAL, Outcome.FAILED, Outcome.TIMEOUT,
            Outcome.STUCK_QUEUED, Outcome.SKIPPED, Outcome.CANCELLED)  # fmt: skip
@@ -62,6 +65,9 @@ class Message:
     label: str | None = None
     thread: bool = False
     reply_to: str | None = None  # the ts of a message it replies to (a retry's digest)
+    # the incident's key (``cli/queued#1``): its opening message (``thread`` False), or a reply
+    # in its thread (``thread`` True)
+    incident: str | None = None
 
 
 def render_night(
@@ -105,6 +111,8 @@ def render_night(
         slowest.append(escape(spend.line()))
     if summary.late:  # it ran late: its slot, its start, the nights missed before it
         slowest.append(escape(summary.late))
+    # one backend's jobs stalled together: each incident in one line
+    slowest += [f"incident: {escape(line)}" for line in summary.incidents]
     tail = [context(f"<{escape(url)}|Flow run in the Prefect UI>")] if url else []
     blocks += pack_lines(lines, MAX_BLOCKS - len(blocks) - len(slowest) - len(tail))
     blocks += [section_block(line) for line in slowest] + tail
@@ -160,6 +168,51 @@ def render_notice(
     text = f"{kind}: {label} {line} ({catalogue}, {config.env}, night {night})"
     text = mention + escape(cut(text, _TEXT_CHARS))
     return Message(ALERT, route, text, blocks, ALERT, label, thread=True)
+
+
+def render_incident(
+    incident: Incident, alerts: Sequence[Alert], config: NotifyConfig, *, night: str,
+    catalogue: str,
+) -> Message | None:  # fmt: skip
+    """An incident's opening message, top-level in the alert route (None: no route): its
+    backend, state, jobs and since when; the levels it folds in, one line each."""
+    route = config.route(ALERT)
+    if route is None:
+        return None
+    mention = f"{route.mention} " if route.mention else ""
+    head = f":rotating_light: *incident, {incident.level}:* {escape(incident.headline())}"
+    lines = [
+        f"• `{escape(a.label)}` {escape(a.state)} for {escape(a.measure())}, {a.level}"
+        for a in alerts
+    ]
+    if (held := incident.hold_line()) is not None:
+        lines.append(f"_{escape(held)}_")  # said where the on-call reads it first
+    where = (
+        f"{escape(catalogue)} · {escape(config.env)} · night {escape(night)} · "
+        f"incident {escape(incident.key)}"
+    )
+    body = cut("\n".join([f"{mention}{head}", *lines]), _TEXT_CHARS)
+    blocks = [section_block(body), context(where)]
+    text = f"incident, {incident.level}: {incident.headline()} ({catalogue}, {config.env}, "
+    text += f"night {night})" + (f"; {held}" if held else "")
+    text = mention + escape(cut(text, _TEXT_CHARS))
+    return Message(ALERT, route, text, blocks, INCIDENT, incident.key, incident=incident.key)
+
+
+def render_incident_reply(
+    incident: Incident, line: str, config: NotifyConfig, *, label: str | None = None
+) -> Message | None:
+    """A reply in the incident's thread: a later level, a job's end, the incident's end."""
+    route = config.route(ALERT)
+    if route is None:
+        return None
+    who = f"`{escape(label)}` " if label else ""
+    body = f"{who}{escape(cut(line, _ERROR_CHARS))}"
+    text = escape(cut(f"{incident.key}: {label + ' ' if label else ''}{line}", _TEXT_CHARS))
+    return Message(
+        ALERT, route, text, [section_block(body)], INCIDENT, label or incident.key,
+        thread=True, incident=incident.key,
+    )  # fmt: skip
 
 
 def render_missed(

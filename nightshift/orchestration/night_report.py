@@ -85,6 +85,7 @@ def build_report(
     runs: Sequence[RunSpan] | None = None,
     tries: Mapping[str, Sequence[Try]] | None = None,
     forecast: Mapping[str, Any] | None = None,
+    incidents: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """The report's fields, JSON-ready; ``slack`` None: the catalogue has no ``notify:``.
 
@@ -92,6 +93,7 @@ def build_report(
     the headline a retry's. ``tries``: each job's tries tonight (``night_runs``); the excerpt
     of a job ok now that failed earlier tonight is of that failure's tail. ``forecast``: the
     run's forecast against what happened (``forecast_report.forecast_section``), None: none kept.
+    ``incidents``: the night's incidents, one line each (None: the summary's).
     """
     usual = usual or {}
     excerpts = excerpts or {}
@@ -151,6 +153,9 @@ def build_report(
         "spend": None if summary.spend is None else summary.spend.line(),
         # a night that ran late, and the nights missed before it (None: on time, none missed)
         "late": summary.late,
+        # several jobs of one backend stalled together: one line each, above the jobs (the
+        # alert log's, every run of the night's; else this run's)
+        "incidents": list(summary.incidents if incidents is None else incidents),
     }
 
 
@@ -188,6 +193,8 @@ def render_report(report: Mapping[str, Any], plot: str | None = None) -> str:
         # a label's `_` or `*` is text, not emphasis
         spend = str(report["spend"]).replace("_", "\\_").replace("*", "\\*")
         out += ["", f"**{spend[:1].upper()}{spend[1:]}**"]
+    for line in report.get("incidents") or ():  # one backend's jobs stalled together
+        out += ["", "**Incident: " + str(line).replace("_", "\\_").replace("*", "\\*") + "**"]
     out += ["", "## Jobs, worst first", ""]
     out += [
         "| job | state | took | usual p50 / p95 | x p95 | attempts | external id |",

@@ -16,6 +16,7 @@ from prefect.runtime import flow_run
 
 from nightshift.engine.admission import Admission
 from nightshift.engine.alerts import NoAlertSink
+from nightshift.engine.dwell_watch import incident_desk
 from nightshift.engine.events import LogSink, Sink
 from nightshift.engine.night import NightId, NightParts, build_parts, finish_night, open_night
 from nightshift.engine.outcomes import JobOutcome, NightSummary
@@ -23,7 +24,7 @@ from nightshift.engine.plan import Plan
 from nightshift.engine.steps import JobPools
 from nightshift.loop import NightLoop
 from nightshift.notify.notifier import SlackAlertSink
-from nightshift.notify.sinks import NoticeSink
+from nightshift.notify.sinks import IncidentSink, NoticeSink
 from nightshift.orchestration.leases import slot_lease_s
 from nightshift.orchestration.limits import limit_scope, night_slots
 from nightshift.orchestration.night_forecast import forecast_at_start
@@ -93,8 +94,10 @@ def _parts(
     its notices and alert levels to Slack, the lease's rule for submits and ledger rows."""
     prepared, notifier = setup.prepared, setup.notifier
     catalogue, settings, ledger = prepared.catalogue, prepared.settings, prepared.ledger
+    desk = incident_desk(catalogue)  # tonight's incidents: a job's end in one is said there
     if notifier is not None:
-        sinks.append(NoticeSink(notifier))  # fallbacks, stuck queues, timeouts, as they happen
+        # fallbacks, stuck queues, timeouts, as they happen; incidents, in a thread each
+        sinks += [NoticeSink(notifier, grouped=desk.grouped), IncidentSink(notifier)]
     parts = build_parts(
         catalogue,
         settings,
@@ -115,6 +118,7 @@ def _parts(
         loop=loop,
     )
     parts.sinks = sinks
+    parts.incidents = desk
     # dwell levels into the night's Slack thread; the LogSink in ``sinks`` logs each level once
     parts.alerts = SlackAlertSink(notifier) if notifier is not None else NoAlertSink()
     # a night whose lease ran out (taken, or not renewed in time) must not submit beside

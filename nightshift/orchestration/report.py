@@ -115,6 +115,8 @@ def summary_json(summary: NightSummary) -> dict[str, Any]:
         "spend": None if summary.spend is None else spend_json(summary.spend),
         # a night that ran late: its slot, its start, the nights missed before it
         "late": summary.late,
+        # several jobs of one backend stalled together: one line per incident
+        "incidents": list(summary.incidents),
     }
 
 

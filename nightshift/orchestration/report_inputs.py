@@ -9,6 +9,7 @@ night's earlier runs left in their run folders), and the run's forecast (``store
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ from nightshift.orchestration.night_runs import (
     record_from_json,
     record_of,
 )
-from nightshift.store.alert_log import AlertLog
+from nightshift.store.alert_log import INCIDENT, AlertLog, AlertRecord
 from nightshift.store.forecasts import Forecasts
 from nightshift.store.ledger import Ledger, Transition
 from nightshift.store.outbox import Outbox
@@ -70,6 +71,7 @@ def gather_report(
         records += earlier_records(runs_folder, catalogue_name(catalogue), labels)
     rows = ledger.dwells(night)
     runs, tries = night_runs(records, rows)
+    raised = AlertLog(ledger.engine).alerts(catalogue=key, night=night)
     return build_report(
         summary,
         night=night,
@@ -78,13 +80,25 @@ def gather_report(
         excerpts=_excerpts(summary, tries),
         watches=[
             WatchLine(a.label, a.level, a.kind, a.state, a.dwell_s, a.p95_s, a.raised_by)
-            for a in AlertLog(ledger.engine).alerts(catalogue=key, night=night)
+            for a in raised
+            if a.kind != INCIDENT
         ],
+        incidents=incident_lines(raised),
         slack=None if catalogue.notify is None else _slack(ledger, key, night),
         runs=runs,
         tries=tries,
         forecast=_forecast(ledger, key, night, summary.started_at, rows),
     )
+
+
+def incident_lines(raised: Iterable[AlertRecord]) -> list[str]:
+    """The night's incidents as the alert log keeps them, one line each (the latest said of
+    each: its end, else its opening), in the order they opened (every run of the night's)."""
+    lines: dict[str, str] = {}
+    for row in raised:
+        if row.kind == INCIDENT and row.detail:
+            lines[row.label] = row.detail
+    return list(lines.values())
 
 
 def earlier_records(folder: Path, name: str, labels: set[str]) -> list[RunRecord]:

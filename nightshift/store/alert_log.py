@@ -7,8 +7,11 @@ watchdog (``INSERT ... ON CONFLICT DO NOTHING`` on SQLite and PostgreSQL).
 Kinds: ``dwell`` (a job's time in ``state`` past its budget: watch > p95, alert > 2 x p95),
 ``stopped`` (a night's lease expired with jobs in flight), ``stale`` (no success in too long),
 ``streak`` (not ok several nights in a row), ``missed`` (a night of the schedule that never
-ran: named by the run that found it, kept here so the watchdog does not name it again). Only
-``dwell`` rows have a state.
+ran: named by the run that found it, kept here so the watchdog does not name it again),
+``incident`` (several jobs of one backend stalled in one state together: its label the
+incident's key ``cli/queued#1``, one row at its opening with its level, one at its end with the
+level ``over`` and how long it lasted in ``dwell_s``). Only ``dwell`` and ``incident`` rows have
+a state.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from nightshift.store.db import UTCDateTime, dialect_insert
 __all__ = [
     "ALERTS_TABLE",
     "DWELL",
+    "INCIDENT",
     "MISSED",
     "STALE",
     "STOPPED",
@@ -33,6 +37,7 @@ __all__ = [
 ]
 
 DWELL, STOPPED, STALE, STREAK, MISSED = "dwell", "stopped", "stale", "streak", "missed"
+INCIDENT = "incident"
 
 _metadata = sa.MetaData()
 

@@ -48,6 +48,8 @@ _outbox = sa.Table(
     sa.Column("last_error", sa.Text, nullable=True),
     sa.Column("sent_at", UTCDateTime(), nullable=True),
     sa.Column("ts", sa.String(32), nullable=True),
+    # the incident it belongs to (``cli/queued#1``): its opening message, or a reply in its thread
+    sa.Column("incident", sa.String(120), nullable=True),
     sa.Index("ix_notify_outbox_sent_at_id", "sent_at", "id"),
     sa.Index("ix_notify_outbox_catalogue_night", "catalogue", "night", "kind"),
 )
@@ -83,6 +85,7 @@ class OutboxItem:
     last_error: str | None = None
     sent_at: datetime | None = None
     ts: str | None = None
+    incident: str | None = None  # the incident's key: its opening message, or a reply to it
 
 
 class Result(Protocol):
@@ -172,6 +175,16 @@ class Outbox:
         query = sa.select(t.ts).where(t.catalogue == catalogue, t.night == night)
         with self.engine.begin() as conn:
             return conn.execute(query.where(t.channel == channel)).scalar()
+
+    def incident_ts(self, catalogue: str, night: str, incident: str) -> str | None:
+        """The ``ts`` of the incident's opening message, once Slack accepted it."""
+        o = _outbox.c
+        query = sa.select(o.ts).where(
+            o.catalogue == catalogue, o.night == night, o.incident == incident,
+            o.kind == "incident", o.ts.is_not(None),
+        ).order_by(o.id)  # fmt: skip
+        with self.engine.begin() as conn:
+            return conn.execute(query).scalars().first()
 
     def first_digest(
         self, catalogue: str, night: str, before: int | None = None

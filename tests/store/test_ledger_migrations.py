@@ -162,6 +162,7 @@ def test_head_is_the_last_revision_on_disk() -> None:
 
     assert chain == [
         migrations.HEAD,
+        "0010",
         "0009",
         "0008",
         "0007",

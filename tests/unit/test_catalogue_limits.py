@@ -52,7 +52,11 @@ def test_rates_print_in_a_whole_unit() -> None:
         ("  cli: {rate: 2}", "nightshift.yaml:3: field 'limits.cli.rate': not a rate: 2 (use e.g."),
         ("  cli: {rate: 0/s}", "nightshift.yaml:3: field 'limits.cli.rate': a rate must be more"),
         ("  cli: {rate: 2/day}", "field 'limits.cli.rate': not a rate: '2/day'"),
-        ("  cli: {}", "nightshift.yaml:3: field 'limits.cli': give a concurrency, a rate or both"),
+        (
+            "  cli: {}",
+            "nightshift.yaml:3: field 'limits.cli': give a concurrency, a rate, an incident: "
+            "setting, or several",
+        ),
         ("  cli: {concurrency: 2, rte: 1/s}", "field 'limits.cli.rte': unknown key"),
         ("  cli: true", "field 'limits.cli': a limit is a number (the concurrency) or"),
         ("  cli: 2\n  gpu: 1", "nightshift.yaml:4: field 'limits.gpu': unknown backend; use one"),
