@@ -40,6 +40,8 @@ class Alert:
     at: datetime  # aware, UTC: the observation that saw it
     floor_s: float = 0.0  # the floor under p95: no level before max(p95, floor)
     name: str | None = None  # the catalogue as people know it (its name; else ``catalogue``)
+    # the budget is its backend's pooled one (a job with fewer nights than min_samples)
+    pooled: bool = False
 
     @property
     def shown(self) -> str:
@@ -65,11 +67,14 @@ class Alert:
         )
 
     def measure(self) -> str:
-        """``2h10m (p95 41m, x3.2)``; with ``floor 6s`` when the floor, not p95, set the limit."""
+        """``2h10m (p95 41m, x3.2)``; with ``floor 6s`` when the floor, not p95, set the limit;
+        ``p95 41m pooled from cli`` when the job's own nights are too few yet."""
         # a state that is normally instant (p95 0) has no ratio to speak of: its floor says it
         ratio = f", x{self.dwell_s / self.p95_s:.1f}" if self.p95_s > 0 else ""
         floored = f", floor {seconds_text(self.floor_s)}" if self.floor_s > self.p95_s else ""
-        return f"{seconds_text(self.dwell_s)} (p95 {seconds_text(self.p95_s)}{ratio}{floored})"
+        pooled = f" pooled from {self.backend}" if self.pooled else ""
+        p95 = f"p95 {seconds_text(self.p95_s)}{pooled}"
+        return f"{seconds_text(self.dwell_s)} ({p95}{ratio}{floored})"
 
 
 def seconds_text(seconds: float) -> str:

@@ -20,6 +20,10 @@ makes it once in the alert log:
   than ``succeeded`` (partial, failed, timeout, skipped, lost...). Nights without a row for the
   label (an ``--only`` run) don't break or extend a streak. Keyed by the streak's first night:
   once per streak, however long it grows.
+
+Several ``dwell`` findings of one backend's jobs in one state of one night are one incident, as
+in the night (``group_stalls``): one finding names them all (kind ``incident``, its key
+``cli/queued#watchdog``), the jobs' own rows are kept so none is raised again.
 """
 
 from __future__ import annotations
@@ -30,11 +34,20 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
+from nightshift.budgets.columns import Source
 from nightshift.budgets.lookup import FLOOR_S, Budget, classify
 from nightshift.config.durations import format_duration
 from nightshift.config.names import shown_name
 from nightshift.states import JobState
-from nightshift.store.alert_log import DWELL, MISSED, STALE, STOPPED, STREAK, AlertRecord
+from nightshift.store.alert_log import (
+    DWELL,
+    INCIDENT,
+    MISSED,
+    STALE,
+    STOPPED,
+    STREAK,
+    AlertRecord,
+)
 
 __all__ = [
     "BY",
@@ -45,6 +58,7 @@ __all__ = [
     "NightOutcome",
     "Rules",
     "dwell_findings",
+    "group_stalls",
     "missed_findings",
     "stale_findings",
     "stale_limit",
@@ -153,13 +167,46 @@ def dwell_findings(
         floored = f", floor {format_duration(floor_s)}" if floor_s > budget.p95 else ""
         # a state that is normally instant (p95 0) has no ratio to speak of: its floor says it
         ratio = f", x{dwell / budget.p95:.1f}" if budget.p95 > 0 else ""
+        pooled = f" pooled from {job.backend}" if budget.source == Source.BACKEND else ""
         text = (
             f"{shown_name(job.catalogue)}/{job.label} {job.state} for {format_duration(dwell)} "
-            f"(p95 {format_duration(budget.p95)}{ratio}{floored}) night {job.night}"
+            f"(p95 {format_duration(budget.p95)}{pooled}{ratio}{floored}) night {job.night}"
         )
         key = (job.catalogue, job.night, job.label, DWELL)
         found.append(_record(*key, now, text, job.state, dwell_s=dwell, p95_s=budget.p95))
     return found
+
+
+def group_stalls(
+    raised: Sequence[AlertRecord], backends: Mapping[str, str | None], now: datetime, jobs: int = 3
+) -> list[AlertRecord]:
+    """``raised`` with every ``jobs`` or more dwell findings of one backend's jobs in one state of
+    one night told as one incident finding (``backends``: label -> backend), in its place."""
+    groups: dict[tuple[str, str, str, str], list[AlertRecord]] = defaultdict(list)
+    for alert in raised:
+        backend = backends.get(alert.label)
+        if alert.kind == DWELL and backend:
+            groups[(alert.catalogue, alert.night, backend, alert.state)].append(alert)
+    out, told = [], set()
+    for alert in raised:
+        backend = backends.get(alert.label)
+        key = (alert.catalogue, alert.night, backend or "", alert.state)
+        group = groups.get(key, []) if alert.kind == DWELL else []
+        if len(group) < jobs:
+            out.append(alert)
+            continue
+        if key in told:
+            continue
+        told.add(key)
+        labels = [a.label for a in group]
+        named = ", ".join(labels[:3]) + (f" and {len(labels) - 3} more" if len(labels) > 3 else "")
+        text = (
+            f"{shown_name(alert.catalogue)}: {backend}: {len(labels)} jobs stalled in "
+            f"{alert.state} ({named}) night {alert.night}, past twice their p95"
+        )
+        label = f"{backend}/{alert.state}#{BY}"
+        out.append(_record(alert.catalogue, alert.night, label, INCIDENT, now, text, alert.state))
+    return out
 
 
 def stopped_findings(

@@ -18,6 +18,7 @@ from nightshift.config.catalogue import MIN_SAMPLES
 from nightshift.config.names import shown_name
 from nightshift.store.alert_log import (
     DWELL,
+    INCIDENT,
     MISSED,
     STALE,
     STOPPED,
@@ -30,6 +31,7 @@ from nightshift.watchdog.checks import (
     BY,
     Rules,
     dwell_findings,
+    group_stalls,
     missed_findings,
     stale_findings,
     stopped_findings,
@@ -154,6 +156,13 @@ def watch_once(
         found.sort(key=lambda a: (_ORDER.get(a.kind, 9), a.catalogue, a.night, a.label))
         log = AlertLog(engine)
         raised = [alert for alert in found if log.record(alert)]
+        # several of one backend's jobs stalled in one state: one incident, as in the night
+        backends = {j.label: j.backend for j in jobs}
+        raised = [
+            alert
+            for alert in group_stalls(raised, backends, now)
+            if alert.kind != INCIDENT or log.record(alert)
+        ]
     finally:
         ledger.close()
     errors = []

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -207,3 +208,91 @@ def _report(path: Path, capsys: pytest.CaptureFixture[str]) -> str:
     capsys.readouterr()
     assert main(["report", "--catalogue", str(path), "--night", NIGHT]) == 0
     return capsys.readouterr().out
+
+
+TWO = """\
+name: outage
+defaults:
+  poll: {initial: 0.5s, factor: 2, max: 1s}
+  stagger: 0.05s
+  deadline: 120s
+  queued_timeout: 15s
+  retries: 0
+  incident: {hold_submits: true}
+notify:
+  env: test
+  slack: {base_url: "%(url)s", timeout: 2}
+  routes:
+    partial: {channel: "#night-partial"}
+    alert: {channel: "#alerts"}
+jobs:
+  - {label: "gen:a", backend: cli, task: "a [stuck]"}
+  - {label: "gen:b", backend: cli, task: "b [stuck]"}
+  - {label: "gen:c", backend: cli, task: "c [stuck]"}
+  - {label: "gen:d", backend: cli, task: "d [queue=0.3 run=1]"}
+  - {label: "cmd:slow", backend: command, argv: [%(py)s, -c, "import time; time.sleep(14)"]}
+  - {label: "cmd:long", backend: command, argv: [%(py)s, -c, "import time; time.sleep(12)"]}
+  - {label: "cmd:after", backend: command, argv: [%(py)s, -c, "print(1)"], depends_on: [cmd:long]}
+"""
+
+
+def _seed_two(url: str, nights: int = 30) -> None:
+    """Thirty past nights: the job-CLI jobs queue for a moment; cmd:slow runs a second."""
+    rng = random.Random(41)
+    ledger = Ledger(url, "outage")
+    now = datetime.now(UTC)
+    usual = {"gen:a": 0.3, "gen:b": 0.3, "gen:c": 0.3, "gen:d": 0.3}
+    runs = {"cmd:slow": 1.0, "cmd:long": 12.0, "cmd:after": 0.2}
+    try:
+        for day in range(1, nights + 1):
+            t0 = now - timedelta(days=day, hours=3)
+            night, run = t0.date().isoformat(), f"seed-{day}"
+            rows = []
+            for label, queue in usual.items():
+                steps = [("submitting", 0.0), ("submitted", 0.05), ("queued", 0.1)]
+                steps += [("running", queue * rng.lognormvariate(0, 0.25)), ("succeeded", 1.0)]
+                rows.append((label, "cli", steps))
+            for label, took in runs.items():
+                steps = [("submitting", 0.0), ("submitted", 0.02), ("running", 0.05)]
+                steps += [("succeeded", took * rng.lognormvariate(0, 0.1))]
+                rows.append((label, "command", steps))
+            for label, backend, steps in rows:
+                t = t0
+                for state, after in steps:
+                    t += timedelta(seconds=after)
+                    ledger.transition(night, run, label, backend, f"{run}-{label}", state, at=t)
+    finally:
+        ledger.close()
+
+
+def test_an_outage_of_one_backend_leaves_the_others_alerts_and_submits_as_before(
+    sandbox: Path, slack: SlackEmulator
+) -> None:
+    url = load_settings().ledger_url()
+    _seed_two(url)
+    path = sandbox / "nightshift.yaml"
+    path.write_text(TWO % {"url": slack.base_url, "py": json.dumps(sys.executable)})
+    state = nightly(catalog=str(path), night=NIGHT, run_dir=str(sandbox / "run"), return_state=True)
+    assert state.is_failed()
+
+    summary = json.loads((sandbox / "run" / "summary.json").read_text())
+    outcomes = {job["label"]: job["state"] for job in summary["jobs"]}
+    assert outcomes == {
+        "gen:a": "stuck_queued", "gen:b": "stuck_queued", "gen:c": "stuck_queued",
+        "gen:d": "succeeded", "cmd:slow": "succeeded", "cmd:long": "succeeded",
+        "cmd:after": "succeeded",  # submitted while the job CLI's incident lasted: not held
+    }  # fmt: skip
+    (line,) = summary["incidents"]
+    assert line.startswith("cli: 3 jobs stalled in queued")
+
+    alerts = slack.in_channel(ALERTS)
+    tops = [m for m in alerts if m.thread_ts is None]
+    assert len(tops) == 2, slack.transcript()  # the incident, and the night's own thread
+    incident = next(m for m in tops if "incident" in (m.text or ""))
+    night_thread = next(m for m in tops if m is not incident)
+    # the command job's alert is its own, in the night's thread, as before
+    own = [m for m in alerts if m is night_thread or m.thread_ts == night_thread.ts]
+    assert any("`cmd:slow` (command) running for" in json.dumps(m.blocks) for m in own), own
+    assert not any("gen:" in (m.text or "") for m in own)
+    rows, _, _ = _night_rows(url)
+    assert [r.level for r in rows if r.label == "cmd:slow"] == ["watch", "alert"]

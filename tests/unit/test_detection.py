@@ -211,3 +211,13 @@ def test_the_nights_log_has_a_watch_at_info_and_an_alert_at_error_once_each(
         (logging.INFO, "watch"),
         (logging.ERROR, "alert"),
     ]
+
+
+def test_a_level_from_the_backends_pooled_budget_says_so() -> None:
+    pooled = BudgetTable({("new", "queued"): Budget(300.0, 600.0, 12, "backend")})
+    d = Detector("2026-11-29", "nightly", pooled)
+    _watch, alert = d.observe("new", "queued", entered_at=at(0), now=at(1300), backend="cli")
+    assert alert.pooled and "(p95 10m pooled from cli, x2.2)" in alert.line()
+    own = detector()
+    (mine, _) = observe(own, "queued", 0, 1300)
+    assert not mine.pooled and "pooled" not in mine.line()

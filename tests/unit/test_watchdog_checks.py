@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from nightshift.budgets.lookup import Budget, Budgets
-from nightshift.store.alert_log import DWELL, STALE, STOPPED, STREAK
+from nightshift.store.alert_log import DWELL, INCIDENT, STALE, STOPPED, STREAK
 from nightshift.watchdog.checks import (
     InFlight,
     LabelRecord,
@@ -16,6 +16,7 @@ from nightshift.watchdog.checks import (
     NightOutcome,
     Rules,
     dwell_findings,
+    group_stalls,
     stale_findings,
     stale_limit,
     stopped_findings,
@@ -44,6 +45,25 @@ def job(label: str = "etl", state: str = "queued", ago: float = 0.0, **kw: str) 
 # --- dwell
 
 
+def test_several_stalls_of_one_backend_in_one_state_are_one_incident_finding() -> None:
+    stalled = [job(f"gen:{i}", "running", ago=200.0) for i in range(4)]
+    stalled += [job("etl", "queued", ago=250.0)]  # the same backend, another state
+    found = dwell_findings(stalled, BUDGETS, NOW)
+    assert len(found) == 5
+    backends = {j.label: j.backend for j in stalled}
+    told = group_stalls(found, backends, NOW)
+    assert [(a.kind, a.label) for a in told] == [
+        (INCIDENT, "command/running#watchdog"),
+        (DWELL, "etl"),
+    ]
+    assert told[0].detail == (
+        "cat: command: 4 jobs stalled in running (gen:0, gen:1, gen:2 and 1 more) "
+        "night 2026-11-29, past twice their p95"
+    )
+    two = group_stalls(found[:2], backends, NOW)  # two are each their own
+    assert [a.kind for a in two] == [DWELL, DWELL]
+
+
 def test_a_job_at_exactly_twice_p95_is_not_yet_an_alert() -> None:
     assert dwell_findings([job(ago=200.0)], BUDGETS, NOW) == []
 
@@ -64,6 +84,8 @@ def test_a_job_past_twice_p95_is_one_dwell_alert_with_its_measures() -> None:
 def test_a_label_without_its_own_budget_uses_its_backends() -> None:
     found = dwell_findings([job("new", "running", ago=101.0)], BUDGETS, NOW)
     assert [(a.label, a.p95_s) for a in found] == [("new", 50.0)]
+    # said so: a new job's level is its backend's, not its own
+    assert "running for 2m (p95 50s pooled from command, x2.0)" in (found[0].detail or "")
 
 
 def test_no_budget_raises_nothing_and_a_zero_p95_is_held_to_the_floor() -> None:
