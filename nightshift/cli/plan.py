@@ -295,12 +295,15 @@ def _as_json(
         for j in f.jobs
     ]
     late = _late_json(f.late, "deadline") + _late_json(money.late, "finish_by")
+    unknown = [j.label for j in f.jobs if j.basis == "none"]
     return {
         "start": _iso(f.start),
         "start_from": source,
         "deadline": _iso(f.deadline),
-        "finish": {"p50": _iso(f.finish_p50), "p95": _iso(f.finish_p95)},
-        "critical_path": f.critical_path,
+        # no finish and no path that rest on jobs counted as 0 s: `unknown` names them
+        "finish": None if unknown else {"p50": _iso(f.finish_p50), "p95": _iso(f.finish_p95)},
+        "critical_path": [] if unknown else f.critical_path,
+        "unknown": unknown,
         "late": late,  # past the deadline, then past finish_by
         "late_p95": _late_json(f.late_p95),
         "without": without,
@@ -326,6 +329,7 @@ def _print(
 
     from nightshift.cli.plan_money import cost_cell, money_lines
     from nightshift.config.durations import format_duration
+    from nightshift.engine.night_forecast import unknown_line
 
     console = Console()
 
@@ -355,23 +359,30 @@ def _print(
         table.add_column(
             column, no_wrap=column in whole, overflow="fold", min_width=least.get(column)
         )
+    unknown = [j.label for j in f.jobs if j.basis == "none"]
     for j in f.jobs:
+        # an end resting on a job counted as 0 s is no end: every one, when some job is unknown
+        ends = (
+            ["?", "?"]
+            if unknown
+            else [_clock(at, f.start, "%H:%M") for at in (j.end_p50, j.end_p95)]
+        )
         table.add_row(
             Text(j.label),
             j.backend,
             # minutes in the table, to fit 80 columns; the lines below and --json say seconds
             _clock(j.start_p50, f.start, "%H:%M"),
-            _clock(j.end_p50, f.start, "%H:%M"),
-            _clock(j.end_p95, f.start, "%H:%M"),
+            *ends,
             format_duration(j.wait_s) if j.wait_s > 0 else "-",
-            j.basis,
+            "none: nothing learned" if j.basis == "none" else j.basis,
             *([cost_cell(money, j.label)] if paid else []),
         )
     console.print(table)
-    if any(j.basis == "none" for j in f.jobs):
-        line("basis none: nothing learned yet, counted as 0 s")
-    line(f"finish: p50 {_clock(f.finish_p50, f.start)}, p95 {_clock(f.finish_p95, f.start)}")
-    line(f"critical path: {' -> '.join(f.critical_path) or '-'}")
+    if unknown:
+        line(f"finish: not forecast: {unknown_line(unknown, len(f.jobs))}")
+    else:
+        line(f"finish: p50 {_clock(f.finish_p50, f.start)}, p95 {_clock(f.finish_p95, f.start)}")
+        line(f"critical path: {' -> '.join(f.critical_path) or '-'}")
     expected = {x.label for x in f.late}
     only_p95 = [x for x in f.late_p95 if x.label not in expected]
     for case, late in (("", f.late), (" in the late case (p95)", only_p95)):

@@ -2,7 +2,8 @@
 
 Each night's first run kept its forecast when it started (``store/forecasts``); its actual
 finish is when the run's last job ended, by its ledger rows. A night whose run did not end every
-job it forecast (interrupted, ended early) is left out.
+job it forecast (interrupted, ended early), or whose forecast knew nothing of some job (it gave no
+finish), is left out.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ def show_accuracy(catalogue: Catalogue, nights: int, as_json: bool) -> int:
 def _checks(ledger: Any, nights: int) -> list[NightCheck]:
     """The last ``nights`` nights with a forecast and a finish: each night's first run."""
     from nightshift.engine.forecast_check import check_night
+    from nightshift.engine.night_forecast import unknown_jobs
     from nightshift.store.forecasts import Forecasts
 
     store = Forecasts(ledger.engine, ledger.catalogue)
@@ -54,6 +56,8 @@ def _checks(ledger: Any, nights: int) -> list[NightCheck]:
         if len(out) >= nights:
             break
         first = store.of_night(night)[0]
+        if unknown_jobs(first.body.get("jobs", []), first.body.get("kept", [])):
+            continue  # it forecast no finish: some jobs were counted as 0 s
         check = check_night(first, ledger.dwells(night))
         if check.finished is not None:
             out.append(check)

@@ -222,7 +222,7 @@ def _print_summary(summary: dict[str, Any], run_dir: Path) -> None:
         table.add_row(
             Text(job["label"]),
             Text(job["state"], style=style),
-            format_duration(job["duration_s"]),
+            job.get("took") or format_duration(job["duration_s"]),  # as every page says it
             str(job["attempts"]),
             Text((job.get("detail") or "")[:80]),
         )

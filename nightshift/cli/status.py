@@ -174,6 +174,18 @@ def _row(job: NightJob, usual_s: float | None) -> dict[str, Any]:
     }
 
 
+_LABEL_MAX = 40  # a longer label wraps in a narrow terminal rather than squeeze every other column
+
+
+def _clock(stamp: str | None, night: str) -> str:
+    """``22:10:05`` on the night's own date, ``12-07 02:10:05`` on another ("" for none)."""
+    if not stamp:
+        return ""
+    at = datetime.fromisoformat(stamp)
+    day = "" if at.date().isoformat() == night else f"{at:%m-%d} "
+    return f"{day}{at:%H:%M:%S}"
+
+
 def _holder_json(holder: LeaseHolder) -> dict[str, Any]:
     return {
         "owner": holder.owner,
@@ -189,22 +201,40 @@ def _iso(at: datetime | None) -> str | None:
 
 
 def _print(key: str, night: str, rows: list[dict[str, Any]], holder: LeaseHolder | None) -> None:
+    from rich import box
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
-    table = Table(title=f"{key}: night {night}")
-    for column in ("job", "state", "since", "attempts", "external id", "expected end"):
-        table.add_column(column)
-    for row in rows:
-        table.add_row(
-            Text(row["label"]),
-            Text(row["state"]),
-            row["since"] or "",
-            str(row["attempts"]),
-            Text(row["external_id"] or ""),
-            row["expected_end"] or "",
-        )
+    # times of the night's own date as a clock, others with their day; every column but the
+    # service's job id keeps its widest value whole (a label over _LABEL_MAX wraps), the id folds
+    shown = [
+        {
+            "job": row["label"],
+            "state": row["state"],
+            "since": _clock(row["since"], night),
+            "tries": str(row["attempts"]),
+            "id": row["external_id"] or "",  # the service's job id
+            "expected end": _clock(row["expected_end"], night),
+        }
+        for row in rows
+    ]
+    table = Table(title=f"{key}: night {night} (times UTC)", box=box.SIMPLE_HEAD, pad_edge=False)
+    for column in shown[0] if shown else ():
+        if column == "expected end" and not any(r[column] for r in shown):
+            continue  # nothing in flight with a usual duration: no column for it
+        widest = max(len(column), *(len(r[column]) for r in shown))
+        if column == "id":
+            table.add_column(column, overflow="fold")
+        else:
+            limit = min(widest, _LABEL_MAX)
+            table.add_column(column, min_width=limit, no_wrap=widest <= _LABEL_MAX)
+    for r in shown:
+        cells = [Text(r["job"], overflow="fold"), Text(r["state"]), r["since"], r["tries"]]
+        cells.append(Text(r["id"], overflow="fold"))
+        if len(table.columns) > len(cells):
+            cells.append(r["expected end"])
+        table.add_row(*cells)
     console = Console()
     if rows:  # a missed night has none: what became of it follows
         console.print(table)

@@ -38,7 +38,10 @@ def parse_duration(value: str | int | float) -> float:
 
 
 def format_duration(seconds: float) -> str:
-    """Short human form: ``850ms``, ``42s``, ``12m``, ``1h05m``."""
+    """Short human form: ``850ms``, ``42s``, ``12m``, ``1h05m``; under a millisecond with one
+    significant digit (``0.3ms``): a job that ran is never ``0ms``."""
+    if seconds < 0.0005 and seconds > 0:
+        return f"{seconds * 1000:.1g}ms"
     if seconds < 1:
         return f"{round(seconds * 1000)}ms"
     if seconds < 60:

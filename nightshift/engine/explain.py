@@ -3,7 +3,6 @@ the caller reads the tail)."""
 
 from __future__ import annotations
 
-from nightshift.config.durations import format_duration
 from nightshift.engine.outcomes import JobOutcome, Outcome, state_name
 
 __all__ = [
@@ -25,8 +24,7 @@ def failure_note(job: JobOutcome, tail: str | None = None, *, chain: str | None 
     ``chain``: the chain whose step it was, said when the night's own log tells it."""
     reason = job.detail or NO_REASON
     # a skipped job, or one the night never reached, did not run: no time to speak of
-    ran = job.state is not Outcome.SKIPPED and (job.attempts > 0 or job.external_id is not None)
-    took = f" after {format_duration(job.duration_s)}" if ran else ""
+    took = f" after {job.took()}" if job.ran else ""
     head = f"{job.label} {state_name(job)}{took}: {reason}"
     facts = [f"external id {job.external_id}" if job.external_id else "no external id"]
     if chain:

@@ -7,7 +7,7 @@ hold it against what happened (``engine/forecast_check.py``).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from nightshift.config.catalogue import Catalogue
     from nightshift.engine.plan import Plan
 
-__all__ = ["forecast_body", "forecast_night"]
+__all__ = ["basis_words", "forecast_body", "forecast_night", "unknown_jobs", "unknown_line"]
 
 
 def forecast_night(
@@ -78,3 +78,31 @@ def forecast_body(f: Forecast, kept: Collection[str] = ()) -> dict[str, Any]:
         "late_p95": _late(f.late_p95),
         "kept": sorted(kept),
     }
+
+
+def unknown_jobs(jobs: Iterable[Mapping[str, Any]], kept: Collection[str] = ()) -> list[str]:
+    """The jobs a forecast knows nothing of (basis ``none``: counted as 0 s); a job kept from an
+    earlier run takes 0 s for real and is not one. ``jobs``: ``forecast_body``'s."""
+    return [j["label"] for j in jobs if j.get("basis") == "none" and j["label"] not in kept]
+
+
+def unknown_line(unknown: list[str], total: int, named: int = 3) -> str:
+    """``3 of 5 jobs have nothing learned yet (a, b, c): no finish time``."""
+    shown = ", ".join(unknown[:named]) + (
+        f" and {len(unknown) - named} more" if len(unknown) > named else ""
+    )
+    many = "job has" if total == 1 else "jobs have"
+    return f"{len(unknown)} of {total} {many} nothing learned yet ({shown}): no finish time"
+
+
+def basis_words(jobs: Iterable[Mapping[str, Any]], kept: Collection[str] = ()) -> str:
+    """Where the forecast's figures come from, for a page that shows them (never when some job
+    is unknown: ``unknown_jobs`` first)."""
+    ran = [j for j in jobs if j["label"] not in kept]
+    fallback = [j for j in ran if j.get("basis") == "fallback"]
+    if not fallback:
+        return "from the learned budgets"
+    return (
+        f"from the learned budgets ({len(fallback)} of {len(ran)} jobs from the budgets of "
+        "their states, their own or their backend's: a fallback)"
+    )

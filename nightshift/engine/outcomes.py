@@ -97,9 +97,24 @@ class JobOutcome:
     def ok(self) -> bool:
         return self.state is Outcome.SUCCEEDED
 
+    @property
+    def ran(self) -> bool:
+        """Whether it ran tonight: not kept from an earlier run, not skipped, not never reached."""
+        reached = self.attempts > 0 or self.external_id is not None
+        return not self.kept and self.state is not Outcome.SKIPPED and reached
+
+    def took(self) -> str:
+        """Its time, one way on every page: ``12m``, ``4ms earlier`` (kept), ``not run``."""
+        # a job that ran took some time, however little its clocks could see: never "0ms" (a
+        # command that ended before its submit returned measures 0: it ran under a second)
+        took = format_duration(self.duration_s) if self.duration_s > 0 else "<1s"
+        if self.kept:
+            return f"{took} earlier"
+        return took if self.ran else "not run"
+
     def named(self) -> str:
         """``audit:internal-links (12m, failed)``: the job, how long it took and how it ended."""
-        return f"{self.label} ({format_duration(self.duration_s)}, {self.state.value})"
+        return f"{self.label} ({self.took()}, {self.state.value})"
 
     def line(self) -> str:
         """``audit:internal-links (12m, failed)`` plus the detail when there is one."""
@@ -109,7 +124,8 @@ class JobOutcome:
         """The job as it appears in ``nightshift run --json``."""
         out = asdict(self)
         out["state"] = self.state.value
-        out["duration_s"] = round(self.duration_s, 3)
+        out["duration_s"] = round(self.duration_s, 6)
+        out["took"] = self.took()  # as every page says it
         if not out["data"]:
             del out["data"]
         return out

@@ -470,13 +470,16 @@ def _finish(
     # the end as its final ledger row dates it: when the service says it ended (else when the
     # watcher first saw it), not after its results were collected: one duration everywhere
     ended = ctx.job_run(label).take_final_seen()
+    # one end for every page: its final ledger row, its jobs row and its duration (the final
+    # row's date is kept after the row before it: never before its submit)
+    end = ended if ended is not None and ended >= run.started else finished
     tail_path = None
     if outcome is not Outcome.SUCCEEDED and run.watched:
         tail_path = _save_tail(ctx, run)
     result = JobOutcome(
         label=label,
         state=outcome,
-        duration_s=max(0.0, ((ended or finished) - run.started).total_seconds()),
+        duration_s=max(0.0, (end - run.started).total_seconds()),
         attempts=run.attempt,
         external_id=external_id,
         log_tail_path=tail_path,
@@ -491,13 +494,13 @@ def _finish(
         ctx.night,
         label,
         ledger_state or outcome.value,
-        finished_at=finished,
+        finished_at=end,
         detail=detail,
         data=data or None,
         spent_usd=spent,
     )
     # the final row is dated when the watcher first saw the end, not after collecting results
-    ctx.mark(label, outcome.value, external_id, at=ended)
+    ctx.mark(label, outcome.value, external_id, at=end)
     return _report(ctx, result)
 
 

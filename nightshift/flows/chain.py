@@ -21,10 +21,12 @@ from nightshift.tasks.jobs import job_task, outcome_of, read_tail, skip_task, wi
 __all__ = ["chain", "chain_run_name"]
 
 
-def chain_run_name(night: str, labels: list[str]) -> str:
-    """``night 2026-12-05 · fetch:feeds → publish:feeds``: the chain's subflow run, told
-    apart from the same chain's on other nights in the UI's lists."""
-    return f"night {night} · {' → '.join(labels)}"
+def chain_run_name(night: str, labels: list[str], attempt: int = 1) -> str:
+    """``night 2026-12-05: fetch:feeds -> publish:feeds``: the chain's subflow run, told
+    apart from the same chain's on other nights in the UI's lists, and from an earlier try's
+    (``(try 2)``) in a retried night's. Plain ASCII: the UI's timeline drops ``·`` and ``→``."""
+    tried = f" (try {attempt})" if attempt > 1 else ""
+    return f"night {night}: {' -> '.join(labels)}{tried}"
 
 
 # its steps' outcomes go back to the night in memory, nowhere else

@@ -22,6 +22,7 @@ from nightshift.engine.plan import Plan, which_night
 from nightshift.engine.stopping import NightStop
 from nightshift.flows.chain import chain, chain_run_name
 from nightshift.loop import NightLoop
+from nightshift.orchestration.artifact_tries import current_try
 from nightshift.orchestration.cancel_hook import cancel_in_flight
 from nightshift.orchestration.missed_nights import SKIPPED, check_missed, late_of, quiet_skip
 from nightshift.orchestration.night_end import end_early, end_night
@@ -176,7 +177,7 @@ async def _run_jobs(night: Night, plan: Plan) -> dict[str, JobOutcome]:
         return [await outcome_of(ctx, label, ran, pools)]
 
     async def steps(labels: list[str]) -> list[JobOutcome]:
-        name = chain_run_name(ctx.night, labels)
+        name = chain_run_name(ctx.night, labels, current_try())
         ran = await chain(name, labels, quote(night), return_state=True)
         return await chain_outcomes(ctx, labels, ran, pools)
 

@@ -127,7 +127,7 @@ def render_night(
 
 def job_line(job: JobOutcome) -> str:
     """``• `audit:internal-links` (12m, failed): rows 3/5 ok, ... - first error line`` (mrkdwn)."""
-    line = f"• `{escape(job.label)}` ({format_duration(job.duration_s)}, {_state(job.state)})"
+    line = f"• `{escape(job.label)}` ({job.took()}, {_state(job.state)})"
     extra = [part for part in (_reconciliation(job), _first_error(job)) if part]
     return f"{line}: {' - '.join(extra)}" if extra else line
 
@@ -240,7 +240,7 @@ def render_recovered(
     if route is None:
         return None
     body = f":white_check_mark: `{escape(job.label)}` recovered: {_state(job.state)} after "
-    body += format_duration(job.duration_s)
+    body += job.took()
     text = f"recovered: {job.label} {job.state.value} ({catalogue}, {config.env}, night {night})"
     return Message(
         ALERT, route, escape(text), [section_block(body)], RECOVERED, job.label, thread=True

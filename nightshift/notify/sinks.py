@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from nightshift.config.durations import format_duration
 from nightshift.engine.alerts import Alert
 from nightshift.engine.events import IncidentChanged, JobChanged, JobFinished, NightEvent
 from nightshift.engine.incidents import Closed, Incident, Joined, Left, Opened
@@ -54,7 +53,7 @@ class NoticeSink:
         elif isinstance(event, JobFinished) and event.outcome.state in _FINAL_NOTICES:
             outcome, kind = event.outcome, _FINAL_NOTICES[event.outcome.state]
             # the notice names the job: the line says only what happened to it
-            line = f"{kind} after {format_duration(outcome.duration_s)}"
+            line = f"{kind} after {outcome.took()}"
             line += f": {outcome.detail}" if outcome.detail else ""
             self.notifier.notice(
                 event.night, outcome.label, line, backend=outcome.backend, kind=kind

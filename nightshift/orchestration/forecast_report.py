@@ -14,6 +14,7 @@ from typing import Any
 
 from nightshift.config.durations import format_duration
 from nightshift.engine.forecast_check import NightCheck, worst
+from nightshift.engine.night_forecast import basis_words, unknown_jobs, unknown_line
 from nightshift.store.forecasts import StoredForecast
 
 __all__ = ["FORECAST_KEY", "TABLE_ROWS", "forecast_lines", "forecast_section", "render_forecast"]
@@ -43,23 +44,30 @@ def render_forecast(f: StoredForecast, catalogue: str) -> str:
     def clock(at: datetime) -> str:
         return _clock(at, f.start, precise)
 
-    out = [
-        f"# Forecast · night {f.night} · {catalogue}",
-        "",
-        f"Made at {f.made_at.astimezone(UTC):%H:%M:%S} UTC from the learned budgets: the night "
-        f"should finish at **{clock(f.finish_p50)} UTC** (p50), {clock(f.finish_p95)} in the "
-        "late case (p95).",
-        "",
-        "Critical path: " + (" -> ".join(f"`{x}`" for x in f.critical_path) or "none"),
-    ]
     body = f.body
+    jobs, kept = body.get("jobs", []), body.get("kept", [])
+    unknown = unknown_jobs(jobs, kept)
+    made = f"Made at {f.made_at.astimezone(UTC):%H:%M:%S} UTC"
+    out = [f"# Forecast · night {f.night} · {catalogue}", ""]
+    if unknown:  # no figure that rests on jobs counted as 0 s
+        out += [
+            f"{made}: {unknown_line(unknown, len(jobs))}, no critical path. A job's usual time "
+            "is learned from its nights (or its backend's); until then only its timers hold."
+        ]
+    else:
+        out += [
+            f"{made} {basis_words(jobs, kept)}: the night should finish at "
+            f"**{clock(f.finish_p50)} UTC** (p50), {clock(f.finish_p95)} in the late case (p95).",
+            "",
+            "Critical path: " + (" -> ".join(f"`{x}`" for x in f.critical_path) or "none"),
+        ]
     for key, case in (("late", ""), ("late_p95", " in the late case (p95)")):
         for late in body.get(key, []):
             how = format_duration(float(late["seconds"]))
             out += ["", f"Past the deadline{case}: `{late['label']}` by {how}"]
     if body.get("kept"):
         out += ["", f"Kept from an earlier run (0 s): {len(body['kept'])} job(s)"]
-    jobs = sorted(body.get("jobs", []), key=lambda j: (j["end_p50"], j["label"]), reverse=True)
+    jobs = sorted(jobs, key=lambda j: (j["end_p50"], j["label"]), reverse=True)
     out += [
         "",
         "| job | backend | start | end p50 | end p95 | slot wait | basis |",
@@ -68,7 +76,10 @@ def render_forecast(f: StoredForecast, catalogue: str) -> str:
     for j in jobs[:TABLE_ROWS]:
         wait = format_duration(float(j["wait_s"])) if j["wait_s"] else "-"
         cells = [f"`{j['label']}`", j["backend"], clock(_when(j["start_p50"]))]
-        cells += [clock(_when(j["end_p50"])), clock(_when(j["end_p95"])), wait, j["basis"]]
+        ends = [clock(_when(j["end_p50"])), clock(_when(j["end_p95"]))]
+        basis = "none: nothing learned" if j["label"] in unknown else j["basis"]
+        cells += ["?", "?"] if unknown else ends  # an end after an unknown job is unknown too
+        cells += [wait, basis]
         out.append("| " + " | ".join(cells) + " |")
     if len(jobs) > TABLE_ROWS:
         out += ["", f"and {len(jobs) - TABLE_ROWS} job(s) ending earlier"]
@@ -106,6 +117,9 @@ def forecast_section(check: NightCheck, *, at_least_s: float | None = None) -> d
 
 def forecast_lines(section: Mapping[str, Any]) -> list[str]:
     """The report's forecast against actual, as markdown lines."""
+    if section.get("unknown"):  # made with jobs it knew nothing of: no finish was forecast
+        said = unknown_line(list(section["unknown"]), int(section.get("jobs") or 0))
+        return ["## Forecast against actual", "", f"No forecast to hold the night against: {said}."]
     start = _when(section["start"])
     precise = _when(section["expected_p95"]) - start < _PRECISE
 

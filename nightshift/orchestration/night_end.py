@@ -131,25 +131,41 @@ def _learn(setup: NightSetup) -> None:
     dwells included; a failure is one warning (the next night's end tries again)."""
     from datetime import UTC, datetime
 
-    from nightshift.budgets.current import refresh_budgets
+    from nightshift.budgets.current import refresh_budgets, starting_budgets
     from nightshift.store.ledger import Ledger
 
     prepared = setup.prepared
+    key, least = prepared.catalogue.key, prepared.catalogue.defaults.min_samples
     try:
-        ledger = Ledger(prepared.settings.ledger_url(), prepared.catalogue.key)
+        ledger = Ledger(prepared.settings.ledger_url(), key)
         try:
-            built = refresh_budgets(ledger, datetime.now(UTC))
+            now = datetime.now(UTC)
+            built = refresh_budgets(ledger, now)
+            usable = 0
+            if built is not None:
+                budgets = starting_budgets(ledger, now, least)
+                usable = sum(k[0] == key for k in (*budgets.states, *budgets.backends))
         finally:
             ledger.close()
     except Exception as exc:  # a view of the past: the night is over and said so
         setup.logger.warning("the budgets could not be learned again: %s", exc)
         return
-    if built is not None:
+    if built is None:
+        return
+    if usable:
         setup.logger.info(
             "budgets learned again from %d dwells (snapshot %d): tomorrow's night watches "
             "with them",
             built.dwells,
             built.id,
+        )
+    else:  # said as it is: nothing has min_samples yet, the night watches with its timers
+        setup.logger.info(
+            "budgets learned again from %d dwells (snapshot %d): every one still learning "
+            "(fewer than %d samples): tomorrow's night has only its fixed timers",
+            built.dwells,
+            built.id,
+            least,
         )
 
 

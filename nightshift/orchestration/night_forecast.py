@@ -17,7 +17,14 @@ from prefect.artifacts import create_markdown_artifact
 from nightshift.budgets.current import starting_budgets
 from nightshift.budgets.lookup import Budgets
 from nightshift.config.durations import format_duration
-from nightshift.engine.night_forecast import forecast_body, forecast_night
+from nightshift.engine.night_forecast import (
+    basis_words,
+    forecast_body,
+    forecast_night,
+    unknown_jobs,
+    unknown_line,
+)
+from nightshift.orchestration.artifact_tries import described
 from nightshift.orchestration.forecast_report import FORECAST_KEY, render_forecast
 from nightshift.orchestration.prepared_night import PreparedNight
 from nightshift.orchestration.report_inputs import catalogue_name
@@ -76,14 +83,23 @@ def forecast_at_start(
     except Exception as exc:  # a bug in the forecast must not stop the night
         logger.warning("no forecast tonight: %s", _why(exc))
         return budgets
-    length = (stored.finish_p50 - start).total_seconds()
-    logger.info(
-        "forecast: the night should finish at %s UTC (p50, in %s), %s (p95); critical path %s",
-        f"{stored.finish_p50:%H:%M:%S}",
-        format_duration(length),
-        f"{stored.finish_p95:%H:%M:%S}",
-        " -> ".join(stored.critical_path) or "none",
-    )
+    jobs, kept_ = stored.body.get("jobs", []), stored.body.get("kept", [])
+    unknown = unknown_jobs(jobs, kept_)
+    if unknown:  # a finish resting on jobs counted as 0 s is no finish
+        said = unknown_line(unknown, len(jobs))
+        logger.info("forecast: %s", said)
+    else:
+        length = (stored.finish_p50 - start).total_seconds()
+        said = f"finish {stored.finish_p50:%H:%M} UTC (p50), {stored.finish_p95:%H:%M} UTC (p95)"
+        logger.info(
+            "forecast %s: the night should finish at %s UTC (p50, in %s), %s (p95); "
+            "critical path %s",
+            basis_words(jobs, kept_),
+            f"{stored.finish_p50:%H:%M:%S}",
+            format_duration(length),
+            f"{stored.finish_p95:%H:%M:%S}",
+            " -> ".join(stored.critical_path) or "none",
+        )
     try:
         Forecasts(ledger.engine, catalogue.key).save(stored)
     except Exception as exc:  # the morning report goes without it
@@ -93,10 +109,7 @@ def forecast_at_start(
             create_markdown_artifact(
                 render_forecast(stored, catalogue_name(catalogue)),
                 key=FORECAST_KEY,
-                description=(
-                    f"finish {stored.finish_p50:%H:%M} UTC (p50), "
-                    f"{stored.finish_p95:%H:%M} UTC (p95)"
-                ),
+                description=described(said),
             )
         except Exception as exc:  # a view: the night goes on without it
             logger.warning("the forecast artifact could not be published: %s", _why(exc))

@@ -21,7 +21,6 @@ from nightshift.config.durations import format_duration
 from nightshift.engine.outcomes import (
     JobOutcome,
     NightSummary,
-    Outcome,
     retry_line,
     state_name,
     worst_first,
@@ -164,9 +163,7 @@ def _tonight(job: JobOutcome) -> str:
     or never reached)."""
     if job.kept:
         return "kept"
-    if job.state is Outcome.SKIPPED or (job.attempts == 0 and job.external_id is None):
-        return "not run"
-    return "ran"
+    return "ran" if job.ran else "not run"
 
 
 def _last_failure(tries: Iterable[Try]) -> Try | None:
@@ -227,9 +224,9 @@ def _job_row(job: Mapping[str, Any]) -> str:
         usual = f"{format_duration(job['usual_p50_s'])} / {format_duration(job['usual_p95_s'])}"
     ratio = "" if job["ratio"] is None else f"x{job['ratio']:.1f}"
     # whether it ran tonight is in its time: a kept job's is the earlier run's
-    took = format_duration(job["duration_s"])
+    took = format_duration(job["duration_s"])  # as JobOutcome.took says it
     if job["tonight"] == "kept":
-        took = f"({took} earlier)"
+        took = f"{took} earlier"
     elif job["tonight"] == "not run":
         took = "not run"
     cells = [

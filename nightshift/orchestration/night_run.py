@@ -25,6 +25,7 @@ from nightshift.engine.steps import JobPools
 from nightshift.loop import NightLoop
 from nightshift.notify.notifier import SlackAlertSink
 from nightshift.notify.sinks import IncidentSink, NoticeSink
+from nightshift.orchestration.artifact_tries import supersede_earlier_tries
 from nightshift.orchestration.leases import slot_lease_s
 from nightshift.orchestration.limits import limit_scope, night_slots
 from nightshift.orchestration.night_forecast import forecast_at_start
@@ -66,6 +67,8 @@ def run_night(
     started_at = stamp()
     run_id = str(flow_run.id or f"{night}:{uuid.uuid4().hex[:8]}")
     kept = {r.label for r in ledger.jobs_of(night) if r.state == "succeeded" and r.external_id}
+    # a retry: the earlier tries' pages say they are superseded, before this try's come
+    supersede_earlier_tries()
     # the run's first artifact; its budgets are the ones the night then watches with
     budgets = forecast_at_start(prepared, run_id, logger, kept=kept)
     progress = ProgressSink(plan.labels, loop)

@@ -21,6 +21,7 @@ from nightshift.engine.events import ExpectedDurations, JobFinished, NightEvent
 from nightshift.engine.expected import clock_text
 from nightshift.engine.night_progress import NightProgress
 from nightshift.loop import NightLoop
+from nightshift.orchestration.artifact_tries import described
 
 __all__ = ["PROGRESS_KEY", "ProgressSink"]
 
@@ -51,7 +52,9 @@ class ProgressSink:
         self._latest: tuple[float, str] | None = None  # the update not posted yet
         self._loop = loop
         self._posting: Future[None] | None = None
-        self._id: Any = create_progress_artifact(percent, key=key, description=self._shown)
+        self._id: Any = create_progress_artifact(
+            percent, key=key, description=described(self._shown)
+        )
 
     def __call__(self, event: NightEvent) -> None:
         self._progress.on_event(event)
@@ -93,7 +96,9 @@ class ProgressSink:
                     self._posting = None
                     return
             try:
-                await aupdate_progress_artifact(self._id, latest[0], description=latest[1])
+                await aupdate_progress_artifact(
+                    self._id, latest[0], description=described(latest[1])
+                )
             except Exception as exc:  # the artifact is a view: the night goes on without it
                 log.warning("could not update the progress artifact: %s", exc)
 

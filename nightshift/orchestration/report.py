@@ -12,7 +12,6 @@ from typing import Any
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from nightshift.config.catalogue import Catalogue
-from nightshift.config.durations import format_duration
 from nightshift.engine.outcomes import (
     JobOutcome,
     NightSummary,
@@ -23,6 +22,7 @@ from nightshift.engine.outcomes import (
 from nightshift.engine.spend import SpendTotals
 from nightshift.errors import LockHeldError, NightEndedEarly
 from nightshift.files import write_atomic
+from nightshift.orchestration.artifact_tries import described
 from nightshift.orchestration.night_report import REPORT_KEY, render_report
 from nightshift.orchestration.report_inputs import SUMMARY_FILE
 from nightshift.orchestration.report_plot import draw_apart
@@ -92,7 +92,7 @@ def report(
         markdown = render_report(page, plot=inline)
         if reason:
             markdown = f"> {reason}\n\n{markdown}"
-        create_markdown_artifact(markdown, key=REPORT_KEY, description=page["headline"])
+        create_markdown_artifact(markdown, key=REPORT_KEY, description=described(page["headline"]))
 
 
 def summary_json(summary: NightSummary) -> dict[str, Any]:
@@ -139,12 +139,8 @@ def publish_summary(summary: NightSummary, reason: str | None = None) -> None:
         {
             "job": job.label,
             "state": state_name(job),
-            # a kept job did not run tonight: its time is the earlier run's, said so
-            "duration": (
-                f"kept ({format_duration(job.duration_s)} earlier)"
-                if job.kept
-                else format_duration(job.duration_s)
-            ),
+            # one figure on every page: a kept job's is the earlier run's, said so
+            "duration": job.took(),
             "attempts": job.attempts,
             "detail": job.detail or "",
         }
@@ -152,4 +148,4 @@ def publish_summary(summary: NightSummary, reason: str | None = None) -> None:
     ]
     headline = summary.headline()
     description = f"{headline}. {reason}" if reason else headline
-    create_table_artifact(rows, key="nightly-summary", description=description)
+    create_table_artifact(rows, key="nightly-summary", description=described(description))

@@ -17,6 +17,7 @@ from typing import Any
 from nightshift.config.catalogue import Catalogue
 from nightshift.engine.explain import tail_end
 from nightshift.engine.forecast_check import check_night
+from nightshift.engine.night_forecast import unknown_jobs
 from nightshift.engine.outcomes import NightSummary
 from nightshift.orchestration.forecast_report import forecast_section
 from nightshift.orchestration.night_report import (
@@ -169,7 +170,12 @@ def _forecast(
         forecasts = [f for f in forecasts if f.made_at >= since]
     if not forecasts:
         return None
-    return forecast_section(check_night(forecasts[-1], rows))
+    made = forecasts[-1]
+    jobs, kept = made.body.get("jobs", []), made.body.get("kept", [])
+    unknown = unknown_jobs(jobs, kept)
+    if unknown:  # nothing to hold the night against: no figure rests on 0 s guesses
+        return {"unknown": unknown, "jobs": len(jobs)}
+    return forecast_section(check_night(made, rows))
 
 
 def _slack(ledger: Ledger, catalogue: str, night: str) -> list[SlackLine]:

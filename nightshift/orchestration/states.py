@@ -3,7 +3,8 @@
 A state's type drives Prefect (Completed or Failed); its name is what the UI shows. A partial
 batch, a stuck queue and a timeout are ``Failed`` runs named ``Partial``, ``Stuck`` and
 ``TimedOut``; a job kept from an earlier run of the night is ``Completed`` named ``Kept``, a
-chain's step that waited for one that did not succeed ``Completed`` named ``Skipped``. A job's
+job that was not run (a chain's step that waited for one that did not succeed, a job a spend cap
+or an incident held) ``Cancelled`` named ``Skipped``: grey, not green. A job's
 message is why it did not succeed, in one line.
 """
 
@@ -14,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from prefect.states import Completed, Failed, State
+from prefect.states import Cancelled, Completed, Failed, State
 
 from nightshift.engine.explain import failure_reason
 from nightshift.engine.outcomes import JobOutcome, NightSummary, Outcome, state_name
@@ -36,8 +37,8 @@ CHAIN_FLOW = "chain"  # the chain subflow's name: its steps explained themselves
 
 
 def job_state(job: JobOutcome, *, as_result: bool = False, tail: str | None = None) -> State:
-    """The job's task run state: Completed (named Kept when kept, Skipped for a step that waited
-    for one that did not succeed) or Failed by its outcome. A job that did not succeed says why
+    """The job's task run state: Completed (named Kept when kept), Cancelled named Skipped for a
+    job not run, or Failed by its outcome. A job that did not succeed says why
     in one line, its message (``exit code 3: 2 broken links found``: its detail, then the last
     line of its log ``tail`` when that adds something); one that did, how long it took.
     ``as_result``: the outcome is the state's data (what a job task returns)."""
@@ -45,8 +46,10 @@ def job_state(job: JobOutcome, *, as_result: bool = False, tail: str | None = No
     if job.ok:
         return Completed(name=state_name(job), message=job.line(), data=data)
     reason = failure_reason(job, tail)
-    if job.state is Outcome.SKIPPED:  # done with, not failed: its chain's failure is another's
-        return Completed(name=state_name(job), message=reason, data=data)
+    if job.state is Outcome.SKIPPED:
+        # not run: neither a success (green) nor a failure of its own (its chain's is another
+        # job's): Cancelled, grey on the timeline, counted apart on the Task Runs tab
+        return Cancelled(name=state_name(job), message=reason, data=data)
     return Failed(name=state_name(job), message=reason, data=data)
 
 
@@ -68,7 +71,9 @@ def night_result(summary: NightSummary) -> State | list[State]:
     state = night_state(summary)
     if state.is_completed():
         return state
-    return [state, *(job_state(job) for job in summary.jobs)]
+    # a job not run (Cancelled, grey) must not make Prefect call the whole night cancelled
+    jobs = [job_state(job) for job in summary.jobs]
+    return [state, *(s for s in jobs if not s.is_cancelled())]
 
 
 def name_the_night(flow: Any, flow_run: Any, state: State) -> None:
@@ -131,13 +136,20 @@ class _FinishedAs(logging.Filter):
 
 
 class _JobFinishFilter(logging.Filter):
-    """Drops Prefect's ERROR "Finished in state ..." of job task runs and chain subflow runs:
-    each job that did not succeed already said why, once."""
+    """Drops Prefect's ERROR "Finished in state ..." of job (and skipped step) task runs and
+    chain subflow runs,
+    and its "Task run failed with state ..." (an empty traceback) of a job task run with no
+    retries: each job that did not succeed already said why, once."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno < logging.ERROR or not str(record.msg).startswith("Finished in state"):
+        text = str(record.msg)
+        if getattr(record, "task_name", None) == JOB_TASK and text.startswith(
+            "Task run failed with state"
+        ):
+            return False
+        if record.levelno < logging.ERROR or not text.startswith("Finished in state"):
             return True
-        if getattr(record, "task_name", None) == JOB_TASK:
+        if getattr(record, "task_name", None) in (JOB_TASK, SKIP_TASK):
             return False
         # a subflow's records carry its flow's name; a task run's carry their flow's too
         return not (

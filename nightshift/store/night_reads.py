@@ -6,7 +6,7 @@ is in its state (its latest transition).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -69,7 +69,15 @@ def night_jobs(engine: sa.Engine, catalogue: str, night: str) -> list[NightJob]:
         .order_by(jobs.c.label)
     )
     with engine.begin() as conn:
-        return [NightJob(*row) for row in conn.execute(query)]
+        return [_latest(NightJob(*row)) for row in conn.execute(query)]
+
+
+def _latest(job: NightJob) -> NightJob:
+    """Since its latest try: a state entered again (a step skipped again by a retry) writes no
+    transition, but its row's end moves on."""
+    if job.finished_at is not None and (job.since is None or job.finished_at > job.since):
+        return replace(job, since=job.finished_at)
+    return job
 
 
 def nights_run(engine: sa.Engine, catalogue: str, since: str = "") -> set[str]:

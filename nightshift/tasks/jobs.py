@@ -106,8 +106,9 @@ async def run_job(label: str, night: Night) -> State:
 @task(name=SKIP_TASK, task_run_name="{label}", cache_policy=NO_CACHE, persist_result=False)
 async def skip_job(label: str, outcome: JobOutcome) -> State:
     """A chain's step that waited for one that did not succeed, as a task run of its own
-    (a bar on the night's timeline): ``Skipped``, a Completed state whose message names the
-    step it waited for; its ERROR record says so on it. Its outcome is the state's data."""
+    (a bar on the night's timeline): ``Skipped``, a Cancelled state (grey: not run) whose
+    message names the step it waited for; its ERROR record says so on it. Its outcome is the
+    state's data."""
     get_run_logger().error("%s", failure_note(outcome))
     return job_state(outcome, as_result=True)
 
@@ -155,9 +156,9 @@ def one_run(task: Any) -> Any:
 def with_retries(ctx: NightContext) -> Any:
     """The job task with the catalogue's retry policy."""
     defaults = ctx.catalogue.defaults
-    # `retries: 0` as one retry that never fires: a task returning Failed with no retries
-    # configured makes Prefect log "Task run failed with state" with an empty traceback
-    retries = max(defaults.retries, 1)
+    # `retries: 0` is 0 on the task run's page too; Prefect's "Task run failed with state" (an
+    # empty traceback) for a job's Failed state is dropped while the night runs
+    retries = defaults.retries
 
     def allowed() -> bool:
         # an interrupted night submits nothing more, a retry included

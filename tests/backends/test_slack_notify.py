@@ -63,12 +63,12 @@ def outbox(db_url: str) -> Iterator[Outbox]:
 
 PARTIAL = NightSummary(
     Severity.PARTIAL,
-    [JobOutcome("etl", Outcome.SUCCEEDED, 60),
-     JobOutcome("audit:internal-links", Outcome.FAILED, 720, detail="boom <!channel> <b>x</b>")],
+    [JobOutcome("etl", Outcome.SUCCEEDED, 60, 1),
+     JobOutcome("audit:internal-links", Outcome.FAILED, 720, 1, detail="boom <!channel> <b>x</b>")],
     START, END,
 )  # fmt: skip
-FAILED = NightSummary(Severity.FAILED, [JobOutcome("etl", Outcome.TIMEOUT, 1200)], START, END)
-OK = NightSummary(Severity.OK, [JobOutcome("etl", Outcome.SUCCEEDED, 60)], START, END)
+FAILED = NightSummary(Severity.FAILED, [JobOutcome("etl", Outcome.TIMEOUT, 1200, 1)], START, END)
+OK = NightSummary(Severity.OK, [JobOutcome("etl", Outcome.SUCCEEDED, 60, 1)], START, END)
 
 
 def test_an_ok_night_sends_nothing_and_a_partial_one_one_digest(slack: SlackEmulator) -> None:
@@ -164,8 +164,8 @@ def test_two_alerts_and_a_recovery_share_one_thread(slack: SlackEmulator, outbox
     sink.send(Alert(NIGHT, "nightly", "etl", "cli", "queued", "alert", 7800, 2460, at))
     sink.send(Alert(NIGHT, "nightly", "embed", "gemini_batch", "running", "alert", 900, 300, at))
     notifier.night_end(
-        NightSummary(Severity.PARTIAL, [JobOutcome("etl", Outcome.SUCCEEDED, 9000),
-                                        JobOutcome("embed", Outcome.FAILED, 950)], START, END),
+        NightSummary(Severity.PARTIAL, [JobOutcome("etl", Outcome.SUCCEEDED, 9000, 1),
+                                        JobOutcome("embed", Outcome.FAILED, 950, 1)], START, END),
         night=NIGHT,
     )  # fmt: skip
 

@@ -190,3 +190,43 @@ def test_status_names_missed_nights_and_what_became_of_them(catalogue: Path, cap
     assert "night 2026-11-27 missed (never run)" in text
     assert "this night was missed (run since: ok)" in text
     assert f"nightshift backfill --catalogue {catalogue} --from 2026-11-27 --to 2026-11-27" in text
+
+
+LONG = ["publish:feeds-to-the-warehouse", "report:daily-cost-rollup-europe", "fetch:feeds"]
+
+
+def test_status_in_80_columns_keeps_every_label_and_time_whole(
+    sandbox: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = sandbox / "long.yaml"
+    path.write_text(
+        f"name: {NAME}\njobs:\n"
+        + "".join(f"  - {{label: '{x}', backend: cli, task: 'x [run=1]'}}\n" for x in LONG)
+    )
+    first = datetime(2026, 11, 29, 22, 10, 5, tzinfo=UTC)
+    retry = datetime(2026, 11, 29, 22, 15, 41, tzinfo=UTC)
+    ledger = _ledger()
+    try:
+        ledger.record_submit(NIGHT, LONG[0], "cli", "agy-0123456789abcdef0123", 1)
+        ledger.transition(NIGHT, "run-1", LONG[0], "cli", "agy-0123", "running", at=first)
+        ledger.record_state(NIGHT, LONG[0], "running")
+        # skipped by the first try and again by the retry: the retry's time is its latest
+        ledger.transition(NIGHT, "run-1", LONG[1], "cli", None, "skipped", at=first)
+        ledger.record_state(NIGHT, LONG[1], "skipped", finished_at=first)
+        ledger.transition(NIGHT, "run-2", LONG[1], "cli", None, "skipped", at=retry)
+        ledger.record_state(NIGHT, LONG[1], "skipped", finished_at=retry)
+        ledger.record_submit(NIGHT, LONG[2], "cli", "agy-feeds", 1)
+        after = datetime(2026, 11, 30, 2, 0, 9, tzinfo=UTC)
+        ledger.transition(NIGHT, "run-2", LONG[2], "cli", "agy-feeds", "succeeded", at=after)
+        ledger.record_state(NIGHT, LONG[2], "succeeded", finished_at=after)
+    finally:
+        ledger.close()
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["status", "--catalogue", str(path), "--night", NIGHT]) == 0
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 80, out
+    for label in LONG:
+        assert label in out, out  # whole, on one line
+    assert "…" not in out
+    assert "22:10:05" in out and "22:15:41" in out  # the retry's, for the step skipped again
+    assert "11-30 02:00:09" in out  # another day says which

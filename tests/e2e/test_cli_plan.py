@@ -59,6 +59,7 @@ def catalogue(sandbox: Path) -> Path:
     for label in "abcd":
         _fill(label, 8)  # a whole job of 600 s, learned
     _fill("after", 3)  # too few nights of its own: its states fall back on the backend's
+    _fill("fresh", 8, 0.001, 0.001)  # a job of a moment
     return path
 
 
@@ -79,12 +80,13 @@ def test_plan_json_forecasts_the_night_and_answers_what_if(catalogue: Path, caps
     assert set(jobs["a"]) == {"label", "backend", "start_p50", "end_p50", "end_p95", "wait_s"} | {
         "basis"
     }
-    assert [jobs[x]["basis"] for x in ("a", "fresh", "after")] == ["learned", "none", "fallback"]
+    assert [jobs[x]["basis"] for x in ("a", "fresh", "after")] == ["learned", "learned", "fallback"]
+    assert base["unknown"] == []
     assert all(j["wait_s"] == 0 for j in base["jobs"])
     assert base["late"] == []
 
     capped = _plan(catalogue, capsys, "--limits", "cli=2")  # the chain step queues too
-    assert {j["label"]: j["wait_s"] for j in capped["jobs"] if j["basis"] != "none"} == {
+    assert {j["label"]: j["wait_s"] for j in capped["jobs"] if j["label"] != "fresh"} == {
         "a": 0,
         "b": 0,
         "c": 600,
@@ -109,8 +111,23 @@ def test_plan_table_names_the_finish_the_path_and_the_basis(catalogue: Path, cap
     assert "night starts 2026-03-01T02:00:00+00:00 (the schedule of" in out
     assert "finish: p50 02:50:00" in out
     assert "critical path: a -> b -> c -> d -> after" in out
-    assert "fallback" in out and "basis none: nothing learned yet, counted as 0 s" in out
+    assert "fallback" in out and "none: nothing learned" not in out
     assert "past the deadline: after not submitted: its turn comes after the deadline" in out
+
+
+def test_a_job_with_nothing_learned_leaves_the_night_without_a_finish(
+    catalogue: Path, capsys: Any
+) -> None:
+    catalogue.write_text(CATALOGUE + "  - {label: brand-new, backend: command, argv: [echo]}\n")
+    shown = _plan(catalogue, capsys)
+    assert shown["unknown"] == ["brand-new"]
+    assert shown["finish"] is None and shown["critical_path"] == []  # nothing rests on 0 s
+    argv = ["plan", "--catalogue", str(catalogue), "--night", "2026-03-01"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    said = "finish: not forecast: 1 of 7 jobs have nothing learned yet (brand-new): no finish time"
+    assert said in out and "critical path" not in out and "finish: p50" not in out
+    assert "none: nothing" in out and "02:10" not in out  # no end time in the table either
 
 
 def test_plan_refuses_a_bad_limit_and_an_unknown_label(catalogue: Path, capsys) -> None:

@@ -136,7 +136,7 @@ def test_a_night_names_its_states_and_its_chains_and_says_each_failure_once(
         lambda: subflows(run_id), lambda runs: len(runs) == 2, 30, "the chains' subflow runs"
     )
     by_name = {c.name: c for c in chains}
-    fetching, pulling = f"night {NIGHT} · fetch → link → publish", f"night {NIGHT} · pull → push"
+    fetching, pulling = f"night {NIGHT}: fetch -> link -> publish", f"night {NIGHT}: pull -> push"
     assert set(by_name) == {fetching, pulling}
     assert by_name[fetching].state.is_completed()
     assert by_name[pulling].state.is_failed()
@@ -162,7 +162,7 @@ def test_a_night_names_its_states_and_its_chains_and_says_each_failure_once(
     runs = task_runs(everything)
     assert runs["pull"].state.message == f"exit code 4: {GIVE_UP}"
     assert runs["broken"].state.message == "exit code 3: disk full on /data"
-    assert runs["push"].state.type.value == "COMPLETED"
+    assert runs["push"].state.type.value == "CANCELLED"  # grey: not run, not a success
     assert runs["push"].state.message == "not run: pull failed"
     # a chain appears once: no task run wraps its steps under the night's own task runs
     assert not any("→" in n for n in task_runs([run_id]))
@@ -263,15 +263,16 @@ def test_the_night_report_is_an_artifact_the_cli_prints_and_summary_json_keeps(
     assert page.type == "markdown"
     text = page.data
     assert text.startswith("# Night 2026-11-30 · nightshift\n")
-    headline = r"partial: 1/2 succeeded \(1 failed\); worst: broken \(\d+m?s, failed\)"
+    headline = r"partial: 1/2 succeeded \(1 failed\); worst: broken \((\d+m?|<1)s, failed\)"
     assert re.fullmatch(headline, page.description or ""), page.description
     rows = [line for line in text.splitlines() if line.startswith("| `")]
     assert rows[0].startswith("| `broken` | Failed | ") and rows[1].startswith("| `hello` |")
     assert "**broken** (Failed): exit code 3" in text
     assert "disk full on /data" in text  # the excerpt of its log
     assert "![durations against budgets](data:image/png;base64," in text
-    # held against what happened: nothing learned yet, so a night of 0 s, finished later
-    assert "## Forecast against actual" in text and ", finished " in text
+    # nothing learned yet: no finish was forecast, so none is held against what happened
+    assert "## Forecast against actual" in text and ", finished " not in text
+    assert "No forecast to hold the night against: 2 of 2 jobs have nothing learned yet" in text
     assert summary_forecast_runs(sandbox, "2026-11-30") == [str(run_id)]  # kept in the ledger
 
     summary = json.loads((folder / "summary.json").read_text())

@@ -42,9 +42,9 @@ def test_a_job_that_did_not_succeed_says_why_in_one_line_as_its_states_message()
     assert job_state(audit).message == "exit code 3"
     slow = JobOutcome("slow", Outcome.TIMEOUT, 2.0, 1, detail="job timeout 2s")
     assert (job_state(slow).name, job_state(slow).message) == ("TimedOut", "job timeout 2s")
-    # a skipped step is done with (Completed), named for the step it waited for
+    # a skipped step was not run: not green (Completed), not a failure of its own: Cancelled
     push = job_state(JobOutcome("push", Outcome.SKIPPED, detail="pull failed"))
-    assert (push.name, push.message, push.is_completed()) == (
+    assert (push.name, push.message, push.is_cancelled()) == (
         "Skipped",
         "not run: pull failed",
         True,
@@ -59,7 +59,7 @@ def test_a_partial_night_returns_its_named_state_first() -> None:
     first, *jobs = night_result(night)  # type: ignore[misc]
     assert (first.name, first.message) == (
         "Partial",
-        "partial: 1/2 succeeded (1 timeout); worst: b (0ms, timeout)",
+        "partial: 1/2 succeeded (1 timeout); worst: b (not run, timeout)",
     )
     assert [j.name for j in jobs] == ["Completed", "TimedOut"]
     ok = night_result(join([JobOutcome("a", Outcome.SUCCEEDED, 1.0, 1)]))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 import threading
@@ -214,7 +215,7 @@ def test_a_chain_is_one_subflow_run_named_by_its_night_and_steps_with_the_run_ta
     # the night holds the solo job and the chain's subflow (Prefect's task run that links it),
     # named with its night (``night <date>``, as the night's run is) and its steps
     assert night_run.name.startswith("night ")
-    assert chain.name == f"{night_run.name} · fetch → link → publish"
+    assert chain.name == f"{night_run.name}: fetch -> link -> publish"
     assert chain.state.is_completed()
     assert sorted(t.name for t in task_runs if t.id != chain.parent_task_run_id) == ["solo"]
     assert sorted(t.name for t in steps) == ["fetch", "link", "publish"]
@@ -255,6 +256,42 @@ def test_a_failed_job_logs_no_empty_traceback_even_without_retries(
     path = write(sandbox, body)
     path.write_text(path.read_text().replace("stagger: 0s", "stagger: 0s, retries: 0"))
     run_dir = sandbox / "run"
-    nightly(catalog=str(path), run_dir=str(run_dir), return_state=True)
+    state = nightly(catalog=str(path), run_dir=str(run_dir), return_state=True)
     assert jobs_of(summary_of(run_dir))["bad"]["state"] == "failed"
     assert "Task run failed with state" not in caplog.text  # Prefect's, with "NoneType: None"
+    # and its task run's page says no retry: Retries 0
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    async def policies() -> list[int | None]:
+        only = FlowRunFilter(id=FlowRunFilterId(any_=[state.state_details.flow_run_id]))
+        async with get_client() as client:
+            runs = await client.read_task_runs(flow_run_filter=only)
+        return [r.empirical_policy.retries for r in runs if r.name == "bad"]
+
+    assert asyncio.run(policies()) == [0]
+
+
+def test_a_job_has_one_duration_on_its_first_run_and_when_a_rerun_keeps_it(
+    sandbox: Path,
+) -> None:
+    # a command of a moment (it may end before its submit returns) and one that fails
+    body = command("quick") + f"  - {{label: bad, backend: command, argv: [{PY}, -c, 'exit(3)']}}\n"
+    path = write(sandbox, body)
+    path.write_text(path.read_text().replace("stagger: 0s", "stagger: 0s, retries: 0"))
+    first_dir, again_dir = sandbox / "run1", sandbox / "run2"
+    nightly(catalog=str(path), night="2026-12-05", run_dir=str(first_dir), return_state=True)
+    nightly(catalog=str(path), night="2026-12-05", run_dir=str(again_dir), return_state=True)
+    first = jobs_of(summary_of(first_dir))["quick"]
+    again = jobs_of(summary_of(again_dir))["quick"]
+    assert again["kept"] and not first["kept"]
+    # the same figure, from the same clock: the rerun reads it back from the ledger
+    assert again["duration_s"] == first["duration_s"] >= 0
+    assert first["took"] != "0ms" and again["took"] == f"{first['took']} earlier"
+    ledger = Ledger(load_settings().ledger_url(), "edges")
+    try:
+        (row,) = [r for r in ledger.jobs_of("2026-12-05") if r.label == "quick"]
+        final = [d for d in ledger.dwells("2026-12-05", "quick") if d.to_state == "succeeded"]
+    finally:
+        ledger.close()
+    assert row.finished_at == final[-1].at  # its jobs row and its final transition agree

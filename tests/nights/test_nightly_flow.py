@@ -276,7 +276,7 @@ def test_the_night_tells_a_live_sink_and_hands_its_chains_the_night_not_a_copy(
         )
         night_run = client.read_flow_run(state.state_details.flow_run_id)
     # named with its night (the night's run is `night <date>`) and its steps
-    assert chain_run.name == f"{night_run.name} · a → b" and chain_run.state is not None
+    assert chain_run.name == f"{night_run.name}: a -> b" and chain_run.state is not None
     assert chain_run.state.is_completed()
     assert isinstance(chain_run.parameters["night"], str), chain_run.parameters
     assert chain_run.parameters["labels"] == ["a", "b"]

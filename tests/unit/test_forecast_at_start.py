@@ -71,3 +71,24 @@ def test_a_forecast_that_cannot_be_kept_or_read_is_a_warning(
         assert forecast_at_start(prepared, "run-2", logger, publish=False) is None
     assert "no forecast tonight: the budgets could not be read: OSError" in caplog.text
     prepared.close()
+
+
+def test_a_forecast_with_nothing_learned_gives_no_finish_on_any_page(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from nightshift.orchestration.forecast_report import forecast_lines, render_forecast
+
+    prepared = _prepared(tmp_path)
+    with caplog.at_level(logging.INFO):
+        forecast_at_start(prepared, "run-1", logging.getLogger("t"), publish=False)
+    said = "2 of 2 jobs have nothing learned yet (a, b): no finish time"
+    assert f"forecast: {said}" in caplog.text
+    assert "should finish" not in caplog.text and "critical path" not in caplog.text
+    (kept,) = Forecasts(prepared.ledger.engine, prepared.catalogue.key).of_night("2026-03-01")
+    page = render_forecast(kept, "team-a")
+    assert said in page and "learned budgets" not in page
+    assert "should finish" not in page and "Critical path" not in page
+    assert "| none: nothing learned |" in page
+    lines = forecast_lines({"unknown": ["a", "b"], "jobs": 2})
+    assert lines[-1] == f"No forecast to hold the night against: {said}."
+    prepared.close()

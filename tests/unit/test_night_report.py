@@ -85,7 +85,7 @@ def test_the_markdown_page_has_every_part() -> None:
     assert "**partial: 3/5 succeeded" in text
     assert "; retry: 4 re-ran (2 now ok, 2 still failing), 1 kept; " in text
     assert "| `slow` | Completed | 5m | 1m / 2m | x3.0 | 1 | `c-2` |" in text
-    assert "| `kept` | Kept | (50s earlier) | 40s / 1m | " in text
+    assert "| `kept` | Kept | 50s earlier | 40s / 1m | " in text
     assert "**broken** (Failed): exit code 3" in text
     assert "- tail: `/runs/x/logs/broken.tail.log`" in text
     assert "```\nTraceback (most recent call last):\nOSError: disk full\n```" in text

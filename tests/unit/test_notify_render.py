@@ -45,7 +45,7 @@ def _texts(blocks: list[dict]) -> str:
 
 
 def test_an_ok_night_says_nothing_unless_an_ok_route_is_set() -> None:
-    night = _night(Severity.OK, JobOutcome("etl", Outcome.SUCCEEDED, 60))
+    night = _night(Severity.OK, JobOutcome("etl", Outcome.SUCCEEDED, 60, 1))
 
     assert render_night(night, CONFIG, night="2026-11-29", catalogue="nightly") == []
     raw = CONFIG.model_dump(exclude_none=True)
@@ -60,10 +60,10 @@ def test_an_ok_night_says_nothing_unless_an_ok_route_is_set() -> None:
 def test_a_partial_night_is_one_digest_with_a_line_per_job_that_was_not_ok() -> None:
     night = _night(
         Severity.PARTIAL,
-        JobOutcome("generate:a", Outcome.SUCCEEDED, 300),
-        JobOutcome("audit:internal-links", Outcome.FAILED, 720, detail="exit code 2\ntrace..."),
+        JobOutcome("generate:a", Outcome.SUCCEEDED, 300, 1),
+        JobOutcome("audit:internal-links", Outcome.FAILED, 720, 1, detail="exit code 2\ntrace..."),
         JobOutcome(
-            "embed:docs", Outcome.PARTIAL, 3900, detail="rows 12/15 ok, 0 failed, 3 missing",
+            "embed:docs", Outcome.PARTIAL, 3900, 1, detail="rows 12/15 ok, 0 failed, 3 missing",
             data={"reconciliation": {"submitted": 15, "succeeded": 12, "failed": 0,
                                      "missing": 3}},
         ),
@@ -96,7 +96,7 @@ def test_a_partial_night_is_one_digest_with_a_line_per_job_that_was_not_ok() -> 
 
 
 def test_a_failed_night_carries_the_mention_in_text_and_blocks() -> None:
-    night = _night(Severity.FAILED, JobOutcome("etl", Outcome.TIMEOUT, 1200))
+    night = _night(Severity.FAILED, JobOutcome("etl", Outcome.TIMEOUT, 1200, 1))
 
     [message] = render_night(night, CONFIG, night="2026-11-29", catalogue="nightly")
 
@@ -107,7 +107,7 @@ def test_a_failed_night_carries_the_mention_in_text_and_blocks() -> None:
 
 
 def test_job_text_is_escaped_so_it_pings_nobody() -> None:
-    job = JobOutcome("etl", Outcome.FAILED, 5, detail="boom <!channel> & <b>bold</b> <@U123>")
+    job = JobOutcome("etl", Outcome.FAILED, 5, 1, detail="boom <!channel> & <b>bold</b> <@U123>")
     night = _night(Severity.FAILED, job)
 
     [message] = render_night(night, CONFIG, night="2026-11-29", catalogue="x<y>")
@@ -124,8 +124,10 @@ def test_job_text_is_escaped_so_it_pings_nobody() -> None:
 
 
 def test_a_60_job_partial_night_fits_slacks_limits() -> None:
-    jobs = [JobOutcome(f"job:{i:02d}", Outcome.FAILED, 60 * i, detail="E" * 400) for i in range(60)]
-    night = _night(Severity.PARTIAL, JobOutcome("ok", Outcome.SUCCEEDED, 1), *jobs)
+    jobs = [
+        JobOutcome(f"job:{i:02d}", Outcome.FAILED, 60 * i, 1, detail="E" * 400) for i in range(60)
+    ]
+    night = _night(Severity.PARTIAL, JobOutcome("ok", Outcome.SUCCEEDED, 1, 1), *jobs)
 
     [message] = render_night(night, CONFIG, night="2026-11-29", catalogue="n" * 300)
 
@@ -161,7 +163,7 @@ def test_an_alert_and_its_recovery_are_thread_replies_for_the_alert_route() -> N
     message = render_alert(ALERT, CONFIG)
     recovered = render_recovered(
         CONFIG, night="2026-11-29", catalogue="nightly",
-        job=JobOutcome("etl", Outcome.SUCCEEDED, 9000),
+        job=JobOutcome("etl", Outcome.SUCCEEDED, 9000, 1),
     )  # fmt: skip
 
     assert message is not None and recovered is not None
@@ -232,11 +234,12 @@ def test_a_batch_line_says_its_rows_once() -> None:
         "report:admob",
         Outcome.PARTIAL,
         600,
+        1,
         detail="batch succeeded; rows 9/12 ok, 0 failed, 3 missing ~$0.01; 3 rows via fallback",
         data={"reconciliation": rec},
     )
     only_rows = JobOutcome(
-        "report:b", Outcome.PARTIAL, 60, detail="rows 9/12 ok", data={"reconciliation": rec}
+        "report:b", Outcome.PARTIAL, 60, 1, detail="rows 9/12 ok", data={"reconciliation": rec}
     )
 
     assert job_line(batch) == (
@@ -331,8 +334,10 @@ def test_a_calm_night_with_a_slow_job_still_sends_nothing() -> None:
 
 
 def test_the_slow_line_fits_a_digest_at_slacks_limits_and_is_escaped() -> None:
-    jobs = [JobOutcome(f"job:{i:02d}", Outcome.FAILED, 60 * i, detail="E" * 400) for i in range(60)]
-    night = _night(Severity.PARTIAL, JobOutcome("ok", Outcome.SUCCEEDED, 1), *jobs)
+    jobs = [
+        JobOutcome(f"job:{i:02d}", Outcome.FAILED, 60 * i, 1, detail="E" * 400) for i in range(60)
+    ]
+    night = _night(Severity.PARTIAL, JobOutcome("ok", Outcome.SUCCEEDED, 1, 1), *jobs)
     slow = [SlowJob(f"<!channel> {i}", 100.0 + i, 3.0, 4.0) for i in range(9)]
 
     [message] = render_night(night, CONFIG, night="2026-11-29", catalogue="nightly", slow=slow)
@@ -347,7 +352,7 @@ def test_the_slow_line_fits_a_digest_at_slacks_limits_and_is_escaped() -> None:
 def test_a_digest_of_a_night_that_ran_late_says_so() -> None:
     from dataclasses import replace
 
-    night = _night(Severity.PARTIAL, JobOutcome("audit:links", Outcome.FAILED, 60, detail="x"))
+    night = _night(Severity.PARTIAL, JobOutcome("audit:links", Outcome.FAILED, 60, 1, detail="x"))
     late = "ran late: scheduled 2026-11-29 02:00 UTC, started 2026-11-29 09:12 UTC (7h12m late)"
     [message] = render_night(
         replace(night, late=late), CONFIG, night="2026-11-29", catalogue="nightly"

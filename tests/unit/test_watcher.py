@@ -66,7 +66,9 @@ def test_a_watch_given_up_by_its_waiter_is_forgotten_not_asked_again_and_again(w
     asked, looked = backend.calls["a"], backend.calls["b"]
     # many looks at b later, and past a's timer
     assert eventually(lambda: watcher.now() > timer and backend.calls["b"] >= looked + 20)
-    assert backend.calls["a"] == asked and backend.cancelled == []
+    # a status call already handed to a pool thread when the watch was given up may still be
+    # counted after it (a busy machine starts that thread late): one, never again and again
+    assert backend.calls["a"] <= asked + 1 and backend.cancelled == []
 
 
 def test_a_backend_that_lists_many_jobs_is_asked_once_per_tick() -> None:
