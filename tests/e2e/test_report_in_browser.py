@@ -58,6 +58,7 @@ jobs:
     argv: [%(py)s, -c, "import sys; print('feed down: 503 upstream', file=sys.stderr); exit(3)"]
   - {label: "feed:summarize", backend: command, argv: [%(py)s, -c, "print(1)"],
      depends_on: ["feed:fetch"]}
+  - {label: "index:rebuild", backend: cli, task: "rebuild [run=0.5]"}
 """
 # fails until the file `fixed` is in its folder (the checkout: a job runs in the catalogue's)
 AUDIT = (
@@ -101,6 +102,19 @@ class Page:
             assert time.monotonic() < deadline, self.js("document.body.innerText.slice(0, 2000)")
             time.sleep(0.5)
         time.sleep(1)  # its images and fonts settle
+
+    def tab(self, name: str, shows: str, timeout: float = 60) -> str:
+        """Click the page's tab called ``name`` and wait until its text ``shows``: its text."""
+        click = (
+            "[...document.querySelectorAll('button, a, [role=tab], li')]"
+            f".find(e => e.innerText.trim() === {json.dumps(name)})?.click()"
+        )
+        self.js(click)
+        deadline = time.monotonic() + timeout
+        while shows not in (text := self.js("document.body.innerText")):
+            assert time.monotonic() < deadline, text[:3000]
+            time.sleep(0.5)
+        return str(text)
 
 
 def _browser(profile: Path) -> tuple[subprocess.Popen[str], str]:
@@ -180,7 +194,13 @@ def test_the_retried_nights_report_page_tells_both_runs_and_its_tables_fit_at_14
     tmp_path: Path,
 ) -> None:
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+    from prefect.client.schemas.filters import (
+        ArtifactFilter,
+        ArtifactFilterFlowRunId,
+        FlowRunFilter,
+        FlowRunFilterId,
+        FlowRunFilterParentFlowRunId,
+    )
     from prefect.deployments import run_deployment
     from prefect.settings import PREFECT_API_URL, temporary_settings
     from prefect.states import AwaitingRetry
@@ -198,6 +218,9 @@ def test_the_retried_nights_report_page_tells_both_runs_and_its_tables_fit_at_14
         "NIGHTSHIFT_STATE_DIR": str(state),
         "PYTHONPATH": str(checkout),
         "SLACK_BOT_TOKEN": TOKEN,
+        # a job CLI with no history at all: the forecast must say it knows nothing of it
+        "NIGHTSHIFT_AGY": f"{PY} -m nightshift.sandbox.agy",
+        "AGY_STATE_DIR": str(tmp_path / "agy"),
     }
     with (
         SlackEmulator(TOKEN) as slack,
@@ -240,7 +263,18 @@ def test_the_retried_nights_report_page_tells_both_runs_and_its_tables_fit_at_14
 
             pages = eventually(lambda: len(reports()) == 2, 60)
             assert pages, (reports(), site.log_tail())
-            report = reports()[-1]  # the retry's
+            first_report, report = reports()  # the first try's, the retry's
+            with get_client(sync_client=True) as client:
+                cards = client.read_artifacts(artifact_filter=only)
+                chains = client.read_flow_runs(
+                    flow_run_filter=FlowRunFilter(
+                        parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[run.id])
+                    )
+                )
+                runs = [run.id, *(c.id for c in chains)]  # the night's and its chains' task runs
+                task_runs = client.read_task_runs(
+                    flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=runs))
+                )
         text = report.data
         assert isinstance(text, str)
         # the report reads as one night: both runs, the audit's first reason, the counts
@@ -249,7 +283,7 @@ def test_the_retried_nights_report_page_tells_both_runs_and_its_tables_fit_at_14
             r"retry \d\d:\d\d:\d\d-\d\d:\d\d:\d\d \([0-9hms]+\)\n",
             text,
         ), text
-        assert "retry: 2 re-ran (1 now ok, 1 still failing), 1 still skipped, 1 kept" in text
+        assert "retry: 2 re-ran (1 now ok, 1 still failing), 1 still skipped, 2 kept" in text
         assert re.search(
             r"\*\*audit:links\*\* \(Completed\): "
             r"failed on attempt 1 at \d\d:\d\d, ok on attempt 2\n"
@@ -257,6 +291,40 @@ def test_the_retried_nights_report_page_tells_both_runs_and_its_tables_fit_at_14
             text,
         ), text
         assert "2 broken links found, failing the audit" in text  # the first run's tail
+        # no forecast figure without a basis: the job CLI's job had nothing learned on the first
+        # try (the retry kept it: its forecast has a basis for every job it runs)
+        unknown = "1 of 5 jobs have nothing learned yet (index:rebuild): no finish time"
+        assert f"No forecast to hold the night against: {unknown}." in first_report.data
+        assert "Expected to finish at" not in first_report.data
+        # each try's pages told apart: the current try's, the earlier one's superseded
+        said = sorted((a.key or "", a.description or "") for a in cards)
+        current = [d for _, d in said if d.startswith("try 2, current: ")]
+        earlier = [d for _, d in said if d.startswith("try 1, superseded by try 2: ")]
+        assert len(current) == len(earlier) == 4, said  # forecast, progress, summary, report
+        assert f"try 1, superseded by try 2: {unknown}" in earlier
+        # one duration per job: the report's, the summary artifact's and (Prefect's overhead
+        # on top, docs/night-report.md) its task run's
+        summary = next(a for a in cards if a.key == "nightly-summary" and a in _current(cards))
+        data = json.loads(summary.data) if isinstance(summary.data, str) else summary.data
+        rows = {row["job"]: row for row in data}
+        took = rows["audit:links"]["duration"]
+        assert re.search(rf"\n\| `audit:links` \| Completed \| {re.escape(took)} \|", text), text
+        audit = max(
+            (t for t in task_runs if t.name == "audit:links"), key=lambda t: t.expected_start_time
+        )
+        seconds = _seconds(took)
+        # (the figure is rounded to the second: half a second either way)
+        ran = audit.total_run_time.total_seconds()
+        assert seconds - 0.5 <= ran <= seconds + 10, (took, audit)
+        # a skipped step is not a success: grey (Cancelled), named Skipped
+        skipped = [t for t in task_runs if t.name == "feed:summarize"]
+        assert {(t.state.type.value, t.state.name) for t in skipped} == {("CANCELLED", "Skipped")}
+        # the chain's subflows as written, each try's told apart
+        names = sorted(c.name for c in chains)
+        assert names == [
+            f"night {night}: feed:fetch -> feed:summarize",
+            f"night {night}: feed:fetch -> feed:summarize (try 2)",
+        ], names
 
         ui = site.api.removesuffix("/api")
         browser, socket = _browser(tmp_path / "chromium")
@@ -272,6 +340,14 @@ def test_the_retried_nights_report_page_tells_both_runs_and_its_tables_fit_at_14
                 shown = page.js("document.querySelector('.artifact-data-markdown').innerText")
                 tables = page.js(FITS)
                 shot = page.call("Page.captureScreenshot", format="png")["data"]
+                # the run's page at 07:00: its Artifacts tab, its Subflow Runs tab
+                page.open(
+                    f"{ui}/runs/flow-run/{run.id}",
+                    "document.body.innerText.includes('Subflow Runs')",
+                )
+                artifacts_tab = page.tab("Artifacts", "superseded by try 2")
+                run_shot = page.call("Page.captureScreenshot", format="png")["data"]
+                subflows_tab = page.tab("Subflow Runs", "feed:summarize (try 2)")
         finally:
             os.killpg(browser.pid, signal.SIGTERM)
             browser.wait(timeout=30)
@@ -281,6 +357,13 @@ def test_the_retried_nights_report_page_tells_both_runs_and_its_tables_fit_at_14
     picture = shots / "nightly-report.png"
     picture.write_bytes(base64.b64decode(shot))
     (shots / "nightly-report.txt").write_text(shown)
+    (shots / "flow-run-artifacts.png").write_bytes(base64.b64decode(run_shot))
+    (shots / "flow-run-artifacts.txt").write_text(artifacts_tab)
+    (shots / "flow-run-subflows.txt").write_text(subflows_tab)
+    # the Artifacts tab tells the current pages from the earlier try's at a glance
+    assert "try 2, current" in artifacts_tab and "superseded by try 2" in artifacts_tab
+    # the chain's subflows as written, each try's told apart
+    assert f"night {night}: feed:fetch -> feed:summarize (try 2)" in subflows_tab
     # the page: its jobs worst first, the still failing job's log, the plot drawn
     assert "Jobs, worst first" in shown
     assert shown.index("feed:fetch") < shown.index("gen:articles")
@@ -297,3 +380,14 @@ def test_the_retried_nights_report_page_tells_both_runs_and_its_tables_fit_at_14
 
 def _created(artifact: Any) -> Any:
     return artifact.created
+
+
+def _current(cards: list[Any]) -> list[Any]:
+    return [a for a in cards if (a.description or "").startswith("try 2, current: ")]
+
+
+def _seconds(took: str) -> float:
+    """``2s``, ``850ms``, ``1m`` as seconds (the pages' short form)."""
+    found = re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s|m)", took)
+    assert found, took
+    return float(found.group(1)) * {"ms": 0.001, "s": 1.0, "m": 60.0}[found.group(2)]
