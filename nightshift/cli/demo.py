@@ -226,9 +226,16 @@ def register(sub: Any) -> None:
     demo = add_command(
         sub, "demo", "a sandboxed night on local emulators, no keys needed", _command
     )
-    demo.add_argument("--scenario", choices=["calm", "rough"], default="calm")
+    demo.add_argument(
+        "--scenario",
+        choices=["calm", "rough"],
+        default="calm",
+        help="calm: a month of history, then a night where every job succeeds (Slack gets "
+        "nothing); rough: a failing audit, a stuck job and a batch's dropped rows (Slack gets "
+        "an alert and a digest)",
+    )
     demo.add_argument("--workdir", help="where the sandbox lives (default: a temp dir)")
-    demo.add_argument("--json", action="store_true")
+    demo.add_argument("--json", action="store_true", help="print one summary object at the end")
 
 
 def _command(args: argparse.Namespace) -> int:

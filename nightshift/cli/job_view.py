@@ -35,7 +35,7 @@ __all__ = [
 MASK = "***"
 # a job's fields that hold seconds: shown as the catalogue writes them (20m, 90s)
 DURATIONS = frozenset(
-    {"timeout", "queued_timeout", "visible_within", "over_expected", "sla"}
+    {"timeout", "queued_timeout", "visible_within", "over_expected", "sla", "retry_delay"}
     | {"request_timeout", "quota_wait"}  # http jobs
 )
 _COMMENT_AT = 44  # the column comments line up at, unless a field is longer
@@ -88,7 +88,34 @@ def job_fields(catalogue: Catalogue, label: str) -> dict[str, FieldView]:
     values = masked(job.model_dump(mode="json", exclude_unset=True), job)
     if job.learned and job.timeout is None:  # `timeout: learned` (or `learned: true`)
         values["timeout"] = "learned"
-    return _views(catalogue, ("jobs", index), values, top=True)
+    views = _views(catalogue, ("jobs", index), values, top=True)
+    return {**views, **_inherited(catalogue, job, views)}
+
+
+# what a job takes from the night when it does not say: its timers, then the retry policy
+_INHERITED = ("queued_timeout", "visible_within", "retries", "retry_delay")
+
+
+def _inherited(
+    catalogue: Catalogue, job: AnyJob, own: dict[str, FieldView]
+) -> dict[str, FieldView]:
+    """The values a job takes from ``defaults:`` (written there, or the built-in default), each
+    said as such; and the night's deadline, which bounds a job with no ``timeout``."""
+    out: dict[str, FieldView] = {}
+    for key in _INHERITED:
+        if key in own or getattr(job, key, None) is not None:
+            continue
+        value = getattr(catalogue.defaults, key)
+        line = catalogue.line("defaults", key)
+        said = "from defaults" if line is not None else "the default"
+        out[key] = FieldView(value, line, said)
+    if "timeout" not in own and job.timeout is None:
+        deadline = catalogue.defaults.deadline
+        line = catalogue.line("defaults", "deadline")
+        out["timeout"] = FieldView(
+            None, line, f"none: the night's deadline ({format_duration(deadline)}) bounds it"
+        )  # its line: the deadline's, when written
+    return out
 
 
 def _views(
@@ -130,7 +157,7 @@ def render_fields(fields: dict[str, FieldView]) -> list[str]:
 def _rows(fields: dict[str, FieldView], depth: int, rows: list[tuple[str, str]]) -> None:
     for key, view in fields.items():
         indent = "  " * depth
-        comment = ""
+        comment = f"# {view.source}" if view.source else ""  # inherited: said where from
         if view.line is not None:
             comment = f"# line {view.line}" + (f", {view.source}" if view.source else "")
         if view.keys:

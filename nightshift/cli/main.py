@@ -1,4 +1,4 @@
-"""``nightshift``: run a night locally, validate a catalogue, or run the sandboxed demo."""
+"""The ``nightshift`` command: run a night locally, validate a catalogue, or run the demo."""
 
 from __future__ import annotations
 
@@ -21,11 +21,25 @@ from nightshift.cli import (
     validate,
     watchdog,
 )
-from nightshift.cli.args import Parser
+from nightshift.cli.args import HelpFormatter, Parser
 from nightshift.cli.exits import USAGE
 from nightshift.cli.run import RUN_EXIT_CODES
 
 __all__ = ["build_parser", "main"]
+
+DESCRIPTION = """\
+Nightshift runs a team's nightly batch of external async jobs on Prefect: run a
+night locally, validate a catalogue, forecast it, read its report, or run the
+sandboxed demo. `nightshift COMMAND --help` says more of one command."""
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("nightshift")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown (not installed)"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,11 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``nightshift`` parser: one module per subcommand adds its own."""
     parser = Parser(
         prog="nightshift",
-        description=__doc__,
+        description=DESCRIPTION,
         epilog=RUN_EXIT_CODES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="show Prefect's logs")
+    parser.add_argument("--version", action="version", version=f"nightshift {_version()}")
     sub = parser.add_subparsers(dest="command")
     # the order of `nightshift --help`
     for command in (

@@ -42,6 +42,11 @@ def register(sub: Any) -> None:
         help="print one job as it finally is (merges, apis:, ${NAME} values), each field's line",
     )
     check.add_argument(
+        "--strict",
+        action="store_true",
+        help="a command whose program or script is not here is an error, not a warning",
+    )
+    check.add_argument(
         "--json",
         action="store_true",
         help='print one object: {"catalogue", "ok", "jobs"} (with --show: that job\'s fields)',
@@ -49,15 +54,18 @@ def register(sub: Any) -> None:
 
 
 def _command(args: argparse.Namespace) -> int:
-    return validate(args.catalogue, show=args.show, as_json=args.json)
+    return validate(args.catalogue, show=args.show, as_json=args.json, strict=args.strict)
 
 
-def validate(path: str, *, show: str | None = None, as_json: bool = False) -> int:
+def validate(
+    path: str, *, show: str | None = None, as_json: bool = False, strict: bool = False
+) -> int:
     """Print ``FILE: ok, N jobs`` (and any warnings) and return 0, or the problems and 4.
 
     ``as_json``: stdout is one object, ``{"catalogue", "ok": true, "jobs"}`` or ``{"ok": false,
     "problems"}`` (the problems on stderr as well). ``show``: that job, field by field."""
     from nightshift.backends.gemini.batch_input import catalogue_input_problems
+    from nightshift.config.command_check import command_problems
     from nightshift.config.loader import load_catalogue
     from nightshift.config.timers import schedule_warnings
     from nightshift.errors import CatalogueError
@@ -68,8 +76,14 @@ def validate(path: str, *, show: str | None = None, as_json: bool = False) -> in
         print(exc, file=sys.stderr)
         return _refused(as_json, [p.render(exc.path) for p in exc.problems])
     errors, notes = catalogue_input_problems(catalogue)
+    missing = [p.render(path) for p in command_problems(catalogue)]
     for line in [*schedule_warnings(catalogue), *notes]:
         say(line)
+    for line in [] if strict else missing:  # the worker may differ: a warning unless --strict
+        say(f"warning: {line}")
+    if strict and missing:
+        say("invalid catalogue (--strict):\n  " + "\n  ".join(missing))
+        return _refused(as_json, missing)
     if errors:
         say("invalid batch input:\n  " + "\n  ".join(errors))
         return _refused(as_json, errors)

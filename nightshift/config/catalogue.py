@@ -229,6 +229,15 @@ AnyJob = CommandJob | CliJob | GeminiBatchJob | DeploymentJob | HttpJob
 Job = Annotated[AnyJob, Field(discriminator="backend")]
 
 
+def job_model(backend: str) -> type[_JobBase]:
+    """The model of a job of ``backend`` (its fields are what a job of it may say)."""
+    models: dict[str, type[_JobBase]] = {
+        "command": CommandJob, "cli": CliJob, "gemini_batch": GeminiBatchJob,
+        "deployment": DeploymentJob, "http": HttpJob,
+    }  # fmt: skip
+    return models.get(backend, _JobBase)
+
+
 class CliSettings(_Strict):
     executable: str | None = None
     # what every call of the job CLI may see beyond our environment minus secrets (its login)

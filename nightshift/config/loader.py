@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from nightshift.config.catalogue import BACKENDS, Catalogue
 from nightshift.config.expand import expand
 from nightshift.config.graph import graph_problems
+from nightshift.config.hints import type_hint, unknown_key
 from nightshift.config.http_api import http_problems
 from nightshift.config.timers import timer_problems
 from nightshift.config.yaml_tree import Tree, YamlRefused, read_yaml
@@ -123,6 +124,25 @@ def _refused(exc: YamlRefused) -> CatalogueProblem:
     return CatalogueProblem(exc.message, exc.line, None, _dotted(at))
 
 
+def _unknown(field_parts: list[Any], in_job: bool, data: dict[str, Any], loc: list[Any]) -> str:
+    """An unknown key's message: where it belongs, or the key it is likely a typo of."""
+    from nightshift.config.catalogue import Catalogue, Defaults, job_model
+
+    key = str(field_parts[-1]) if field_parts else ""
+    defaults = list(Defaults.model_fields)
+    if in_job and len(field_parts) == 1:
+        raw = data.get("jobs") or []
+        item = raw[loc[1]] if isinstance(loc[1], int) and loc[1] < len(raw) else {}
+        backend = item.get("backend") if isinstance(item, dict) else None
+        known = list(job_model(str(backend)).model_fields) if backend else []
+        return unknown_key(key, known, in_job=True, defaults=defaults)
+    if not in_job and len(field_parts) == 1:
+        return unknown_key(key, list(Catalogue.model_fields), in_job=False, defaults=defaults)
+    if not in_job and field_parts[:1] == ["defaults"] and len(field_parts) == 2:
+        return unknown_key(key, defaults, in_job=False)
+    return unknown_key(key, (), in_job=in_job)
+
+
 def _dotted(parts: tuple[Any, ...]) -> str | None:
     return ".".join(str(p) for p in parts) or None
 
@@ -154,7 +174,10 @@ def _locate(err: Any, data: dict[str, Any], tree: Tree) -> CatalogueProblem:
             break
     message = err["msg"]
     if err["type"] == "extra_forbidden":
-        message = "unknown key"
+        message = _unknown(field_parts, job is not None, data, loc)
+    elif (hint := type_hint(str(field_parts[-1]) if field_parts else "", err["type"],
+                            err.get("input"))) is not None:  # fmt: skip
+        message = hint
     elif err["type"] == "missing":
         message = "required field is missing"
     elif err["type"] == "union_tag_invalid":

@@ -4,6 +4,7 @@ field of one came from (its line, the ``apis:`` declaration or anchor it was mer
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -179,6 +180,9 @@ def test_merge_keys_show_where_the_anchor_has_the_value(
         "argv",
         "timeout",
         "queued_timeout",
+        "visible_within",  # what it takes from the night, after what it says
+        "retries",
+        "retry_delay",
     ]
     assert out[3].startswith("timeout: 30m ") and out[3].endswith("# line 6, merged from line 1")
     assert out[4].startswith("queued_timeout: 10m ") and out[4].endswith("# line 7")
@@ -216,3 +220,84 @@ def test_json_of_an_invalid_catalogue_lists_its_problems_and_exits_4(
     assert out["ok"] is False and len(out["problems"]) == 1
     assert out["problems"][0].startswith(f"{path}:2: job 'a': field 'api': no api 'nowhere'")
     assert out["problems"][0] in captured.err  # stderr as without --json
+
+
+CASES = {
+    "typo": (
+        "  - {label: b, backend: command, argv: [echo], depend_on: [a]}\n",
+        "job 'b': field 'depend_on': unknown key; did you mean depends_on?",
+    ),
+    "a job's retries": (
+        "  - {label: b, backend: command, argv: [echo], retries: 3}\n",
+        "job 'b': field 'retries': unknown key here: retries is set for the whole night, "
+        "under defaults: (defaults.retries)",
+    ),
+    "a job's schedule": (
+        "  - {label: b, backend: cli, task: x, schedule: '0 2 * * *'}\n",
+        "job 'b': field 'schedule': unknown key: one schedule starts the whole night: set it on "
+        "the nightly deployment in prefect.yaml",
+    ),
+    "argv as a string": (
+        "  - {label: b, backend: command, argv: 'cat a | wc -l'}\n",
+        "job 'b': field 'argv': argv is a list, one item per argument: argv: [sh, -c, \"a | b\"]",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_mistake_that_would_fail_at_2am_is_one_line_naming_the_fix(
+    case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    body, said = CASES[case]
+    path = tmp_path / "nightshift.yaml"
+    path.write_text("name: t\njobs:\n  - {label: a, backend: command, argv: [echo]}\n" + body)
+    assert main(["validate", "--catalogue", str(path)]) == 4
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if said in line]
+    assert len(lines) == 1 and lines[0].startswith(f"  {path}:4: "), err
+
+
+def test_a_missing_program_or_script_is_a_warning_and_an_error_with_strict(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "nightshift.yaml"
+    path.write_text(
+        "name: t\njobs:\n"
+        "  - {label: a, backend: command, argv: [no-such-program-here, x]}\n"
+        "  - {label: b, backend: command, argv: [python3, scripts/audit.py]}\n"
+        "  - {label: c, backend: command, argv: [python3, out/made.py], depends_on: [b]}\n"
+        "  - {label: d, backend: command, argv: [sh, -c, 'echo | wc -l']}\n"
+    )
+    assert main(["validate", "--catalogue", str(path)]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        f"warning: {path}:3: job 'a': field 'argv': no-such-program-here is not a program on "
+        "PATH here (the worker's PATH may differ)",
+        f"warning: {path}:4: job 'b': field 'argv': script scripts/audit.py does not exist "
+        f"(from {tmp_path})",
+        f"warning: {path}:5: job 'c': field 'argv': script out/made.py does not exist "
+        f"(from {tmp_path}); an earlier step may write it",
+    ]
+    assert main(["validate", "--catalogue", str(path), "--strict"]) == 4
+    assert "invalid catalogue (--strict):" in capsys.readouterr().err
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "audit.py").write_text("print(1)\n")
+    assert main(["validate", "--catalogue", str(path)]) == 0
+    assert "scripts/audit.py" not in capsys.readouterr().err
+
+
+def test_show_says_what_a_job_inherits_from_the_night(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "nightshift.yaml"
+    path.write_text(
+        "name: t\ndefaults: {queued_timeout: 5m}\njobs:\n"
+        "  - {label: a, backend: cli, task: 'summarize {key} now'}\n"
+    )
+    assert main(["validate", "--catalogue", str(path), "--show", "a"]) == 0
+    out = capsys.readouterr().out
+    assert "task: summarize {key} now" in out  # a placeholder is not a secret
+    assert re.search(r"queued_timeout: 5m +# line 2, from defaults", out), out
+    assert re.search(r"retries: 2 +# the default", out), out
+    assert "# none: the night's deadline (1h00m) bounds it" in out
