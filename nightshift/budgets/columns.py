@@ -65,6 +65,7 @@ class Source:
     JOB = "job"
     BACKEND = "backend"
     LEARNING = "learning"
+    DECLARED = "declared"  # a job's own `expect:` until its history says otherwise (not stored)
 
 
 _LEARNED = [N, P50, P95, WATCH_AT, ALERT_AT, SOURCE, SOURCE_N, BASIS]

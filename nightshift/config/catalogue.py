@@ -157,6 +157,8 @@ class _JobBase(_Strict):
     over_expected: Timer | None = None
     learned: bool = Field(False, exclude=True)  # set by `timeout: learned` or `over_expected`
     cost: Cost | None = None  # its estimate per run until its results teach one
+    # how long it usually takes, until its own nights teach it (plan, forecast, its first watch)
+    expect: Timer | None = None
     spend: JobSpend | None = None  # its own cap
 
     @model_validator(mode="before")

@@ -40,8 +40,14 @@ class Alert:
     at: datetime  # aware, UTC: the observation that saw it
     floor_s: float = 0.0  # the floor under p95: no level before max(p95, floor)
     name: str | None = None  # the catalogue as people know it (its name; else ``catalogue``)
-    # the budget is its backend's pooled one (a job with fewer nights than min_samples)
-    pooled: bool = False
+    # where the budget comes from: the job's own nights, its backend's pooled ones (a job with
+    # fewer nights than min_samples), or its declared `expect:` (none yet of either)
+    source: str = "job"
+
+    @property
+    def pooled(self) -> bool:
+        """Its level is its backend's pooled budget's."""
+        return self.source == "backend"
 
     @property
     def shown(self) -> str:
@@ -72,8 +78,8 @@ class Alert:
         # a state that is normally instant (p95 0) has no ratio to speak of: its floor says it
         ratio = f", x{self.dwell_s / self.p95_s:.1f}" if self.p95_s > 0 else ""
         floored = f", floor {seconds_text(self.floor_s)}" if self.floor_s > self.p95_s else ""
-        pooled = f" pooled from {self.backend}" if self.pooled else ""
-        p95 = f"p95 {seconds_text(self.p95_s)}{pooled}"
+        said = {"backend": f" pooled from {self.backend}", "declared": " declared (expect:)"}
+        p95 = f"p95 {seconds_text(self.p95_s)}{said.get(self.source, '')}"
         return f"{seconds_text(self.dwell_s)} ({p95}{ratio}{floored})"
 
 

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from nightshift.budgets.columns import Source
 from nightshift.budgets.lookup import FLOOR_S, Budget, Level, classify
 from nightshift.config.names import shown_name
 from nightshift.engine.alerts import Alert, Raised
@@ -172,7 +171,7 @@ class Detector:
                     at=now,
                     floor_s=self.floor_s,
                     name=self.name,
-                    pooled=budget.source == Source.BACKEND,
+                    source=budget.source,
                 )
             )
         return alerts

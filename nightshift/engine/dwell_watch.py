@@ -18,10 +18,11 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal, cast
 
+from nightshift.budgets.columns import Source
 from nightshift.budgets.lookup import Budget, Budgets, dwell_floor
 from nightshift.engine.alerts import Alert, AlertSink, Raised
 from nightshift.engine.detection import Detector
@@ -47,6 +48,7 @@ from nightshift.engine.incidents import (
 from nightshift.engine.outcomes import is_final
 from nightshift.engine.spend import is_paid
 from nightshift.loop import CHORE_THREADS, CHORES, NightLoop, Signal
+from nightshift.states import JobState
 from nightshift.store.alert_log import DWELL, INCIDENT, AlertLog, AlertRecord
 
 if TYPE_CHECKING:
@@ -75,9 +77,14 @@ class CatalogueBudgets:
     budgets: Budgets
     catalogue: str
     backends: Mapping[str, str]  # label -> backend
+    expected: Mapping[str, float] = field(default_factory=dict)  # label -> its `expect:` (s)
 
     def budget(self, label: str, state: str) -> Budget | None:
-        """The budget of ``label`` in ``state``, or None while still learning."""
+        """The budget of ``label`` in ``state``, or None while still learning; a job that
+        declares ``expect:`` and has no budget of its own yet is held to it while running."""
+        own = self.budgets.states.get((self.catalogue, label, state))
+        if label in self.expected and state == JobState.RUNNING and own is None:
+            return Budget(self.expected[label], self.expected[label], 0, Source.DECLARED)
         return self.budgets.budget(self.catalogue, label, state, self.backends.get(label))
 
 
@@ -369,10 +376,11 @@ def watch_dwells(
         return None
     ctx.budgets = budgets  # a job's learned timeout is cut from them too
     backends = {job.label: job.backend for job in ctx.catalogue.jobs}
+    expected = {job.label: job.expect for job in ctx.catalogue.jobs if job.expect is not None}
     detector = Detector(
         ctx.night,
         key,
-        CatalogueBudgets(budgets, key, backends),
+        CatalogueBudgets(budgets, key, backends, expected),
         raised=[cast("Raised", key) for key in raised if key[2] in _LEVELS],
         # a dwell is seen a poll late at worst: no level before a few of the night's longest
         floor_s=dwell_floor(ctx.catalogue.defaults.poll.max),

@@ -37,8 +37,8 @@ __all__ = [
 ]
 
 # learned: the whole job's own budget; fallback: the sum of its states' budgets (its own, else
-# its backend's); none: nothing learned, counted as 0 s
-Basis = Literal["learned", "fallback", "none"]
+# its backend's); declared: its own `expect:`; none: nothing learned, counted as 0 s
+Basis = Literal["learned", "fallback", "declared", "none"]
 
 
 @dataclass(frozen=True)
@@ -97,13 +97,18 @@ class _Run:
 
 
 def durations_of(budgets: Budgets, catalogue: Catalogue, labels: list[str]) -> dict[str, Span]:
-    """Each job's whole-job span: learned, else the sum of its state budgets, else none (0 s)."""
+    """Each job's whole-job span: learned, else its declared ``expect:``, else the sum of its
+    state budgets, else none (0 s)."""
     out: dict[str, Span] = {}
     for label in labels:
         backend = catalogue.job(label).backend
         whole = budgets.job(catalogue.key, label)
         if whole is not None:
             out[label] = Span(whole.p50, whole.p95, "learned")
+            continue
+        expect = catalogue.job(label).expect
+        if expect is not None:  # said by the catalogue until its own nights teach it
+            out[label] = Span(expect, expect, "declared")
             continue
         states = [
             b for s in PATH if (b := budgets.budget(catalogue.key, label, s, backend)) is not None
