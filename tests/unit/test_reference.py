@@ -1,4 +1,4 @@
-"""docs/reference.md is what the catalogue's models accept, and every backend's example validates."""
+"""docs/reference.md is what the catalogue's models accept; every backend's example validates."""
 
 from __future__ import annotations
 
