@@ -2,9 +2,9 @@
 
 A command's ``argv[0]`` is looked up on ``PATH`` (a path with a ``/`` as a file); a script handed
 to an interpreter (``python scripts/audit.py``, ``sh ./load.sh``) is looked for from the job's
-``cwd``, else the folder ``validate`` runs in (where ``nightshift run`` would start it). The
-worker's machine, folder and PATH may differ, so these are warnings unless ``--strict``; a script
-of a job that depends on others may be written by an earlier step, and says so.
+``cwd``, else the catalogue's folder (where the night starts it). The worker's machine and PATH
+may differ, so these are warnings unless ``--strict``; a script of a job that depends on others
+may be written by an earlier step, and says so.
 """
 
 from __future__ import annotations
@@ -21,11 +21,9 @@ __all__ = ["command_problems"]
 _INTERPRETERS = {"python", "python3", "sh", "bash", "zsh", "node", "ruby", "perl", "Rscript"}
 
 
-def command_problems(
-    catalogue: Catalogue, cwd: Path | None = None, path_env: str | None = None
-) -> list[CatalogueProblem]:
+def command_problems(catalogue: Catalogue, path_env: str | None = None) -> list[CatalogueProblem]:
     """Each command job whose executable or script is missing here, as a problem line."""
-    here = cwd or Path.cwd()
+    here = catalogue.home
     search = os.environ.get("PATH", "") if path_env is None else path_env
     found: list[CatalogueProblem] = []
     for index, job in enumerate(catalogue.jobs):
