@@ -18,7 +18,7 @@ from pydantic_core import PydanticUndefined
 
 from nightshift.config.catalogue import BACKENDS, job_model
 
-__all__ = ["DESCRIPTIONS", "EXAMPLES", "field_rows", "render_reference"]
+__all__ = ["CONTRACTS", "DESCRIPTIONS", "EXAMPLES", "field_rows", "render_reference"]
 
 DESCRIPTIONS: dict[str, str] = {
     # every job
@@ -121,6 +121,41 @@ jobs:
 }
 
 
+# what the other side must do: the contract a backend speaks to
+CONTRACTS: dict[str, str] = {
+    "command": (
+        "The other side: a program. Its exit code decides (0 succeeded, anything else failed); "
+        "its output goes to the job's log, whose last 40 lines are kept when it fails. A pipe or "
+        'a whole command line is `[sh, -c, "a | b"]`. It runs detached: it outlives the '
+        "night's process, and a rerun re-attaches to it."
+    ),
+    "cli": (
+        "The other side: a job CLI (`NIGHTSHIFT_AGY` or `cli.executable`), spoken to only "
+        "through JSON. `run --detach --json --task T [--model M] [--name KEY]` prints "
+        '`{"job_id": "..."}`; `jobs get ID --json` and `jobs list --json` print job objects '
+        '`{"job_id", "state", "exit_code", "started_at", "finished_at", "task", "model", '
+        '"created_at", "name"}` (`created_at` and `name` optional; times ISO 8601), `state` one '
+        "of `queued`, `running`, `succeeded`, `failed`, `cancelled`; `jobs cancel ID` cancels. "
+        'Exit code 75 means "busy, try again"; human output is never read. `model` defaults '
+        "to `gemini-3.5-flash`."
+    ),
+    "gemini_batch": (
+        "The other side: the Gemini Batch API (google-genai). One line of `input`: "
+        '`{"key": "r1", "request": {"contents": [{"parts": [{"text": "Summarize ..."}]}]}}`; '
+        "each key comes back in `output` or in `<output stem>.retry.jsonl` "
+        "([Gemini batches](gemini.md))."
+    ),
+    "deployment": (
+        "The other side: a Prefect deployment; its flow run is the job (its final state "
+        "decides), on whatever work pool it names."
+    ),
+    "http": (
+        "The other side: your job API: a POST that creates a job and answers its id, a GET "
+        "of its status; the rest is declared in the job ([HTTP job APIs](http-backend.md))."
+    ),
+}
+
+
 def _type(annotation: Any) -> str:
     """A field's type in words: ``duration``, ``list of strings``, ``mapping``, ``cli``."""
     origin = typing.get_origin(annotation)
@@ -192,6 +227,7 @@ def render_reference() -> str:
             what = what.replace("|", "\\|")  # a pipe in a cell is text, not a column
             out.append(f"| `{name}` | {kind} | {default} | {'yes' if required else ''} | {what} |")
         out += ["", "Example:", "", "```yaml", EXAMPLES[backend].rstrip("\n"), "```"]
+        out += ["", CONTRACTS[backend]]
     return "\n".join(out) + "\n"
 
 
