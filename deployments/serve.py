@@ -64,8 +64,9 @@ def served_deployments(
     for spec in config["deployments"]:
         flow = _flow(spec["entrypoint"])
         parameters = dict(spec.get("parameters") or {})
-        if catalog is not None and "catalog" in parameters:
-            parameters["catalog"] = catalog
+        for name in ("catalogue", "catalog"):  # as prefect.yaml spells it
+            if catalog is not None and name in parameters:
+                parameters[name] = catalog
         schedules = [dict(s) for s in spec.get("schedules") or []]
         if cron is not None and spec["entrypoint"].endswith(":nightly"):
             schedules = [{**s, "cron": cron} for s in schedules]

@@ -121,7 +121,8 @@ def nightly_schedules(catalogue_path: Path) -> tuple[str, list[dict[str, Any]]] 
     for deployment in deployments if isinstance(deployments, list) else []:
         if not isinstance(deployment, dict) or not _is_nightly(deployment.get("entrypoint")):
             continue
-        catalog = (deployment.get("parameters") or {}).get("catalog", "nightshift.yaml")
+        params = deployment.get("parameters") or {}
+        catalog = params.get("catalogue") or params.get("catalog") or "nightshift.yaml"
         if os.path.normpath(folder / str(catalog)) != target:
             continue
         schedules = [s for s in deployment.get("schedules") or [] if isinstance(s, dict)]

@@ -63,6 +63,7 @@ def nightly(
     stop: Any = None,
     prepared: Any = None,
     scheduled: str | None = None,
+    catalogue: str | None = None,
 ) -> State | list[State]:
     """One night of the catalogue: Completed only when every job succeeded.
 
@@ -78,8 +79,13 @@ def nightly(
     ``prepared``, the ``PreparedNight`` its caller checked (``orchestration/prepared_night.py``;
     the parameters above are what it was prepared from); without one the run prepares its own.
     ``scheduled``: the slot a catch-up night was scheduled for (ISO), for its ``late`` line.
+    ``catalogue``: the catalogue file, as the command line spells it (``catalog``, its earlier
+    name, is the same parameter for deployments made before; ``catalogue`` wins).
     """
     logger = get_run_logger()
+    catalog = (
+        catalogue or catalog
+    )  # `catalogue` as the CLI spells it; `catalog` kept for old deployments
     if prepared is None:
         start = flow_run.scheduled_start_time
         prepared = prepared_or_none(catalog, only, night, run_dir, start, logger)

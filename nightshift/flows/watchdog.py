@@ -25,28 +25,29 @@ def watchdog(
     stale_after: str | None = None,
     streak_nights: int = 3,
     sink: Any = None,
+    catalogue: str | None = None,
 ) -> dict[str, Any] | list[State]:
     """One pass: jobs past 2 x p95, nights that stopped watching, stale labels, failure streaks.
 
-    ``catalog``: a catalogue file (its jobs only, and its stale labels); None: every catalogue
+    ``catalogue`` (or ``catalog``, its earlier name): a catalogue file (its jobs only, and its
+    stale labels); None: every catalogue
     in the ledger, without the stale check (which needs the file's labels). ``sink``: a
     ``FindingSink`` handed in by code (Slack, a test), not a deployment parameter; None logs.
     """
     logger = get_run_logger()
-    catalogue = None
-    if catalog is not None:
+    path = catalogue or catalog
+    loaded = None
+    if path is not None:
         try:  # a deployed run reads it from the folder it was deployed from: say which file
-            catalogue = load_catalogue(Path(catalog).absolute())
+            loaded = load_catalogue(Path(path).absolute())
         except CatalogueError as exc:
             logger.error("%s", exc.one_line())  # one line, no traceback
             return [Failed(message="invalid catalogue: no pass made")]
-    labels = [job.label for job in catalogue.jobs] if catalogue is not None else None
+    labels = [job.label for job in loaded.jobs] if loaded is not None else None
     # no stale_after: the catalogue's schedule interval plus a grace (daily: 30 h)
     stale_after_s = parse_duration(stale_after) if stale_after is not None else None
     rules = Rules(stale_after_s=stale_after_s, streak_nights=streak_nights)
-    done = watchdog_pass(
-        load_settings(), catalogue, labels, rules, _sink(sink, logger), logger=logger
-    )
+    done = watchdog_pass(load_settings(), loaded, labels, rules, _sink(sink, logger), logger=logger)
     for error in done.report.sink_errors:
         logger.warning("announcing an alert failed (it is kept in the ledger): %s", error)
     logger.info("%s", done.report.headline())

@@ -22,7 +22,9 @@ def cancel_in_flight(flow: Any, flow_run: Any, state: State) -> None:
     logger = flow_run_logger(flow_run, flow)
     params = flow_run.parameters or {}
     settings = load_settings()
-    catalogue = load_catalogue(params.get("catalog") or "nightshift.yaml")
+    catalogue = load_catalogue(
+        params.get("catalogue") or params.get("catalog") or "nightshift.yaml"
+    )
     night = which_night(params.get("night"), flow_run.expected_start_time)
     reason = f"cancelled in Prefect: flow run {flow_run.name} was cancelled"
     ledger = Ledger(settings.ledger_url(), catalogue.key)
