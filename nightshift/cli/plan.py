@@ -386,12 +386,16 @@ def _print(
     expected = {x.label for x in f.late}
     only_p95 = [x for x in f.late_p95 if x.label not in expected]
     for case, late in (("", f.late), (" in the late case (p95)", only_p95)):
+        if unknown:  # who ends past the deadline rests on the jobs counted as 0 s
+            break
         for x in late:
             how = f"ends {format_duration(x.seconds)} late"
             if not x.submitted:
                 how = f"not submitted: its turn comes after the deadline ({how})"
             line(f"past the deadline{case}: {x.label} {how}")
-    if not f.late and not f.late_p95:
+    if unknown:
+        line("the deadline: not known whether every job ends before it (see above)")
+    elif not f.late and not f.late_p95:
         line("every job ends before the deadline, also in the late case")
-    for text in money_lines(money, lambda at: _clock(at, f.start)):
+    for text in money_lines(money, lambda at: _clock(at, f.start), unknown=bool(unknown)):
         line(text)

@@ -88,10 +88,14 @@ def cost_cell(m: PlanMoney, label: str) -> str:
     return money(cost.p50) + ("*" if cost.basis == "declared" else "")
 
 
-def money_lines(m: PlanMoney, clock: Callable[[datetime], str]) -> list[str]:
-    """The lines under the table: finish_by and who passes it, the cost, the cap."""
+def money_lines(m: PlanMoney, clock: Callable[[datetime], str], unknown: bool = False) -> list[str]:
+    """The lines under the table: finish_by and who passes it, the cost, the cap. ``unknown``:
+    some job's time is unknown, so nothing is said of who ends before finish_by."""
     out: list[str] = []
-    if m.finish_by is not None:
+    if m.finish_by is not None and unknown:
+        local = m.finish_by.strftime("%H:%M")
+        out.append(f"finish by {local} {m.zone}: not known while some job's time is unknown")
+    elif m.finish_by is not None:
         local = m.finish_by.strftime("%H:%M")
         where = f"finish by {local} {m.zone}"
         if m.finish_by.utcoffset():

@@ -128,6 +128,8 @@ def test_a_job_with_nothing_learned_leaves_the_night_without_a_finish(
     said = "finish: not forecast: 1 of 7 jobs have nothing learned yet (brand-new): no finish time"
     assert said in out and "critical path" not in out and "finish: p50" not in out
     assert "none: nothing" in out and "02:10" not in out  # no end time in the table either
+    assert "every job ends before the deadline" not in out  # nothing resting on 0 s guesses
+    assert "the deadline: not known whether every job ends before it" in out
 
 
 def test_plan_refuses_a_bad_limit_and_an_unknown_label(catalogue: Path, capsys) -> None:
