@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -57,8 +58,14 @@ def masked(value: Any, model: Any = None) -> Any:
         return {k: masked(v, getattr(model, k, None)) for k, v in value.items()}
     given = model if isinstance(model, dict) else {}
     return {
-        k: MASK if is_secret_variable(str(k)) else masked(v, given.get(k)) for k, v in value.items()
+        k: MASK if is_secret_variable(str(k)) and not _placeholder(v) else masked(v, given.get(k))
+        for k, v in value.items()
     }
+
+
+def _placeholder(value: Any) -> bool:
+    """``{key}``, ``{label}``: a value the night fills in, never a secret (shown as written)."""
+    return isinstance(value, str) and re.fullmatch(r"\{[a-z_]+\}", value) is not None
 
 
 def job_json(job: AnyJob) -> dict[str, Any]:

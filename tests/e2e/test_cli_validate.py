@@ -301,3 +301,18 @@ def test_show_says_what_a_job_inherits_from_the_night(
     assert re.search(r"queued_timeout: 5m +# line 2, from defaults", out), out
     assert re.search(r"retries: 2 +# the default", out), out
     assert "# none: the night's deadline (1h00m) bounds it" in out
+
+
+def test_show_masks_secrets_but_not_the_nights_own_placeholders(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "nightshift.yaml"
+    path.write_text(
+        "name: t\njobs:\n  - label: a\n    backend: http\n    base_url: http://127.0.0.1:8766\n"
+        '    submit: {url: /jobs, body: {key: "{key}", api_key: "s3cr3t"}}\n'
+        "    id_path: job_id\n    status_url: /jobs/{id}\n    state_path: status\n"
+        "    states: {queued: [q], running: [r], succeeded: [s], failed: [f]}\n"
+    )
+    assert main(["validate", "--catalogue", str(path), "--show", "a"]) == 0
+    out = capsys.readouterr().out
+    assert 'key: "{key}"' in out and 'api_key: "***"' in out and "s3cr3t" not in out
