@@ -11,7 +11,10 @@ pool's outcomes) share one transaction instead of queueing for the database one 
 A database that does not answer (connection refused, cut, locked) costs time, not rows: a write
 is tried again with backoff until the database answers or the night's lease is gone; so is a
 read. A retried transition first re-reads the job's last row, since a commit whose answer was
-lost may have gone through: every transition is written once.
+lost may have gone through: every transition is written once. A database that cannot write (its
+disk full) is named at once, in one ERROR line, and tried again the same way; a night that is
+stopped or past its deadline stops waiting for it (``abandon``): what could not be written is
+counted and said (``write_problem``), and the night ends.
 """
 
 from __future__ import annotations
@@ -44,6 +47,8 @@ log = logging.getLogger("nightshift.ledger")
 OUTAGE_BACKOFF = Backoff(initial=0.2, factor=2.0, max=5.0)
 # SQLite's OperationalErrors that are about the statement, not about the database answering
 _NOT_AN_OUTAGE = ("no such table", "no such column", "syntax error", "has no column")
+# what a database says when it has no room to write (SQLite, PostgreSQL, the OS)
+_FULL = ("disk is full", "no space left", "could not extend file", "quota exceeded")
 
 # a queued write: a transition row, or a job record write (a call on the Ledger)
 _Write = tuple[str, Any]
@@ -74,13 +79,13 @@ class LedgerSink:
         owns_night: Callable[[], bool] = lambda: True,
         *,
         backoff: Backoff = OUTAGE_BACKOFF,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] | None = None,
     ) -> None:
         self._ledger = ledger
         self._run_id = run_id
         self._owns_night = owns_night
         self._backoff = backoff
-        self._sleep = sleep
+        self._sleep = sleep or self._wait
         self._cond = threading.Condition()
         self._queue: list[tuple[int, _Write]] = []
         self._queued = 0  # tickets handed out
@@ -88,6 +93,9 @@ class LedgerSink:
         self._writing = False
         self._errors: dict[int, Exception] = {}
         self.outages = 0  # writes or reads that met a database not answering (for the logs)
+        self._abandoned: str | None = None  # why the night stopped waiting for the database
+        self.unwritten = 0  # writes given up on after ``abandon``
+        self.write_problem: str | None = None  # the database's own words, once it could not
 
     # -- writes ------------------------------------------------------------------------
     def __call__(self, event: NightEvent) -> None:
@@ -137,6 +145,18 @@ class LedgerSink:
             detail=detail, data=data, spent_usd=spent_usd,
         )  # fmt: skip
         self._write(("job", write))
+
+    def abandon(self, why: str) -> None:
+        """Stop waiting for a database that does not answer or cannot write (the night was
+        stopped, or passed its deadline): writes still waiting end now, unwritten, and later
+        ones are tried once. A database that answers is written to as before."""
+        self._abandoned = why
+
+    def _wait(self, seconds: float) -> None:
+        """Sleep between two tries, a tenth of a second at a time: an abandon ends it soon."""
+        until = time.monotonic() + seconds
+        while self._abandoned is None and (left := until - time.monotonic()) > 0:
+            time.sleep(min(left, 0.1))
 
     # -- reads -------------------------------------------------------------------------
     def get_job(self, night: str, label: str) -> JobRecord | None:
@@ -232,10 +252,21 @@ class LedgerSink:
             except Exception as exc:
                 if not unanswered(exc):
                     raise
+                full = any(text in str(exc).lower() for text in _FULL)
                 if waits == 0:
                     self.outages += 1
-                    log.warning("the ledger does not answer (%s); trying again: %s", what,
-                                _one_line(exc))  # fmt: skip
+                    if full:  # said at once, in one line: which database, what it said
+                        self.write_problem = f"{self._where()} is full: {_one_line(exc)}"
+                        log.error("the ledger cannot write (%s): %s", what, self.write_problem)
+                    else:
+                        log.warning("the ledger does not answer (%s); trying again: %s", what,
+                                    _one_line(exc))  # fmt: skip
+                if self._abandoned is not None:
+                    self.unwritten += 1
+                    self.write_problem = self.write_problem or _one_line(exc)
+                    raise LedgerUnavailable(
+                        f"not written ({self._abandoned}): {_one_line(exc)}"
+                    ) from None
                 if not self._owns_night():
                     raise LedgerUnavailable(
                         f"the ledger did not answer and the night's lease is gone: {_one_line(exc)}"
@@ -244,6 +275,14 @@ class LedgerSink:
                     self._ledger.forget({(row[0], row[2]) for row in rows})
                 self._sleep(self._backoff.delay(waits))
                 waits += 1
+
+    def _where(self) -> str:
+        """The ledger's database as a person finds it: a SQLite file's path, else its URL
+        without a password."""
+        url = self._ledger.engine.url
+        if url.get_backend_name() == "sqlite":
+            return f"the ledger's disk ({url.database})"
+        return f"the ledger database ({url.render_as_string(hide_password=True)})"
 
 
 def _one_line(error: BaseException) -> str:

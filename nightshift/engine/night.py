@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
@@ -43,6 +44,9 @@ from nightshift.usual import Usual
 
 if TYPE_CHECKING:
     from nightshift.config.settings import Settings
+
+# the deadline's cancels write their final rows within this; a ledger still failing then is let go
+DEADLINE_GRACE_S = 30.0
 
 __all__ = [
     "Hold",
@@ -238,10 +242,23 @@ def open_night(
             if listener is not None:
                 cleanup.callback(ctx.stop.on_request(listener))
         cleanup.callback(ctx.stop.on_request(watcher.detach))
+        # a ledger that cannot write is waited for until the night is stopped or past its
+        # deadline: then its writes give up, and the night ends saying what was not written
+        cleanup.callback(ctx.stop.on_request(lambda: records.abandon("the night was stopped")))
+        past = ctx.loop.submit(_abandon_at_deadline(ctx))
+        cleanup.callback(past.cancel)
         if (dwell := watch_dwells(ctx, parts.budgets, parts.alerts)) is not None:
             cleanup.callback(dwell.stop)
         _announce_capped(ctx, plan)
         yield ctx
+
+
+async def _abandon_at_deadline(ctx: NightContext) -> None:
+    """At the night's deadline (and a grace for its cancels' final rows), stop waiting for a
+    ledger that does not answer or cannot write."""
+    while (left := ctx.deadline_at + DEADLINE_GRACE_S - ctx.watcher.now()) > 0:
+        await asyncio.sleep(min(left, 60.0))  # a fake clock in tests moves; look again
+    ctx.records.abandon("the night's deadline passed")
 
 
 def _announce_capped(ctx: NightContext, plan: Plan) -> None:
@@ -343,6 +360,9 @@ def finish_night(
         summary = replace(summary, spend=ctx.spend.totals())
     if incidents := ctx.incidents.incidents:
         summary = replace(summary, incidents=tuple(i.line() for i in incidents))
+    if (problem := ctx.records.write_problem) is not None and ctx.records.unwritten:
+        said = f"{ctx.records.unwritten} writes not kept ({problem})"
+        summary = replace(summary, ledger=said)
     ctx.events.publish(NightFinished(ctx.night, ctx.catalogue.key, summary, finished))
     return summary
 

@@ -145,6 +145,8 @@ class NightSummary:
     late: str | None = None
     # tonight's incidents (several jobs of one backend stalled together), one line each
     incidents: tuple[str, ...] = ()
+    # what the ledger could not keep tonight (its disk full, its database gone), None: all
+    ledger: str | None = None
 
     @property
     def exit_code(self) -> int:
@@ -176,6 +178,8 @@ class NightSummary:
         parts = [self.headline()]
         if (retry := retry_line(self)) is not None:
             parts.append(retry)
+        if self.ledger:  # rows the morning's pages will lack: said with the verdict
+            parts.append(f"ledger: {self.ledger}")
         bad = worst_first(self.not_ok)[:worst]
         if bad:
             more = len(self.not_ok) - len(bad)

@@ -117,6 +117,8 @@ def summary_json(summary: NightSummary) -> dict[str, Any]:
         "late": summary.late,
         # several jobs of one backend stalled together: one line per incident
         "incidents": list(summary.incidents),
+        # what the ledger could not keep tonight (its disk full), None: everything
+        "ledger": summary.ledger,
     }
 
 

@@ -3,9 +3,11 @@ written before its publisher goes on, and a bad row fails only itself."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -86,4 +88,55 @@ def test_a_lone_change_is_written_at_once(db_url: str) -> None:
     sink = LedgerSink(ledger, "run-1")
     sink(change("etl", "queued", 0))
     assert [t.to_state for t in ledger.dwells(NIGHT)] == ["queued"]
+    ledger.close()
+
+
+class FullDisk(Ledger):
+    """A ledger whose writes fail as SQLite's do on a full disk, until ``room`` is set."""
+
+    room = False
+
+    def transitions(self, rows: Iterable[TransitionRow]) -> None:
+        if not self.room:
+            import sqlite3
+
+            import sqlalchemy as sa
+
+            raise sa.exc.OperationalError("INSERT", {}, sqlite3.OperationalError(
+                "database or disk is full"
+            ))  # fmt: skip
+        super().transitions(rows)
+
+
+def test_a_full_disk_is_named_at_once_and_a_stopped_night_stops_waiting_for_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+    import threading
+
+    path = tmp_path / "ledger.sqlite3"
+    ledger = FullDisk(f"sqlite:///{path}", "nightly.yaml")
+    sink = LedgerSink(ledger, "run-1")
+    done = threading.Event()
+
+    def publish() -> None:
+        with contextlib.suppress(Exception):  # the publisher logs a row it could not write
+            sink(change("etl", "queued", 0))
+        done.set()
+
+    with caplog.at_level(logging.ERROR, logger="nightshift.ledger"):
+        threading.Thread(target=publish, daemon=True).start()
+        # one line at once: which database, what it said
+        wait_until(lambda: "is full" in caplog.text, what="the full disk named", timeout=10)
+        assert (
+            f"the ledger's disk ({path}) is full: OperationalError: database or disk is full"
+            in (caplog.text)
+        )
+        assert not done.is_set()  # still waiting: space may come back
+        sink.abandon("the night was stopped")
+        assert done.wait(5)  # the stop ends the wait at once
+    assert sink.unwritten == 1 and sink.write_problem is not None
+    ledger.room = True  # space again: the next write goes through
+    sink(change("etl", "running", 10))
+    assert [d.to_state for d in ledger.dwells(NIGHT, "etl")] == ["running"]
     ledger.close()

@@ -13,6 +13,7 @@ with -9 leaves the job without a reader for its stderr (the job is lost then any
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import json
 import os
@@ -36,6 +37,7 @@ __all__ = [
     "START_ERROR",
     "group_alive",
     "identity_alive",
+    "keep_writing",
     "main",
     "process_identity",
     "write_atomic",
@@ -54,6 +56,8 @@ _FIRST_CHARS = 500
 _TEE_JOIN_S = 2.0  # a grandchild may keep stderr open after the job exits: don't wait for it
 _HEAD_BYTES = 65536  # a first line longer than this is cut there
 
+# a record the disk has no room for is tried again this often, for a day at most
+WRITE_RETRY_S, WRITE_GIVE_UP_S = 5.0, 24 * 3600.0
 # exit codes for "argv could not be started", as a shell would report them
 _NOT_FOUND, _NOT_EXECUTABLE = 127, 126
 
@@ -69,6 +73,37 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 @functools.cache
+def keep_writing(
+    path: Path,
+    text: str,
+    *,
+    wait_s: float = WRITE_RETRY_S,
+    give_up_s: float = WRITE_GIVE_UP_S,
+    sleep: Any = time.sleep,
+) -> bool:
+    """``write_atomic``, tried again every ``wait_s`` while the disk is full (or the quota
+    reached), for ``give_up_s`` at most; False if it never could. Each failure once to stderr
+    (the job's log, when there is room for it)."""
+    waited = 0.0
+    said = False
+    while True:
+        try:
+            write_atomic(path, text)
+            return True
+        except OSError as exc:
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT) or waited >= give_up_s:
+                return False
+            if not said:
+                with contextlib.suppress(OSError):
+                    os.write(2, f"[nightshift] cannot write {path.name}: {exc}; waiting\n".encode())
+                said = True
+            sleep(wait_s)
+            waited += wait_s
+
+
 def _boot_id() -> str | None:
     """This boot's id: read once, a process never outlives its boot (streams check often)."""
     try:
@@ -282,12 +317,16 @@ class _Supervisor:
             with contextlib.suppress(OSError):
                 os.write(2, chunk)
         if (line := self.first.feed(chunk, last=not chunk)) is not None:
-            write_atomic(self.jobdir / FIRST_STDERR, line + "\n")
+            with contextlib.suppress(OSError):  # a full disk loses this line, not the job
+                write_atomic(self.jobdir / FIRST_STDERR, line + "\n")
         return bool(chunk)
 
     def _record(self, code: int) -> int:
-        write_atomic(self.jobdir / FINISHED_AT, f"{time.time()!r}\n")
-        write_atomic(self.jobdir / EXIT_CODE, f"{code}\n")
+        finished = f"{time.time()!r}\n"
+        # a full disk must not lose the job's outcome: the supervisor stays (its job reads as
+        # still running) and writes it once there is room again
+        keep_writing(self.jobdir / FINISHED_AT, finished)
+        keep_writing(self.jobdir / EXIT_CODE, f"{code}\n")
         return 0
 
 
