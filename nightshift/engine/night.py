@@ -231,7 +231,7 @@ def open_night(
             stop=stop if stop is not None else NightStop(),
             spend=night_spend(catalogue, parts.ledger, night.night, parts.wall()),
             incidents=parts.incidents or incident_desk(catalogue),
-            holds=SubmitHolds(watcher.now),
+            holds=SubmitHolds(watcher.now, watcher.loop),
         )
         # on a stop: waits for a turn or a slot end at once, every watched job is let go
         for listener in (
