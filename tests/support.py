@@ -321,3 +321,17 @@ def close_context(ctx: NightContext) -> None:
     """What ``open_night`` closes of a context made by ``make_context``: its watcher, its loop."""
     ctx.watcher.stop()
     ctx.loop.close()
+
+
+@contextmanager
+def admitted(
+    gate: Any, backend: str, priority: float, deadline: float | None = None, *, stagger: bool = True
+) -> Iterator[None]:
+    """``Admission.enter`` for a test without a loop of its own: hold the slot inside."""
+    import asyncio
+
+    held = asyncio.run(gate.enter(backend, priority, deadline, stagger=stagger))
+    try:
+        yield
+    finally:
+        gate.leave(held)

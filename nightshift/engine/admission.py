@@ -7,7 +7,7 @@ seen; ``free`` hands it on at once (the watcher calls it), before the job is rec
 
 A job waits for its turn as a coroutine (``enter``) on the night's loop: a job waiting holds no
 thread. A change (a slot freed, a job withdrawn, the night interrupted) wakes the waiters from
-whichever thread made it. ``slot`` is the same wait for a caller without a loop of its own.
+whichever thread made it.
 """
 
 from __future__ import annotations
@@ -17,8 +17,7 @@ import contextlib
 import heapq
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 
 __all__ = ["Admission", "Deadline", "Held", "Pace"]
 
@@ -193,22 +192,6 @@ class Admission:
                 if held is not None and not held.released:
                     self._release(held)
             raise
-
-    @contextmanager
-    def slot(
-        self,
-        backend: str,
-        priority: float,
-        deadline: float | None = None,
-        *,
-        stagger: bool = True,
-    ) -> Iterator[None]:
-        """``enter`` for a caller without an event loop: hold the slot inside."""
-        held = asyncio.run(self.enter(backend, priority, deadline, stagger=stagger))
-        try:
-            yield
-        finally:
-            self.leave(held)
 
     # -- under the lock ---------------------------------------------------------------------
     def _waiter(self) -> asyncio.Future[None]:

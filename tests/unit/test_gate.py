@@ -8,7 +8,7 @@ import time
 import pytest
 
 from nightshift.engine.admission import Admission, Deadline
-from tests.support import wait_until
+from tests.support import admitted, wait_until
 
 
 def test_stagger_spaces_submissions() -> None:
@@ -16,7 +16,7 @@ def test_stagger_spaces_submissions() -> None:
     before = time.monotonic()
     stamps: list[float] = []
     for _ in range(4):
-        with gate.slot("cli", 0):
+        with admitted(gate, "cli", 0):
             stamps.append(time.monotonic())
     # the k-th turn is reserved k staggers after the first, which is no earlier than `before`
     assert all(stamp - before >= k * 0.01 for k, stamp in enumerate(stamps)), stamps
@@ -29,12 +29,12 @@ def test_cap_grants_waiters_by_priority() -> None:
     holder_in = threading.Event()
 
     def holder() -> None:
-        with gate.slot("cli", priority=-1):
+        with admitted(gate, "cli", priority=-1):
             holder_in.set()
             release.wait(5)
 
     def job(priority: int) -> None:
-        with gate.slot("cli", priority):
+        with admitted(gate, "cli", priority):
             order.append(priority)
 
     first = threading.Thread(target=holder)
@@ -53,19 +53,19 @@ def test_cap_grants_waiters_by_priority() -> None:
 
 def test_uncapped_backends_do_not_wait_for_capped_ones() -> None:
     gate = Admission(stagger=0, caps={"cli": 1})
-    with gate.slot("cli", 0), gate.slot("command", 0):
+    with admitted(gate, "cli", 0), admitted(gate, "command", 0):
         pass
 
 
 def test_waiting_past_the_deadline_raises() -> None:
     gate = Admission(stagger=0, caps={"cli": 1})
     with (
-        gate.slot("cli", 0),
+        admitted(gate, "cli", 0),
         pytest.raises(Deadline),
-        gate.slot("cli", 1, deadline=time.monotonic() + 0.05),
+        admitted(gate, "cli", 1, deadline=time.monotonic() + 0.05),
     ):
         pass
-    with gate.slot("cli", 2):  # the abandoned waiter left no trace
+    with admitted(gate, "cli", 2):  # the abandoned waiter left no trace
         pass
 
 
@@ -75,7 +75,7 @@ def test_announced_jobs_are_granted_strictly_in_order_whoever_arrives_first() ->
     order: list[int] = []
 
     def job(priority: int) -> None:
-        with gate.slot("cli", priority):
+        with admitted(gate, "cli", priority):
             order.append(priority)
 
     late_starters = [threading.Thread(target=job, args=(p,)) for p in (2, 1)]
@@ -92,6 +92,6 @@ def test_announced_jobs_are_granted_strictly_in_order_whoever_arrives_first() ->
 def test_a_reattached_job_takes_a_slot_but_no_stagger_turn() -> None:
     gate = Admission(stagger=10, caps={"cli": 2})
     start = time.monotonic()
-    with gate.slot("cli", 0), gate.slot("cli", 1, stagger=False):
+    with admitted(gate, "cli", 0), admitted(gate, "cli", 1, stagger=False):
         assert gate._in_use["cli"] == 2
     assert time.monotonic() - start < 5  # neither waited for the 10 s gap

@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from nightshift.engine.admission import Admission, Deadline, Pace
-from tests.support import FakeClock, wait_until
+from tests.support import FakeClock, admitted, wait_until
 
 
 # -- the pace ------------------------------------------------------------------------------
@@ -46,17 +46,17 @@ def test_a_thousand_jobs_on_four_backends_are_paced_side_by_side() -> None:
 def test_admission_turns_are_per_backend_on_a_fake_clock() -> None:
     clock = FakeClock(50.0)
     gate = Admission(stagger=0.5, clock=clock, rates={"cli": 1.0})
-    with gate.slot("cli", 0), gate.slot("command", 0):
+    with admitted(gate, "cli", 0), admitted(gate, "command", 0):
         pass  # both at once: neither waits for the other's gap (a wait would hang the fake clock)
     # the next turn of each is a gap away: a deadline before it says so without waiting
-    with pytest.raises(Deadline), gate.slot("cli", 1, deadline=50.9):
+    with pytest.raises(Deadline), admitted(gate, "cli", 1, deadline=50.9):
         pass
-    with pytest.raises(Deadline), gate.slot("command", 1, deadline=50.4):
+    with pytest.raises(Deadline), admitted(gate, "command", 1, deadline=50.4):
         pass
     clock.advance(1.0)
-    with gate.slot("cli", 1, deadline=51.0), gate.slot("command", 1, deadline=51.0):
+    with admitted(gate, "cli", 1, deadline=51.0), admitted(gate, "command", 1, deadline=51.0):
         pass
-    with gate.slot("cli", 2, stagger=False):
+    with admitted(gate, "cli", 2, stagger=False):
         pass  # a re-attached job needs no turn
 
 
@@ -66,12 +66,12 @@ def test_a_freed_slot_goes_to_the_next_job_before_its_holder_lets_go() -> None:
     holder_in, holder_out, granted = threading.Event(), threading.Event(), threading.Event()
 
     def holder() -> None:
-        with gate.slot("cli", 0):
+        with admitted(gate, "cli", 0):
             holder_in.set()
             holder_out.wait(10)  # still writing its record, say
 
     def next_job() -> None:
-        with gate.slot("cli", 1):
+        with admitted(gate, "cli", 1):
             granted.set()
             holder_out.wait(10)
 
@@ -89,13 +89,13 @@ def test_a_freed_slot_goes_to_the_next_job_before_its_holder_lets_go() -> None:
         t.join(5)
     # the holder's exit released nothing twice: the cap holds for the jobs after
     assert gate._in_use["cli"] == 0
-    with gate.slot("cli", 2):
+    with admitted(gate, "cli", 2):
         assert gate._in_use["cli"] == 1
 
 
 def test_freeing_an_unknown_job_changes_nothing() -> None:
     gate = Admission(stagger=0, caps={"cli": 2})
-    with gate.slot("cli", 0):
+    with admitted(gate, "cli", 0):
         assert gate.free("cli", 7) is False
         assert gate.free("command", 0) is False
         assert gate._in_use["cli"] == 1
