@@ -19,6 +19,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Executor
 from typing import Any
 
 from nightshift.config.names import shown_name
@@ -74,6 +75,9 @@ class Notifier:
         self._lock = threading.Lock()
         self._thread_lock = threading.Lock()
         self.journal: list[str] = []  # one line per message tried: where, how, what Slack said
+        # while a night runs, its messages are posted by one sender thread, in order: a status
+        # or finish thread that publishes an alert only keeps it in the outbox and goes on
+        self._sender: Executor | None = None
 
     # -- what the flow and the sinks call --------------------------------------------------
     def night_end(
@@ -111,10 +115,20 @@ class Notifier:
         sent = [self._safe_send(message, night) for message in messages]
         return [result for result in sent if result is not None]
 
+    def sending_from(self, sender: Executor | None, drain_s: float = 30.0) -> None:
+        """Post in-night messages from ``sender`` (one thread: in order), None: from the
+        caller again, once what was handed to the sender is posted (``drain_s`` at most: what
+        is left waits in the outbox for the next flush)."""
+        before, self._sender = self._sender, sender
+        if before is not None and sender is None:
+            with contextlib.suppress(Exception):
+                before.submit(lambda: None).result(timeout=drain_s)
+
     def alert(self, alert: Alert) -> Delivery | None:
-        """An in-night dwell alert into the night's thread (None: not routed, or a watch)."""
+        """An in-night dwell alert into the night's thread (None: not routed, or a watch, or
+        handed to the night's sender)."""
         message = render_alert(alert, self.config)
-        return self._safe_send(message, alert.night)
+        return self._safe_send(message, alert.night, later=True)
 
     def notice(
         self, night: str, label: str, line: str, *, backend: str | None = None, kind: str = "alert"
@@ -124,11 +138,11 @@ class Notifier:
             self.config, night=night, catalogue=self.name, label=label, line=line,
             backend=backend, kind=kind,
         )  # fmt: skip
-        return self._safe_send(message, night)
+        return self._safe_send(message, night, later=True)
 
     def post(self, message: Message | None, night: str) -> Delivery | None:
         """Send a message drawn elsewhere (an incident's); never raises."""
-        return self._safe_send(message, night)
+        return self._safe_send(message, night, later=True)
 
     def missed(self, night: str, headline: str, lines: list[str]) -> Delivery | None:
         """The one alert naming missed nights (``night``: the run's own, for the outbox)."""
@@ -147,7 +161,10 @@ class Notifier:
     # -- sending -------------------------------------------------------------------------
     def send(self, message: Message, night: str) -> Delivery:
         """Keep ``message`` in the outbox, post it (a reply: in the night's thread), mark it."""
-        item_id = self._keep(message, night)
+        return self._post(self._keep(message, night), message, night)
+
+    def _post(self, item_id: int | None, message: Message, night: str) -> Delivery:
+        """Post a kept message and mark it (sent, or released for the next flush)."""
         if message.incident is not None:  # an incident's opening, or a reply in its thread
             thread = self._incident_thread(night, message.incident) if message.thread else None
             result = self.sender.post(
@@ -183,14 +200,29 @@ class Notifier:
         with self._lock:
             self.journal.append(f"{message.kind} to {where} ({how}, {said}): {first[:200]}")
 
-    def _safe_send(self, message: Message | None, night: str) -> Delivery | None:
+    def _safe_send(
+        self, message: Message | None, night: str, *, later: bool = False
+    ) -> Delivery | None:
+        """``send``, never raising; ``later``: an in-night message, handed to the night's
+        sender when there is one (kept in the outbox first, here)."""
         if message is None:
             return None
         try:
-            return self.send(message, night)
+            sender = self._sender if later else None
+            if sender is None:
+                return self.send(message, night)
+            item_id = self._keep(message, night)
+            sender.submit(self._post_safely, item_id, message, night)
+            return None
         except Exception as exc:
             self.log.error("notify: could not send a %s: %s", message.kind, _one_line(exc))
             return None
+
+    def _post_safely(self, item_id: int | None, message: Message, night: str) -> None:
+        try:
+            self._post(item_id, message, night)
+        except Exception as exc:  # kept in the outbox: the next flush sends it
+            self.log.error("notify: could not send a %s: %s", message.kind, _one_line(exc))
 
     def _keep(self, message: Message, night: str) -> int | None:
         if self.outbox is None:

@@ -75,18 +75,26 @@ def run_night(
     parts = _parts(setup, lease, [*live, progress, LogSink(logger)], logger, loop)
     if budgets is not None:
         parts.budgets = lambda _ledger, _now, _min_samples: budgets
-    with open_night(
-        catalogue,
-        parts,
-        plan,
-        NightId(night, run_id, prepared.run_path),
-        outcomes=results,
-        stop=setup.stop,
-    ) as ctx:
-        pools = JobPools(ctx.loop)
-        logger.info("night %s: %s", night, plan.describe())
-        with quiet_job_finish():
-            outcomes = on_a_loop(ctx.loop, run_jobs(Night(ctx, pools, kept), plan), setup.stop)
+    notifier = setup.notifier
+    if notifier is not None:  # in-night messages posted by one sender thread, in order
+        notifier.sending_from(loop.blocking("slack", 1))
+    try:
+        with open_night(
+            catalogue,
+            parts,
+            plan,
+            NightId(night, run_id, prepared.run_path),
+            outcomes=results,
+            stop=setup.stop,
+        ) as ctx:
+            pools = JobPools(ctx.loop)
+            logger.info("night %s: %s", night, plan.describe())
+            with quiet_job_finish():
+                jobs = run_jobs(Night(ctx, pools, kept), plan)
+                outcomes = on_a_loop(ctx.loop, jobs, setup.stop)
+    finally:
+        if notifier is not None:  # what was handed to it posted before the night's digest
+            notifier.sending_from(None)
     return finish_night(ctx, plan, started_at, outcomes), progress
 
 

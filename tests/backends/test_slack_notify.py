@@ -410,3 +410,41 @@ def test_watches_reach_slack_when_alert_levels_lists_them(
         now[0] = at + timedelta(seconds=seconds)
         watch.tick()
     assert [m.text.split(":")[0] for m in slack.in_channel("#batch-alerts")] == sent
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_in_night_alerts_are_kept_at_once_and_posted_by_the_nights_one_sender_in_order(
+    slack: SlackEmulator, outbox: Outbox
+) -> None:
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    notifier = _notifier(slack, outbox)
+    posted_on: list[str] = []
+    real_post = notifier.sender.post
+
+    def post(*args: object, **kwargs: object) -> object:
+        posted_on.append(threading.current_thread().name)
+        return real_post(*args, **kwargs)  # type: ignore[arg-type]
+
+    notifier.sender.post = post  # type: ignore[method-assign]
+    sender = ThreadPoolExecutor(1, thread_name_prefix="slack")
+    busy = threading.Event()
+    sender.submit(busy.wait, 30)  # Slack is slow: the sender is still on an earlier post
+    notifier.sending_from(sender)
+    at = datetime(2026, 11, 29, 3, 0, tzinfo=UTC)
+    for label in ("etl", "embed"):  # from this (a status) thread: kept, not posted here
+        assert (
+            notifier.alert(Alert(NIGHT, "nightly", label, "cli", "queued", "alert", 900, 300, at))
+            is None
+        )
+    kept = outbox.items()
+    assert [i.label for i in kept] == ["etl", "embed"] and all(i.sent_at is None for i in kept)
+    assert slack.messages == []
+    busy.set()
+    notifier.sending_from(None)  # the night's end: what was handed over is posted first
+    first, second = slack.in_channel("#batch-alerts")
+    assert second.thread_ts == first.ts  # in order: the first starts the night's thread
+    assert posted_on == ["slack_0", "slack_0"]
+    assert all(i.sent_at is not None for i in outbox.items())
+    sender.shutdown()
