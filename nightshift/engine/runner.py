@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from concurrent.futures import Future
 from contextlib import ExitStack
-from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from nightshift.backends.base import COST_USD, Backend, ExternalState, JobSpec, capabilities
@@ -13,8 +13,14 @@ from nightshift.backoff import Backoff
 from nightshift.config.catalogue import GeminiBatchJob
 from nightshift.engine.admission import Deadline
 from nightshift.engine.context import NightContext
-from nightshift.engine.events import (
-    JobFinished,
+from nightshift.engine.job_end import (
+    LOST,
+    end_job,
+    finish,
+    left_running,
+    not_submitted,
+    report_outcome,
+    stopped_outcome,
 )
 from nightshift.engine.job_run import JobRun
 from nightshift.engine.jobspec import job_spec
@@ -29,11 +35,9 @@ from nightshift.engine.outcomes import (
     status_detail,
 )
 from nightshift.engine.spend import SPEND_REFUSED
-from nightshift.engine.stopping import LEFT_RUNNING_DETAIL, NOT_SUBMITTED_DETAIL
 from nightshift.engine.timers import JobTimers, job_timers
 from nightshift.engine.watcher import WatchRequest, WatchResult
 from nightshift.errors import BackendError, InputFileError, PermanentBackendError
-from nightshift.files import label_filename
 from nightshift.states import LIVE, JobState
 from nightshift.store.ledger import JobRecord
 
@@ -52,8 +56,6 @@ __all__ = [
     "turn_missed",
 ]
 
-LOG_TAIL_LINES = 40
-LOST = JobState.LOST.value
 FALLBACK = JobState.FALLBACK.value
 # a submit began but its answer was not recorded: the next try looks for the job before creating
 SUBMITTING = JobState.SUBMITTING.value
@@ -107,7 +109,7 @@ def begin_job(ctx: NightContext, label: str, attempt: int = 1) -> JobOutcome | B
         return end_job(ctx, label, Outcome.FAILED, ctx.rules.stop_reason() or str(exc))
     if record is not None and record.state == Outcome.SUCCEEDED and record.external_id:
         # not a change of state, so no transition: its JobFinished tells the sinks
-        return _report(ctx, outcome_from_record(record))
+        return report_outcome(ctx, outcome_from_record(record))
     reattach = record is not None and bool(record.external_id) and record.state in LIVE
     # an earlier try of this attempt began submitting and never recorded an id (a crash, or a
     # retry after an error): the same attempt again, and the backend looks before it creates
@@ -188,7 +190,7 @@ def start_job(ctx: NightContext, begun: Begun, held: ExitStack) -> JobOutcome | 
             if (cancelled := ctx.rules.cancel_reason(label)) is not None:
                 return end_job(ctx, label, Outcome.CANCELLED, f"not submitted: {cancelled}")
             if (reason := ctx.rules.stop_reason()) is not None:
-                return _not_submitted(ctx, run, reason, run.attempt - 1)
+                return not_submitted(ctx, run, reason, run.attempt - 1)
             # a resumed try's expected cost was committed by the try that began it
             if not resume and (refused := ctx.spend.reserve(label)) is not None:
                 return end_job(ctx, label, Outcome.SKIPPED, refused, {SPEND_REFUSED: True})
@@ -201,11 +203,11 @@ def start_job(ctx: NightContext, begun: Begun, held: ExitStack) -> JobOutcome | 
                 )
             ctx.mark(label, SUBMITTING)
             if (reason := ctx.rules.stop_reason()) is not None:  # lost while the database was away
-                return _not_submitted(ctx, run, reason, run.attempt - 1)
+                return not_submitted(ctx, run, reason, run.attempt - 1)
             try:
                 external_id = backend.submit(spec)
             except (PermanentBackendError, InputFileError) as exc:  # nothing (more) to watch
-                return _not_submitted(ctx, run, str(exc), run.attempt)
+                return not_submitted(ctx, run, str(exc), run.attempt)
             # a patient submit may have waited out a burst of 429s: its timers start now
             run.started = ctx.wall()
             ctx.records.record_submit(ctx.night, run, external_id)
@@ -300,9 +302,9 @@ def _conclude(ctx: NightContext, run: JobRun, result: WatchResult | Exception) -
     assert backend is not None and spec is not None and external_id is not None
     assert run.started is not None and timers is not None
     if not isinstance(result, Exception) and result.reason == "detached":
-        return _left_running(ctx, label, external_id, run.started, run.attempt)
+        return left_running(ctx, label, external_id, run.started, run.attempt)
     if isinstance(result, Exception):
-        return _finish(ctx, run, Outcome.FAILED, str(result))
+        return finish(ctx, run, Outcome.FAILED, str(result))
     data: dict[str, Any] = {}
     detail = status_detail(result.status)
     # a job given up on was asked to cancel: how that went, and whether it may still run
@@ -321,7 +323,7 @@ def _conclude(ctx: NightContext, run: JobRun, result: WatchResult | Exception) -
         # a rerun waits for a job never seen as for a fresh id (_was_seen)
         data = {NEVER_SEEN: True} if result.reason == "lost" else {}
         state = LOST if live else None
-        return _finish(ctx, run, Outcome.FAILED, detail, data, ledger_state=state)
+        return finish(ctx, run, Outcome.FAILED, detail, data, ledger_state=state)
     if result.reason == FALLBACK:
         ctx.mark(label, FALLBACK, external_id)
         ctx.records.record_state(ctx.night, label, FALLBACK)  # live: a rerun resumes it
@@ -337,7 +339,7 @@ def _conclude(ctx: NightContext, run: JobRun, result: WatchResult | Exception) -
         detail = join_details(timers.queued_why if stuck else timers.timeout_text(ran), detail)
         detail = join_details(detail, cancelled)
         if may_run:  # keep it live in the ledger so a rerun re-attaches
-            return _finish(ctx, run, outcome, detail, ledger_state=LOST)
+            return finish(ctx, run, outcome, detail, ledger_state=LOST)
         data, note = _collect(backend, spec, external_id)
         # keep what the cancelled job did finish; the rest goes to its dead-letter file
         detail = join_details(detail, note)
@@ -355,7 +357,7 @@ def _conclude(ctx: NightContext, run: JobRun, result: WatchResult | Exception) -
             # what the service's final answer says the job cost (an http job's cost_path)
             if COST_USD not in data and (usd := result.status.extra.get(COST_USD)) is not None:
                 data = {**data, COST_USD: usd}
-    return _finish(ctx, run, outcome, detail, data)
+    return finish(ctx, run, outcome, detail, data)
 
 
 def _collect(
@@ -370,160 +372,3 @@ def _collect(
     except (BackendError, InputFileError) as exc:
         return {}, f"collecting results failed: {exc}"
     return data, data.get("summary")
-
-
-def stopped_outcome(ctx: NightContext, label: str) -> JobOutcome:
-    """A job the interrupted night lets go of: left running if it is out there (it stays in
-    flight in the ledger, with its id), else not submitted. Nothing is written."""
-    try:  # one plain read: a stop must not wait out a database outage
-        record = ctx.ledger.get_job(ctx.night, label)
-    except Exception:  # what the night knows is enough to say what it left running
-        record = None
-    run = ctx.job_run(label)
-    external_id = run.external_id or (record.external_id if record else None)
-    attempts = record.attempts if record else 0
-    if external_id is not None and (record is None or record.state in LIVE):
-        started = (record.submitted_at if record else None) or ctx.wall()
-        attempts = run.attempt or attempts
-        return _left_running(ctx, label, external_id, started, attempts)
-    outcome = JobOutcome(
-        label,
-        Outcome.SKIPPED,
-        attempts=attempts,
-        backend=run.job.backend,
-        detail=NOT_SUBMITTED_DETAIL,
-    )
-    return _report(ctx, outcome)
-
-
-def _left_running(
-    ctx: NightContext, label: str, external_id: str, started: datetime, attempts: int
-) -> JobOutcome:
-    outcome = JobOutcome(
-        label=label,
-        state=Outcome.LEFT_RUNNING,
-        duration_s=max(0.0, (ctx.wall() - started).total_seconds()),
-        attempts=attempts,
-        external_id=external_id,
-        backend=ctx.catalogue.job(label).backend,
-        detail=LEFT_RUNNING_DETAIL,
-    )
-    return _report(ctx, outcome)
-
-
-def end_job(
-    ctx: NightContext,
-    label: str,
-    outcome: Outcome,
-    detail: str | None,
-    data: dict[str, Any] | None = None,
-) -> JobOutcome:
-    """End a job that never got (or lost) its external run: skipped, or failed by an error.
-
-    A job that was submitted but lost (its task gave up on an error) stays live in the ledger,
-    so a rerun re-attaches to it instead of starting a second copy.
-    """
-    run = ctx.job_run(label)
-    attempts = 0
-    try:
-        record = ctx.records.get_job(ctx.night, label)
-    except LedgerUnavailable:  # the lease is gone with the database: what the night knows
-        record = None
-        attempts = run.attempt if run.external_id is not None else 0
-    external_id = run.external_id or (record.external_id if record else None)
-    live = record is not None and record.state in LIVE and external_id is not None
-    if record is not None:
-        attempts = record.attempts
-    run.attempt = attempts  # for its events
-    # what ends here is the job, not a try of it (one may still be out there): no log tail,
-    # no duration
-    ended = JobRun(label, run.job, attempts, external_id, started=ctx.wall())
-    return _finish(ctx, ended, outcome, detail, data, ledger_state=LOST if live else None)
-
-
-def _not_submitted(ctx: NightContext, run: JobRun, detail: str, attempt: int) -> JobOutcome:
-    """A try that failed before its job was out there: its outcome names no job."""
-    run.attempt = attempt
-    return _finish(ctx, replace(run, external_id=None), Outcome.FAILED, detail, release=True)
-
-
-def _finish(
-    ctx: NightContext,
-    run: JobRun,
-    outcome: Outcome,
-    detail: str | None,
-    data: dict[str, Any] | None = None,
-    ledger_state: str | None = None,
-    *,
-    release: bool = False,
-) -> JobOutcome:
-    """Record the job's end as ``outcome`` (the ledger keeps ``ledger_state`` instead when
-    given): it ran from ``run.started``, and a try that reached its job out there
-    (``run.watched``) and did not succeed keeps the tail of its log. ``run`` is the night's
-    run of the job, or an account of it (``end_job``, ``_not_submitted``).
-
-    A paid try's commitment is settled at what it cost, or ``release``d when nothing was
-    submitted; one that may still run out there (``LOST``) stays committed for a rerun."""
-    assert run.started is not None
-    label, external_id = run.label, run.external_id
-    finished = ctx.wall()
-    # the end as its final ledger row dates it: when the service says it ended (else when the
-    # watcher first saw it), not after its results were collected: one duration everywhere
-    ended = ctx.job_run(label).take_final_seen()
-    # one end for every page: its final ledger row, its jobs row and its duration (the final
-    # row's date is kept after the row before it: never before its submit)
-    end = ended if ended is not None and ended >= run.started else finished
-    tail_path = None
-    if outcome is not Outcome.SUCCEEDED and run.watched:
-        tail_path = _save_tail(ctx, run)
-    result = JobOutcome(
-        label=label,
-        state=outcome,
-        duration_s=max(0.0, (end - run.started).total_seconds()),
-        attempts=run.attempt,
-        external_id=external_id,
-        log_tail_path=tail_path,
-        backend=run.job.backend,
-        detail=detail,
-        data=data or {},
-    )
-    spent = None
-    if ledger_state != LOST:
-        spent = ctx.spend.settle(label, _cost(data), submitted=not release)
-    ctx.records.record_state(
-        ctx.night,
-        label,
-        ledger_state or outcome.value,
-        finished_at=end,
-        detail=detail,
-        data=data or None,
-        spent_usd=spent,
-    )
-    # the final row is dated when the watcher first saw the end, not after collecting results
-    ctx.mark(label, outcome.value, external_id, at=end)
-    return _report(ctx, result)
-
-
-def _cost(data: dict[str, Any] | None) -> float | None:
-    """What a try's results say it cost (None: they don't say)."""
-    usd = (data or {}).get(COST_USD)
-    return float(usd) if isinstance(usd, int | float) and not isinstance(usd, bool) else None
-
-
-def _report(ctx: NightContext, outcome: JobOutcome) -> JobOutcome:
-    """Hand a job's outcome to the night and tell the sinks."""
-    ctx.outcomes[outcome.label] = outcome
-    ctx.events.publish(JobFinished(ctx.night, ctx.catalogue.key, outcome, ctx.wall()))
-    return outcome
-
-
-def _save_tail(ctx: NightContext, run: JobRun) -> str | None:
-    assert run.backend is not None and run.external_id is not None  # it was out there
-    try:
-        text = run.backend.logs(run.external_id, tail=LOG_TAIL_LINES)
-    except BackendError as exc:
-        text = f"(could not read the job's log: {exc})\n"
-    path = ctx.run_dir / "logs" / f"{label_filename(run.label)}.tail.log"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text if text.endswith("\n") or not text else text + "\n", encoding="utf-8")
-    return str(path)
