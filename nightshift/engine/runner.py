@@ -36,7 +36,7 @@ from nightshift.engine.outcomes import (
 )
 from nightshift.engine.spend import SPEND_REFUSED
 from nightshift.engine.timers import JobTimers, job_timers
-from nightshift.engine.watcher import WatchRequest, WatchResult
+from nightshift.engine.watch_request import WatchRequest, WatchResult
 from nightshift.errors import BackendError, InputFileError, PermanentBackendError
 from nightshift.states import LIVE, JobState
 from nightshift.store.ledger import JobRecord

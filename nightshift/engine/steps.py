@@ -26,7 +26,7 @@ from nightshift.engine.runner import (
     take_turn,
     turn_missed,
 )
-from nightshift.engine.watcher import WatchResult
+from nightshift.engine.watch_request import WatchResult
 from nightshift.errors import PermanentBackendError
 from nightshift.loop import NightLoop
 

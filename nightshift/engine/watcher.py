@@ -44,13 +44,12 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, InvalidStateError
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-from nightshift.backends.base import Backend, ExternalState, JobStatus, ListsSome, capabilities
-from nightshift.backoff import Backoff
+from nightshift.backends.base import ExternalState, JobStatus, ListsSome, capabilities
 from nightshift.engine.poll_schedule import PollSchedule
 from nightshift.engine.streams import StreamListener
+from nightshift.engine.watch_request import CancelAsked, Reason, WatchRequest, WatchResult
 from nightshift.errors import (
     BackendError,
     CannotCancelError,
@@ -63,16 +62,10 @@ from nightshift.usual import Usual
 
 __all__ = ["STREAM_RECONNECTS", "CancelAsked", "WatchRequest", "WatchResult", "Watcher"]
 
-# "detached": the night stopped watching (interrupted); the job still runs out there
-# "lost": the service never showed the job within its ``visible_at``
-Reason = Literal["final", "timeout", "stuck_queued", "fallback", "unreadable", "lost", "detached"]
-# what became of the cancel asked when watching gave up on a job (None: none was asked)
-CancelAsked = Literal["accepted", "failed", "unsupported", "unanswered"]
 OnChange = Callable[[str, ExternalState, JobStatus], None]
 OnError = Callable[[str, BaseException | None], None]  # a status call failed (or said nothing)
 # label -> its usual duration from submit to end (seconds: known as one number), if known
 Expected = Callable[[str], Usual | float | None]
-_TIMER_REASONS: tuple[Reason, ...] = ("fallback", "timeout", "stuck_queued")
 _CALLS_PER_BACKEND = 8  # status calls in flight at once, per backend
 _THREADS = 32  # the status calls' threads, for every backend
 # a job's stream is listened to again after each of its first drops (a proxy's restart, an
@@ -82,89 +75,6 @@ STREAM_RECONNECTS = 3
 LISTING_DEADLINE_S = 15.0  # a listing's own deadline (a night's: half its poll cap)
 CANCEL_DEADLINE_S = 30.0  # a cancel's own deadline: one that hangs never holds the night
 _CANCEL_THREADS = 8
-
-
-@dataclass(frozen=True)
-class WatchResult:
-    """Why watching ended, and the last status seen."""
-
-    reason: Reason
-    status: JobStatus | None
-    checks: int
-    cancel_error: str | None = None  # why the cancel failed (or went unanswered)
-    error: str | None = None  # why the status could not be read ("unreadable", "lost")
-    cancel: CancelAsked | None = None  # the cancel asked when watching gave up, if any
-
-
-# compared by identity: finding a closing watch among thousands is a pointer compare per watch,
-# not a compare of every field (10 s of CPU under the watcher's lock for 5,000 jobs)
-@dataclass(eq=False)
-class WatchRequest:
-    """A job to watch; times are on the watcher's monotonic clock (None: no such timer)."""
-
-    label: str
-    backend: Backend
-    external_id: str
-    policy: Backoff
-    timeout_at: float | None = None
-    queued_timeout_at: float | None = None
-    fallback_at: float | None = None
-    max_errors: int = 3
-    last_state: ExternalState | None = None
-    # a re-attached job: ask at once, and let no timer fire before that first answer (its
-    # timers may have run out while nobody watched, but it may have finished meanwhile)
-    look_first: bool = False
-    # a job the service does not know yet (UnknownJobError) waits until then to be seen; None:
-    # no wait (such an answer gives the job up at once)
-    visible_at: float | None = None
-    # a status answer has shown the job (for a re-attached job: an earlier night's did)
-    seen: bool = False
-    # usual duration from now (its submit) to its end; None: the watcher's `expected` lookup
-    usual: Usual | float | None = None
-    # bookkeeping, owned by the watcher
-    schedule: PollSchedule | None = None
-    origin: float = 0.0  # when watching began (its schedule counts from there)
-    late: int = 0  # looks since its usual end passed
-    checks: int = 0
-    errors: int = 0
-    next_at: float = 0.0
-    last_status: JobStatus | None = None
-    checking: bool = False  # a status call for this job is in flight
-    listed: int | None = None  # the backend whose listing it waits for (being asked in one)
-    single: bool = False  # the last listing did not show it: ask it on a call of its own
-    streaming: bool = False  # its backend's stream is listened to: no status calls meanwhile
-    stream_drops: int = 0  # how often its stream dropped
-    streamed: list[JobStatus] = field(default_factory=list)  # what it said, not yet taken
-    closing: bool = False  # watching is ending: no more checks, results ignored
-    unseen: int = 0  # answers that the service does not know the job yet
-    future: Future[WatchResult] = field(default_factory=Future)
-
-    def timers(self) -> dict[Reason, float]:
-        """The timers that still apply: the queue timer only while the job never ran."""
-        out: dict[Reason, float] = {}
-        if self.look_first and self.checks == 0:
-            return out
-        if self.fallback_at is not None:
-            out["fallback"] = self.fallback_at
-        if self.timeout_at is not None:
-            out["timeout"] = self.timeout_at
-        never_ran = self.last_state in (None, ExternalState.QUEUED)
-        # the answer in flight may say it runs: "stuck in the queue" needs a look at the queue
-        if never_ran and self.queued_timeout_at is not None and not self.checking:
-            out["stuck_queued"] = self.queued_timeout_at
-        return out
-
-    def timer_due(self, now: float) -> Reason | None:
-        """The timer that has fired, the SLA fallback first (it keeps the rows)."""
-        timers = self.timers()
-        return next((r for r in _TIMER_REASONS if r in timers and now >= timers[r]), None)
-
-    def wake_at(self) -> float | None:
-        """When the loop must next look at this job (its next check or its next timer)."""
-        times = list(self.timers().values())
-        if not self.checking:
-            times.append(self.next_at)
-        return min(times) if times else None
 
 
 class Watcher:
