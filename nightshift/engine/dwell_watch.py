@@ -111,7 +111,7 @@ class DwellWatch:
         wall: Callable[[], datetime],
         owns_night: Callable[[], bool] = lambda: True,
         logger: Logger | None = None,
-        loop: NightLoop | None = None,
+        loop: NightLoop,
     ) -> None:
         self.detector = detector
         self._publish = outlets.publish
@@ -123,9 +123,7 @@ class DwellWatch:
         self._logger: Logger = logger or logging.getLogger("nightshift.detection")
         self._entered: dict[str, tuple[str, datetime]] = {}
         self._lock = threading.Lock()
-        # the night's loop runs the timer (a watch made alone runs on a loop of its own)
-        self._night = loop if loop is not None else NightLoop("nightshift-dwell")
-        self._owns_loop = loop is None
+        self._night = loop  # the night's loop runs the timer: its maker's, never its own
         self._changed = Signal(self._night)
         self._stopped = False
         self._waiting_for: datetime | None = None
@@ -174,8 +172,6 @@ class DwellWatch:
         if self._task is not None and not self._night.on_loop():
             with contextlib.suppress(Exception):
                 self._task.result(timeout=10)
-        if self._owns_loop:
-            self._night.close()
 
     def poke(self) -> None:
         """Look at the clock again now (a new observation, or a test moved its fake clock)."""

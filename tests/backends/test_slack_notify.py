@@ -393,6 +393,7 @@ def test_watches_reach_slack_when_alert_levels_lists_them(
     from nightshift.engine.detection import BudgetTable, Detector
     from nightshift.engine.dwell_watch import DwellWatch, LevelOutlets
     from nightshift.engine.events import JobChanged
+    from nightshift.loop import NightLoop
     from nightshift.store.alert_log import AlertLog
 
     config = _config(slack).model_copy(update={"alert_levels": levels})
@@ -401,14 +402,16 @@ def test_watches_reach_slack_when_alert_levels_lists_them(
     at = datetime(2026, 11, 29, 3, tzinfo=UTC)
     now = [at]
     detector = Detector(NIGHT, "nightly", BudgetTable({("etl", "queued"): Budget(60, 100, 30)}))
-    watch = DwellWatch(
-        detector, LevelOutlets(AlertLog(outbox.engine), lambda _e: None, SlackAlertSink(notifier)),
-        wall=lambda: now[0],
-    )  # fmt: skip
-    watch(JobChanged(NIGHT, "nightly", "etl", "cli", 1, "x", "queued", at, None))
-    for seconds in (150, 250):  # past p95, then past 2 x p95
-        now[0] = at + timedelta(seconds=seconds)
-        watch.tick()
+    with NightLoop("test-dwell") as loop:  # the night's loop is its maker's, handed in
+        watch = DwellWatch(
+            detector, LevelOutlets(AlertLog(outbox.engine), lambda _e: None,
+                                   SlackAlertSink(notifier)),
+            wall=lambda: now[0], loop=loop,
+        )  # fmt: skip
+        watch(JobChanged(NIGHT, "nightly", "etl", "cli", 1, "x", "queued", at, None))
+        for seconds in (150, 250):  # past p95, then past 2 x p95
+            now[0] = at + timedelta(seconds=seconds)
+            watch.tick()
     assert [m.text.split(":")[0] for m in slack.in_channel("#batch-alerts")] == sent
 
 
