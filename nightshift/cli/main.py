@@ -33,6 +33,14 @@ night locally, validate a catalogue, forecast it, read its report, or run the
 sandboxed demo. `nightshift COMMAND --help` says more of one command."""
 
 
+class _Version(argparse.Action):
+    """``--version``: the package metadata is read only when asked (not on every command)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_args: object) -> None:
+        print(f"nightshift {_version()}")
+        parser.exit()
+
+
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -72,7 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=HelpFormatter,
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="show Prefect's logs")
-    parser.add_argument("--version", action="version", version=f"nightshift {_version()}")
+    parser.add_argument(
+        "--version", action=_Version, nargs=0, help="print the installed version and exit"
+    )
     sub = parser.add_subparsers(dest="command")
     # the order of `nightshift --help`
     for command in (

@@ -27,6 +27,7 @@ from typing import Literal
 
 from nightshift.config.durations import format_duration
 from nightshift.config.incident import GATHER_S
+from nightshift.config.names import first_few
 from nightshift.engine.alerts import Alert, Level
 
 __all__ = [
@@ -82,9 +83,7 @@ class Incident:
 
     def names(self, named: int = NAMED) -> str:
         """``a, b, c and 3 more``."""
-        shown = ", ".join(self.labels[:named])
-        more = len(self.labels) - named
-        return f"{shown} and {more} more" if more > 0 else shown
+        return first_few(self.labels, named)
 
     def headline(self) -> str:
         """``cli: 6 jobs stalled in queued since 02:10:03 UTC (a, b, c and 3 more)``."""

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
 from datetime import datetime
 from functools import partial
@@ -150,13 +149,15 @@ class LedgerSink:
         """Stop waiting for a database that does not answer or cannot write (the night was
         stopped, or passed its deadline): writes still waiting end now, unwritten, and later
         ones are tried once. A database that answers is written to as before."""
-        self._abandoned = why
+        with self._cond:
+            self._abandoned = why
+            self._cond.notify_all()
 
     def _wait(self, seconds: float) -> None:
-        """Sleep between two tries, a tenth of a second at a time: an abandon ends it soon."""
-        until = time.monotonic() + seconds
-        while self._abandoned is None and (left := until - time.monotonic()) > 0:
-            time.sleep(min(left, 0.1))
+        """Wait between two tries on the writers' own condition: an abandon ends it at once."""
+        with self._cond:
+            if self._abandoned is None:
+                self._cond.wait(seconds)
 
     # -- reads -------------------------------------------------------------------------
     def get_job(self, night: str, label: str) -> JobRecord | None:

@@ -11,6 +11,7 @@ from collections.abc import Collection, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from nightshift.config.names import first_few
 from nightshift.engine.forecast import Forecast, Late, Span, durations_of, forecast
 
 if TYPE_CHECKING:
@@ -88,9 +89,7 @@ def unknown_jobs(jobs: Iterable[Mapping[str, Any]], kept: Collection[str] = ()) 
 
 def unknown_line(unknown: list[str], total: int, named: int = 3) -> str:
     """``3 of 5 jobs have nothing learned yet (a, b, c): no finish time``."""
-    shown = ", ".join(unknown[:named]) + (
-        f" and {len(unknown) - named} more" if len(unknown) > named else ""
-    )
+    shown = first_few(unknown, named)
     many = "job has" if total == 1 else "jobs have"
     return f"{len(unknown)} of {total} {many} nothing learned yet ({shown}): no finish time"
 

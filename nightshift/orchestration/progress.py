@@ -21,7 +21,7 @@ from nightshift.engine.events import ExpectedDurations, JobFinished, NightEvent
 from nightshift.engine.expected import clock_text
 from nightshift.engine.night_progress import NightProgress
 from nightshift.loop import NightLoop
-from nightshift.orchestration.artifact_tries import described
+from nightshift.orchestration.artifact_tries import current_try, described
 
 __all__ = ["PROGRESS_KEY", "ProgressSink"]
 
@@ -52,8 +52,9 @@ class ProgressSink:
         self._latest: tuple[float, str] | None = None  # the update not posted yet
         self._loop = loop
         self._posting: Future[None] | None = None
+        self._try = current_try()  # read here, in the flow run: the loop's posts have no context
         self._id: Any = create_progress_artifact(
-            percent, key=key, description=described(self._shown)
+            percent, key=key, description=described(self._shown, self._try)
         )
 
     def __call__(self, event: NightEvent) -> None:
@@ -97,7 +98,7 @@ class ProgressSink:
                     return
             try:
                 await aupdate_progress_artifact(
-                    self._id, latest[0], description=described(latest[1])
+                    self._id, latest[0], description=described(latest[1], self._try)
                 )
             except Exception as exc:  # the artifact is a view: the night goes on without it
                 log.warning("could not update the progress artifact: %s", exc)

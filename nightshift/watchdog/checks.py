@@ -37,7 +37,7 @@ from typing import Protocol
 from nightshift.budgets.columns import Source
 from nightshift.budgets.lookup import FLOOR_S, Budget, classify
 from nightshift.config.durations import format_duration
-from nightshift.config.names import shown_name
+from nightshift.config.names import first_few, shown_name
 from nightshift.states import JobState
 from nightshift.store.alert_log import (
     DWELL,
@@ -199,7 +199,7 @@ def group_stalls(
             continue
         told.add(key)
         labels = [a.label for a in group]
-        named = ", ".join(labels[:3]) + (f" and {len(labels) - 3} more" if len(labels) > 3 else "")
+        named = first_few(labels)
         text = (
             f"{shown_name(alert.catalogue)}: {backend}: {len(labels)} jobs stalled in "
             f"{alert.state} ({named}) night {alert.night}, past twice their p95"

@@ -58,7 +58,7 @@ def test_a_full_ledger_disk_is_named_the_night_ends_and_the_rerun_finds_the_trut
 
     monkeypatch.setattr(Ledger, "transitions", transitions)
     monkeypatch.setattr(Ledger, "record_state", record_state)
-    monkeypatch.setattr(night_module, "DEADLINE_GRACE_S", 1.0, raising=False)
+    monkeypatch.setattr(night_module, "DEADLINE_GRACE_S", 1.0)
     started = time.monotonic()
     first = nightly(catalog=str(path), night="2026-12-07", run_dir=str(sandbox / "r1"),
                     return_state=True)  # fmt: skip
