@@ -7,7 +7,9 @@ call, a submit, a ledger write, a cancel) runs on the loop's bounded executors, 
 nowhere else (``blocking``), so a hung call holds a thread of its pool, never the loop.
 
 Other threads hand work to the loop (``submit``, ``call``) and may wait for it (``run``); the
-loop's own thread never waits for itself.
+loop's own thread never waits for itself. What the loop owns says so (``owned``): with
+``NIGHTSHIFT_OWNER_CHECK=1`` (the test suite sets it) touching it from another thread raises
+``NotTheLoop``, so a crossing nobody meant fails a test instead of racing in production.
 """
 
 from __future__ import annotations
@@ -15,11 +17,12 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import os
 import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-__all__ = ["CHORES", "CHORE_THREADS", "NightLoop", "Signal"]
+__all__ = ["CHORES", "CHORE_THREADS", "NightLoop", "NotTheLoop", "Signal"]
 
 T = TypeVar("T")
 # the night's own blocking chores (a dwell tick's alert log row and message, a read of the
@@ -27,6 +30,11 @@ T = TypeVar("T")
 # watches'
 CHORES, CHORE_THREADS = "nightshift-chores", 2
 _CLOSE_S = 10.0  # what closing waits for the loop's tasks and thread, at most
+OWNER_CHECK = "NIGHTSHIFT_OWNER_CHECK"  # "1": night state touched off its loop raises
+
+
+class NotTheLoop(AssertionError):
+    """Night state owned by the loop was touched from another thread (the owner check)."""
 
 
 class NightLoop:
@@ -39,6 +47,7 @@ class NightLoop:
         self._pools: dict[str, concurrent.futures.ThreadPoolExecutor] = {}
         self._lock = threading.Lock()
         self._closed = False
+        self._checks = os.environ.get(OWNER_CHECK) == "1"
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -59,6 +68,13 @@ class NightLoop:
     def on_loop(self) -> bool:
         """Whether the caller runs on the loop's thread."""
         return threading.get_ident() == self._thread.ident
+
+    def owned(self, what: str) -> None:
+        """``what`` is this loop's: with the owner check on, raise if the caller is another
+        thread while the loop runs (once it closed, whoever is left may tidy up)."""
+        if self._checks and not self._closed and not self.on_loop():
+            here = threading.current_thread().name
+            raise NotTheLoop(f"{what} is the night loop's, touched from thread {here!r}")
 
     def submit(self, work: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
         """Run ``work`` as a task on the loop; cancelling the future cancels the task."""

@@ -47,6 +47,8 @@ if sys.dont_write_bytecode:
 # the night report's picture is a second Python with matplotlib at each night's end (about 1 s
 # of CPU): off for the nights of the suite, on for the tests marked `picture` that look at it
 os.environ["NIGHTSHIFT_REPORT_PLOT"] = "false"
+# the night loop's owner check: night state touched from another thread raises (loop.py)
+os.environ["NIGHTSHIFT_OWNER_CHECK"] = "1"
 
 LOCAL_POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 

@@ -172,7 +172,8 @@ class Streams(Protocol):
     listened to, not polled."""
 
     def streams(self, external_id: str) -> bool:
-        """Whether this job has a stream to listen to."""
+        """Whether this job has a stream to listen to: asked on the night's loop, so answered
+        from what the backend knows (its configuration, a local look), never its service."""
         ...
 
     def stream(self, external_id: str) -> AsyncIterator[JobStatus]:

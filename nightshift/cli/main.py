@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 
@@ -64,11 +65,21 @@ def main(argv: list[str] | None = None) -> int:
         # our own one-line errors say what went wrong, so no engine traceback without -v
         os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "CRITICAL")
         os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
+        _say_at_once("nightshift.ledger")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     # the temporary server takes ~15 s on a new database, more on a busy 2-core machine
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
     code: int = args.handler(args)
     return code
+
+
+def _say_at_once(name: str) -> None:
+    """Errors of logger ``name`` on the terminal as they happen, one line each (a ledger that
+    cannot write names its disk at once, not only in the run's logs and its summary)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(logging.ERROR)
+    handler.setFormatter(logging.Formatter("nightshift: %(message)s"))
+    logging.getLogger(name).addHandler(handler)
 
 
 def build_parser() -> argparse.ArgumentParser:

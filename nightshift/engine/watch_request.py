@@ -1,6 +1,12 @@
-"""A job the watcher watches (its timers, its schedule's bookkeeping) and why watching ended:
-values, no I/O. ``WatchRequest.timers`` says which timers still apply (the queue timer only while
-the job never ran), ``timer_due`` which fired, ``wake_at`` when the watcher must look next.
+"""A job the watcher watches (its timers, its schedule's bookkeeping), what one answer about it
+means (``judge``) and why watching ended: values, no I/O. ``WatchRequest.timers`` says which
+timers still apply (the queue timer only while the job never ran), ``timer_due`` which fired,
+``wake_at`` when the watcher must look next.
+
+A job the service says it does not know (``UnknownJobError``: a 404, "no such job") before any
+status answer has shown it is *not visible yet* (workers scaling from zero, a lagging replica):
+it is asked again on its backoff until ``visible_at``, then given up as ``lost``. Once seen, the
+same answer means its record expired.
 """
 
 from __future__ import annotations
@@ -12,9 +18,19 @@ from typing import Literal
 from nightshift.backends.base import Backend, ExternalState, JobStatus
 from nightshift.backoff import Backoff
 from nightshift.engine.poll_schedule import PollSchedule
+from nightshift.errors import PermanentBackendError, TransientBackendError, UnknownJobError
 from nightshift.usual import Usual
 
-__all__ = ["CancelAsked", "Reason", "WatchRequest", "WatchResult"]
+__all__ = [
+    "STREAM_RECONNECTS",
+    "CancelAsked",
+    "Judged",
+    "Reason",
+    "WatchRequest",
+    "WatchResult",
+    "judge",
+    "next_poll",
+]
 
 # "detached": the night stopped watching (interrupted); the job still runs out there
 # "lost": the service never showed the job within its ``visible_at``
@@ -22,6 +38,10 @@ Reason = Literal["final", "timeout", "stuck_queued", "fallback", "unreadable", "
 # what became of the cancel asked when watching gave up on a job (None: none was asked)
 CancelAsked = Literal["accepted", "failed", "unsupported", "unanswered"]
 _TIMER_REASONS: tuple[Reason, ...] = ("fallback", "timeout", "stuck_queued")
+# a job's stream is listened to again after each of its first drops (a proxy's restart, an
+# idle cut): a long job is not polled for hours after one blip; a stream that keeps dropping
+# is given up and its job polled on its backoff
+STREAM_RECONNECTS = 3
 
 
 @dataclass(frozen=True)
@@ -105,3 +125,79 @@ class WatchRequest:
         if not self.checking:
             times.append(self.next_at)
         return min(times) if times else None
+
+
+def next_poll(entry: WatchRequest, now: float) -> float:
+    """When to look at ``entry`` next, by its schedule (a look past its usual end is late)."""
+    schedule = entry.schedule or PollSchedule(entry.policy)
+    elapsed = now - entry.origin
+    at = now + schedule.delay(elapsed, entry.checks, entry.late)
+    if schedule.late(elapsed):
+        entry.late += 1
+    return at
+
+
+Next = Literal["poll", "give_up", "fail", "final"]
+
+
+@dataclass(frozen=True)
+class Judged:
+    """What one answer means. First, when ``report``, the night is told what was seen (a
+    change of state when ``changed``, an error, an end); then ``next``: ask again at its
+    ``next_at`` (and listen to its stream again when ``listen``), give it up for ``reason``
+    (cancelled), fail with ``error``, or end as final."""
+
+    next: Next
+    report: bool = False
+    changed: bool = False
+    listen: bool = False
+    reason: Reason | None = None
+    error: BaseException | None = None
+
+
+def judge(
+    entry: WatchRequest, seen: JobStatus | BaseException | None, now: float, polled: bool
+) -> Judged:
+    """Book one status answer (``polled``) or what its stream said on ``entry``; say what
+    follows. An error is one the backend raised (its status call's answer)."""
+    entry.checks += 1
+    if isinstance(seen, UnknownJobError) and not entry.seen:
+        # an id the service gave out and never showed yet: not visible yet, not lost
+        if entry.visible_at is None or now >= entry.visible_at:
+            return Judged("give_up", reason="lost", error=seen)
+        entry.unseen += 1
+        entry.next_at = min(next_poll(entry, now), entry.visible_at)
+        return Judged("poll")
+    if not isinstance(seen, JobStatus):
+        if isinstance(seen, TransientBackendError) or seen is None:
+            entry.errors += 1
+            if entry.errors <= entry.max_errors:
+                return _later(entry, now, going=False, report=True)
+            error = seen or TransientBackendError("no status")
+            return Judged("give_up", report=True, reason="unreadable", error=error)
+        if isinstance(seen, PermanentBackendError):
+            # the job may still run out there: cancel it rather than leave it unwatched
+            if isinstance(seen, UnknownJobError):  # seen before: gone from the service
+                seen = UnknownJobError(f"lost: its record expired at the service ({seen})")
+            return Judged("give_up", report=True, reason="unreadable", error=seen)
+        return Judged("fail", report=True, error=seen)
+    changed = seen.state != entry.last_state
+    entry.errors = 0
+    entry.seen = True
+    entry.last_status = seen
+    entry.last_state = seen.state
+    if seen.state.final:
+        return Judged("final", report=True, changed=changed)
+    return _later(entry, now, going=polled, report=changed, changed=changed)
+
+
+def _later(
+    entry: WatchRequest, now: float, *, going: bool, report: bool, changed: bool = False
+) -> Judged:
+    """Ask again on its schedule; a look asked for while its stream holds (``look_now``)
+    leaves the stream going alone. Polled since its stream dropped, and still going: listen
+    to it again (a few times at most)."""
+    polls_next = next_poll(entry, now)
+    entry.next_at = float("inf") if entry.streaming else polls_next
+    listen = going and not entry.streaming and 0 < entry.stream_drops <= STREAM_RECONNECTS
+    return Judged("poll", report=report, changed=changed, listen=listen)

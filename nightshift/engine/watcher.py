@@ -1,25 +1,20 @@
 """One task on the night's loop (``nightshift/loop.py``) that watches every in-flight job.
 
 Each job keeps its own poll schedule and timers (``engine/poll_schedule.py``: with a usual
-duration, rarely far from its usual end and densely around it; without, its backoff). When a job
-of a backend that can list many jobs at once (``status_many``) falls due, one listing answers
-for every job of that backend in flight: each one's schedule moves on from that look, so none is
-asked again separately for a state the listing just gave, and the next listing is made when the
-earliest of them is next due. A backend that answers one job at a time gets one status call per
-due job, side by side (bounded per backend), so a hung call costs only its own job. Timers are
-checked by the watch itself: they fire on time whatever a status call (on a pool thread) is
-doing. A job is never
+duration, rarely far from its usual end and densely around it; without, its backoff). What to
+ask and when (one listing for a backend that lists, bounded single calls otherwise, a listing's
+own deadline) is ``engine/watch_schedule.py``; what an answer means (a change, an error, a job
+not visible yet) is ``judge`` in ``engine/watch_request.py``; this module asks. Timers are
+checked by the watch itself: they fire on time whatever a status call is doing. A job is never
 asked again once it is final.
-A job the listing does not show (or every job, when the listing fails) is asked at once on a
-call of its own: the answers the listing had in hand go on without waiting for it. A listing has
-a deadline of its own (``listing_deadline``, half the poll cap in a night): past it, its jobs are
-asked one by one, each on its own call, and the backend lists again only once the hung listing
-came back, so one hung job holds only itself.
 
-A job the service says it does not know (``UnknownJobError``: a 404, "no such job") before any
-status answer has shown it is *not visible yet* (workers scaling from zero, a lagging replica):
-it is asked again on its backoff until ``visible_at``, then given up as ``lost``. Once seen, the
-same answer means its record expired.
+Everything the watcher keeps (the watched jobs, the calls out, the listings) is its loop's: the
+watch and the calls' continuations are tasks on the loop, and a thread runs only the blocking call
+itself (``backend.status``, ``status_many``, ``cancel``), handed arguments and returning a value,
+or a report of what was seen to the night (``on_change``, ``on_error``, ``on_final``: the
+ledger's write blocks), made only when there is something to report. Other threads hand their
+asks to the loop (``watch``, ``look_now``, ``detach``, ``stop``). With the loop's owner check on
+(the test suite), touching the schedule from another thread raises.
 
 Whenever watching gives up on a job that may still run out there (a timer, a status it cannot
 read, a job never seen), the job is cancelled, on a call with its own deadline
@@ -39,42 +34,42 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
-import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from concurrent.futures import Future, InvalidStateError
-from typing import Any
+from typing import Any, TypeVar
 
-from nightshift.backends.base import ExternalState, JobStatus, ListsSome, capabilities
+from nightshift.backends.base import ExternalState, JobStatus, capabilities
 from nightshift.engine.poll_schedule import PollSchedule
 from nightshift.engine.streams import StreamListener
-from nightshift.engine.watch_request import CancelAsked, Reason, WatchRequest, WatchResult
-from nightshift.errors import (
-    BackendError,
-    CannotCancelError,
-    PermanentBackendError,
-    TransientBackendError,
-    UnknownJobError,
+from nightshift.engine.watch_request import (
+    STREAM_RECONNECTS,
+    CancelAsked,
+    Reason,
+    WatchRequest,
+    WatchResult,
+    judge,
+    next_poll,
 )
+from nightshift.engine.watch_schedule import Ask, Drain, Fire, ListAll, WatchSchedule, Work
+from nightshift.errors import BackendError, CannotCancelError
 from nightshift.loop import NightLoop, Signal
 from nightshift.usual import Usual
 
 __all__ = ["STREAM_RECONNECTS", "CancelAsked", "WatchRequest", "WatchResult", "Watcher"]
 
+T = TypeVar("T")
 OnChange = Callable[[str, ExternalState, JobStatus], None]
 OnError = Callable[[str, BaseException | None], None]  # a status call failed (or said nothing)
 # label -> its usual duration from submit to end (seconds: known as one number), if known
 Expected = Callable[[str], Usual | float | None]
+Seen = JobStatus | BaseException | None
 _CALLS_PER_BACKEND = 8  # status calls in flight at once, per backend
 _THREADS = 32  # the status calls' threads, for every backend
-# a job's stream is listened to again after each of its first drops (a proxy's restart, an
-# idle cut): a long job is not polled for hours after one blip; a stream that keeps dropping
-# is given up and its job polled on its backoff
-STREAM_RECONNECTS = 3
 LISTING_DEADLINE_S = 15.0  # a listing's own deadline (a night's: half its poll cap)
 CANCEL_DEADLINE_S = 30.0  # a cancel's own deadline: one that hangs never holds the night
 _CANCEL_THREADS = 8
+_STOP_S = 10.0  # what a stop waits for the calls' continuations, at most
 
 
 class Watcher:
@@ -100,24 +95,18 @@ class Watcher:
         # the night's loop runs the watch (a watcher made alone runs on a loop of its own)
         self._night = loop if loop is not None else NightLoop("nightshift-watcher")
         self._owns_loop = loop is None
-        self._lock = threading.RLock()  # the entries: read and changed by the loop and the calls
+        self._plan = WatchSchedule(
+            listing_deadline, _CALLS_PER_BACKEND, lambda: self._night.owned("the watcher")
+        )
         self._changed = Signal(self._night)  # wakes the watch (and ``wait_idle``)
-        self._entries: list[WatchRequest] = []
-        self._stopped = False
+        self._stopped = False  # read anywhere (``stopped``), written on the loop
         self._detached = False
-        self._calls_per_backend = _CALLS_PER_BACKEND
-        self._calls: dict[int, int] = {}  # backend (by id) -> status calls in flight
-        # backends whose status_many call is in flight -> when it is given up (watcher clock)
-        self._listing: dict[int, float] = {}
-        # backends whose listing was given up and is not back yet: their jobs are asked singly
-        self._hung_listings: set[int] = set()
-        self._listing_deadline = listing_deadline
         self._cancel_deadline = cancel_deadline
         self._pool = self._night.blocking("nightshift-status", _THREADS)
         # cancels run apart from the status calls: one waited on holds no status call's thread
         self._cancels = self._night.blocking("nightshift-cancel", _CANCEL_THREADS)
         self._streams = StreamListener(self._night)  # every stream a task on the night's loop
-        self._awaited: set[asyncio.Future[None]] = set()  # status calls awaited on the loop
+        self._work: set[asyncio.Task[None]] = set()  # the calls and firings under way
         self._task = self._night.submit(self._watch())
 
     @property
@@ -129,8 +118,16 @@ class Watcher:
         """The watcher's clock."""
         return self._clock()
 
+    @property
+    def stopped(self) -> bool:
+        """True once the watch has ended (stopped, or died on a bug)."""
+        return self._stopped
+
+    # -- asked from any thread: handed to the loop --------------------------------------
     def watch(self, request: WatchRequest) -> Future[WatchResult]:
         """Start watching; the first check after the policy's initial delay (or its end)."""
+        if self._stopped and not self._detached:
+            raise RuntimeError("watcher is stopped")
         now = self._clock()
         usual = request.usual if request.usual is not None else self._expected(request.label)
         if isinstance(usual, int | float):
@@ -138,55 +135,26 @@ class Watcher:
         request.usual = usual
         request.schedule = PollSchedule(request.policy, usual)
         request.origin = now
-        request.next_at = now if request.look_first else self._next_poll(request, now)
-        with self._lock:
-            if self._detached:  # the night stops watching: this job is left running too
-                self._settle(request, WatchResult("detached", None, 0))
-                return request.future
-            if self._stopped:
-                raise RuntimeError("watcher is stopped")
-            self._entries.append(request)
-            self._changed.fire()
-        if (awaits := capabilities(request.backend).awaits_status) is not None:
-            self._streams.adopt(awaits)  # its async client is closed with the streams'
-        self._listen(request)
+        request.next_at = now if request.look_first else next_poll(request, now)
         request.future.add_done_callback(lambda future: self._given_up(request, future))
+        self._on_loop(self._add, request)
         return request.future
-
-    def _given_up(self, entry: WatchRequest, future: Future[WatchResult]) -> None:
-        """Whoever waited for this job gave up (its task was cancelled): stop watching it, or
-        it would be asked again at once forever (its answers are ignored) and its timers fire."""
-        if future.cancelled():
-            self._close(entry)
 
     def in_flight(self) -> list[str]:
         """Labels still being watched."""
-        with self._lock:
-            return [e.label for e in self._entries]
+        return self._ask(self._plan.labels, [])
 
     def look_now(self, labels: list[str]) -> None:
         """Ask about these jobs at once (someone cancelled them out there)."""
-        wanted = set(labels)
-        with self._lock:
-            now = self._clock()
-            for entry in self._entries:
-                if entry.label in wanted:
-                    entry.next_at = min(entry.next_at, now)
-            self._changed.fire()
+        self._on_loop(self._look_now, labels)
 
     def poke(self) -> None:
         """Look at the clock again now (a test moved its fake clock)."""
-        with self._lock:
-            self._changed.fire()
+        self._changed.fire()
 
     def wait_idle(self, timeout: float) -> bool:
         """Wait until no call is in flight and nothing is due; False if ``timeout`` ran out."""
-        if self._night.closed:  # stopped: only the calls still out there can end
-            end = time.monotonic() + timeout
-            while self._busy_now():
-                if time.monotonic() >= end:
-                    return False
-                time.sleep(0.001)
+        if self._night.closed:  # stopped: nothing more is asked or answered
             return True
         try:
             self._night.run(self._until_idle(), timeout)
@@ -194,403 +162,284 @@ class Watcher:
             return False
         return True
 
-    def _busy_now(self) -> bool:
-        with self._lock:
-            return self._busy()
-
-    async def _until_idle(self) -> None:
-        while True:
-            with self._lock:
-                if not self._busy():
-                    return
-            await self._changed.wait(None)
-
     def stop(self) -> None:
         """Stop the watch; jobs still watched get a RuntimeError on their futures."""
-        with self._lock:
-            self._stopped = True
-            stranded, self._entries = self._entries, []
-        self._changed.fire()
+        stranded: list[WatchRequest] | None = None
         if self._night.on_loop():
-            for task in self._awaited:
-                task.cancel()
-        else:
-            with contextlib.suppress(Exception):  # its end (or the bug that ended it)
-                self._task.result(timeout=10)
-            with contextlib.suppress(Exception):  # the loop closed meanwhile
-                self._night.run(self._drop_awaited(), timeout=10)
+            stranded = self._stop()
+        elif not self._night.closed:
+            with contextlib.suppress(RuntimeError, TimeoutError):  # closed meanwhile
+                stranded = self._night.run(self._stop_and_wait(), _STOP_S)
+        if stranded is None:  # the loop is gone: nothing runs on it any more
+            self._stopped = True
+            stranded = self._plan.take_all()  # the loop is gone: ours alone
         # before the clients close under them: a call's error is not a job's
         self._streams.close()
         # the pools are the loop's (another watcher may share them): closed with it
         if self._owns_loop:
             self._night.close()
         for entry in stranded:
-            self._settle(entry, exc=RuntimeError("watcher stopped"))
+            _settle(entry, exc=RuntimeError("watcher stopped"))
 
     def detach(self) -> None:
         """Stop watching without a verdict (the night was interrupted): every job's future,
         and any job's registered later, gets a ``detached`` result now. Nothing is cancelled."""
-        with self._lock:
+        left: list[WatchRequest] = self._ask(self._detach, [])
+        if self._night.closed and not self._detached:
             self._detached = True
-            left, self._entries = self._entries, []
-            for entry in left:
-                entry.closing = True  # a status call in flight is ignored when it answers
-            self._changed.fire()
+            left = self._plan.take_all()  # the loop is gone: ours alone
         for entry in left:
-            self._settle(entry, WatchResult("detached", entry.last_status, entry.checks))
+            _settle(entry, WatchResult("detached", entry.last_status, entry.checks))
 
-    @property
-    def stopped(self) -> bool:
-        """True once the loop has ended (stopped, or died on a bug)."""
-        return self._stopped
+    def _on_loop(self, fn: Callable[..., None], *args: Any) -> None:
+        if self._night.on_loop() or self._night.closed:  # closed: nothing else touches it
+            fn(*args)
+        else:
+            self._night.call(fn, *args)
 
-    async def _drop_awaited(self) -> None:
-        """Cancel the status calls still awaited (the watch has stopped) and wait for them."""
-        awaited = list(self._awaited)
-        for task in awaited:
+    def _ask(self, fn: Callable[[], T], otherwise: T) -> T:
+        """``fn()`` run on the loop (at once when called there); ``otherwise`` once it closed."""
+        if self._night.on_loop():
+            return fn()
+        if self._night.closed:
+            return otherwise
+
+        async def on_loop() -> T:
+            return fn()
+
+        try:
+            return self._night.run(on_loop(), _STOP_S)
+        except (RuntimeError, TimeoutError):  # closed meanwhile (or stuck: a bug)
+            return otherwise
+
+    def _given_up(self, entry: WatchRequest, future: Future[WatchResult]) -> None:
+        """Whoever waited for this job gave up (its task was cancelled): stop watching it, or
+        it would be asked again at once forever (its answers are ignored) and its timers fire."""
+        if future.cancelled():
+            self._on_loop(self._forget, entry)
+
+    # -- the loop ---------------------------------------------------------------------------
+    def _add(self, entry: WatchRequest) -> None:
+        if self._detached:  # the night stops watching: this job is left running too
+            _settle(entry, WatchResult("detached", None, 0))
+            return
+        if self._stopped:
+            _settle(entry, exc=RuntimeError("watcher is stopped"))
+            return
+        if entry.future.done():  # given up before it was added
+            return
+        self._plan.add(entry)
+        if (awaits := capabilities(entry.backend).awaits_status) is not None:
+            self._streams.adopt(awaits)  # its async client is closed with the streams'
+        self._listen(entry)
+        self._changed.fire()
+
+    def _look_now(self, labels: list[str]) -> None:
+        self._plan.look_now(labels, self._clock())
+        self._changed.fire()
+
+    def _forget(self, entry: WatchRequest) -> None:
+        self._plan.remove(entry)
+        if entry.streaming:
+            self._streams.forget(id(entry))
+        self._changed.fire()
+
+    def _stop(self) -> list[WatchRequest]:
+        self._stopped = True
+        for task in self._work:
             task.cancel()
-        if awaited:
-            await asyncio.wait(awaited)
+        self._changed.fire()
+        return self._plan.take_all()
 
-    # -- the loop -----------------------------------------------------------------------
-    def _busy(self) -> bool:
-        now = self._clock()
-        if any(self._calls.values()) or self._listing:
-            return True
-        return any(
-            e.checking
-            or (not e.closing and e.streamed)
-            or (not e.closing and (w := e.wake_at()) is not None and w <= now)
-            for e in self._entries
-        )
+    async def _stop_and_wait(self) -> list[WatchRequest]:
+        """Stop, and wait for the calls' tasks to end (their clients close next)."""
+        left = self._stop()
+        if self._work:
+            await asyncio.wait(set(self._work), timeout=_STOP_S)
+        return left
+
+    def _detach(self) -> list[WatchRequest]:
+        self._detached = True
+        self._changed.fire()
+        return self._plan.take_all()
+
+    async def _until_idle(self) -> None:
+        while self._plan.busy(self._clock()):  # a listing given up and hung is not waited for
+            await self._changed.wait(None)
 
     async def _watch(self) -> None:
         """The watch: fire due timers, start due calls, sleep until the next is due or a change
         (an answer, a new job, a stop) wakes it."""
         try:
-            while True:
-                with self._lock:
-                    if self._stopped:
-                        return
-                    now = self._clock()
-                    work, wake = self._take_work(now)
+            while not self._stopped:
+                now = self._clock()
+                work, wake = self._plan.take(now)
                 if not work:
                     await self._changed.wait(max(0.0, min(wake - now, 3600.0)))
                     continue
-                for fn, args in work:
-                    if fn == self._await_single:  # a call awaited on this loop: no thread
-                        task = asyncio.ensure_future(self._await_single(*args))
-                        self._awaited.add(task)
-                        task.add_done_callback(self._awaited.discard)
-                        # its call counted back even when it is cancelled before its first step
-                        task.add_done_callback(functools.partial(self._single_over, *args))
-                    else:
-                        self._pool.submit(fn, *args)
+                for item in work:
+                    self._spawn(self._run(item))
         except BaseException as exc:  # a bug here must not leave every job waiting forever
-            self._strand(exc)
+            self._stopped = True
+            for entry in self._plan.take_all():
+                _settle(entry, exc=RuntimeError(f"watcher died: {exc!r}"))
             raise
 
-    def _take_work(
-        self, now: float
-    ) -> tuple[list[tuple[Callable[..., object], tuple[Any, ...]]], float]:
-        """Under the lock: fire due timers, start the due status calls; say when to look next.
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(work)
+        self._work.add(task)
+        task.add_done_callback(self._over)
 
-        A job whose backend has no free call waits for one to end (that end wakes the loop),
-        so only its timers count towards the next wake-up.
-        """
-        work: list[tuple[Callable[..., object], tuple[Any, ...]]] = []
-        wake = now + 3600.0
-        self._give_up_listings(now)
-        for entry in self._entries:
-            if not entry.closing and (reason := entry.timer_due(now)) is not None:
-                entry.closing = True
-                work.append((self._fire, (entry, reason)))
-        for entry in self._entries:
-            if entry.streamed and not entry.closing and not entry.checking:
-                entry.checking = True
-                work.append((self._run_streamed, (entry,)))
-        due: dict[int, list[WatchRequest]] = {}
-        idle: dict[int, list[WatchRequest]] = {}  # every job not being asked, by backend
-        for entry in self._entries:
-            if not entry.closing and not entry.checking:
-                idle.setdefault(id(entry.backend), []).append(entry)
-                if entry.next_at <= now:
-                    due.setdefault(id(entry.backend), []).append(entry)
-        for key, entries in due.items():
-            backend = entries[0].backend
-            caps = capabilities(backend)
-            lists = caps.lists_status is not None
-            some = caps.lists_some
-
-            def listable(entry: WatchRequest, some: ListsSome | None = some) -> bool:
-                return not entry.single and (some is None or some.listable(entry.external_id))
-
-            # the last listing did not show them, or no listing can: each on a call of its own
-            singles = [e for e in entries if not listable(e)]
-            rest = [e for e in entries if listable(e)]
-            # a listing given up and not back yet: its backend's jobs are asked one by one
-            if lists and rest and key not in self._hung_listings:
-                listed = [e for e in idle[key] if listable(e)]
-                if key in self._listing:
-                    rest = []  # one listing at a time; its end wakes the loop for these
-                elif len(listed) > 1:
-                    # one listing answers for every job of the backend, due or not: their look
-                    self._listing[key] = now + self._listing_deadline
-                    for entry in listed:
-                        entry.checking = True
-                        entry.listed = key
-                    work.append((self._run_listing, (key, listed)))
-                    rest = []
-            for entry in [*singles, *rest]:
-                if self._calls.get(key, 0) >= self._calls_per_backend:
-                    break  # bounded: the rest wait for a free call
-                self._calls[key] = self._calls.get(key, 0) + 1
-                entry.checking = True
-                entry.single = False
-                awaits = capabilities(backend).awaits_status is not None
-                work.append((self._await_single if awaits else self._run_single, (key, entry)))
-        for entry in self._entries:
-            if entry.closing:
-                continue
-            times = list(entry.timers().values())
-            if not entry.checking and entry.next_at > now:
-                times.append(entry.next_at)
-            wake = min([wake, *times])
-        return work, min([wake, *self._listing.values()])
-
-    def _give_up_listings(self, now: float) -> None:
-        """Under the lock: a listing past its deadline no longer holds its jobs: each is asked
-        at once on a call of its own (its answer, when it comes, is ignored)."""
-        for key, give_up_at in list(self._listing.items()):
-            if now < give_up_at:
-                continue
-            del self._listing[key]
-            self._hung_listings.add(key)
-            for entry in self._entries:
-                if entry.listed == key and entry.checking:
-                    entry.checking, entry.listed, entry.single = False, None, True
-                    entry.next_at = min(entry.next_at, now)
-
-    def _strand(self, exc: BaseException) -> None:
-        with self._lock:
-            self._stopped = True
-            stranded, self._entries = self._entries, []
-        for entry in stranded:
-            self._settle(entry, exc=RuntimeError(f"watcher died: {exc!r}"))
-
-    def _run_single(self, key: int, entry: WatchRequest) -> None:
-        try:
-            if self._stopped:  # queued before the stop: nobody waits for its answer
-                return
-            try:
-                seen: JobStatus | BaseException = entry.backend.status(entry.external_id)
-            except Exception as exc:  # anything but a transient error ends this job only
-                seen = exc
-            self._advance(entry, seen)
-        finally:
-            with self._lock:
-                self._calls[key] -= 1
-                entry.checking = False
-                self._changed.fire()
-
-    async def _await_single(self, key: int, entry: WatchRequest) -> None:
-        """``_run_single`` for a backend whose status call is awaited on the loop (its own
-        async client): the answer is then taken on the status pool (its ledger write blocks)."""
-        awaits = capabilities(entry.backend).awaits_status
-        assert awaits is not None  # only such a backend gets here
-        try:
-            seen: JobStatus | BaseException = await awaits.astatus(entry.external_id)
-        except Exception as exc:  # anything but a transient error ends this job only
-            seen = exc
-        await asyncio.get_running_loop().run_in_executor(self._pool, self._advance, entry, seen)
-
-    def _single_over(self, key: int, entry: WatchRequest, _task: object = None) -> None:
-        """An awaited status call is over (answered, failed or cancelled): its backend's call
-        is free again and its job may be asked next."""
-        with self._lock:
-            self._calls[key] -= 1
-            entry.checking = False
+    def _over(self, task: asyncio.Task[None]) -> None:
+        self._work.discard(task)
         self._changed.fire()
+
+    async def _run(self, item: Work) -> None:
+        try:
+            await self._do(item)
+        except Exception as exc:  # a bug in taking an answer ends that job only, not the watch
+            for entry in item.entries if isinstance(item, ListAll) else (item.entry,):
+                self._close(entry, exc=exc)
+
+    async def _do(self, item: Work) -> None:
+        if isinstance(item, Fire):
+            await self._fire(item.entry, item.reason)
+        elif isinstance(item, Drain):
+            await self._drain(item.entry)
+        elif isinstance(item, Ask):
+            try:
+                await self._take(item.entry, await self._status(item.entry, item.awaits))
+            finally:  # answered, failed or cancelled: its backend's call is free again
+                self._plan.asked(item.backend, item.entry)
+        else:
+            await self._list(item.backend, item.entries)
+
+    async def _blocking(self, pool: Any, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
+
+    async def _status(self, entry: WatchRequest, awaits: bool) -> Seen:
+        """One status call's answer (its error as a value)."""
+        try:
+            if awaits:
+                client = capabilities(entry.backend).awaits_status
+                assert client is not None  # only such a backend is awaited
+                return await client.astatus(entry.external_id)
+            return await self._blocking(self._pool, entry.backend.status, entry.external_id)
+        except Exception as exc:  # anything but a transient error ends this job only
+            return exc
+
+    async def _list(self, key: int, entries: tuple[WatchRequest, ...]) -> None:
+        """One listing; a job it leaves out is asked singly (all, if it broke)."""
+        lister = capabilities(entries[0].backend).lists_status
+        assert lister is not None  # only a backend that lists gets here
+        ids = [e.external_id for e in entries]
+        try:
+            found: Mapping[str, Seen] = await self._blocking(self._pool, lister.status_many, ids)
+        except Exception:  # listing is a convenience, not the contract: ask one by one
+            found = {}
+        if not self._plan.listing_back(key):  # given up at its deadline: they went on singly
+            return
+        unlisted = [e for e in entries if e.external_id not in found]
+        try:
+            answered = [e for e in entries if e.external_id in found]
+            await asyncio.gather(*(self._take(e, found[e.external_id]) for e in answered))
+        finally:
+            self._plan.listed(entries, unlisted, self._clock())
+
+    async def _drain(self, entry: WatchRequest) -> None:
+        """Take what the job's stream said, in order, like a poll's answers."""
+        try:
+            while entry.streamed and not self._stopped:
+                await self._take(entry, entry.streamed.pop(0), polled=False)
+                if entry.streaming:
+                    entry.next_at = float("inf")  # _take set a poll: the stream still holds
+        finally:
+            entry.checking = False
 
     # -- streams (engine/streams.py): a streamed status is taken like a poll's answer --------
     def _listen(self, entry: WatchRequest) -> None:
         """Listen to the job's stream when its backend has one; it is not polled meanwhile.
         A stream that cannot be opened (the watcher stopping, a backend that fails to say)
-        leaves the job on its polls, as without one."""
+        leaves the job on its polls, as without one. (``streams`` answers without I/O.)"""
         streams = capabilities(entry.backend).streams
         try:
             if streams is None or not streams.streams(entry.external_id):
                 return
         except Exception:
             return
-        with self._lock:
-            if entry.closing:  # its watch ended meanwhile (a timer, the night's stop)
-                return
-            polls_at, entry.streaming, entry.next_at = entry.next_at, True, float("inf")
+        if entry.closing:  # its watch ended meanwhile (a timer, the night's stop)
+            return
+        polls_at, entry.streaming, entry.next_at = entry.next_at, True, float("inf")
 
-        def heard(status: JobStatus) -> None:
-            with self._lock:
-                entry.streamed.append(status)
-                self._changed.fire()
+        def heard(status: JobStatus) -> None:  # on the loop: the stream is a task of it
+            entry.streamed.append(status)
+            self._changed.fire()
 
         def dropped(_error: BaseException) -> None:  # polled again, on its backoff
-            with self._lock:
-                if entry.streaming and not entry.closing:
-                    entry.streaming = False
-                    entry.stream_drops += 1
-                    entry.next_at = self._next_poll(entry, self._clock())
-                    self._changed.fire()
+            if entry.streaming and not entry.closing:
+                entry.streaming = False
+                entry.stream_drops += 1
+                entry.next_at = next_poll(entry, self._clock())
+                self._changed.fire()
 
         try:
             self._streams.listen(id(entry), streams, entry.external_id, heard, dropped)
         except Exception:
-            with self._lock:
-                entry.streaming, entry.next_at = False, polls_at
-            return
-        if entry.closing:  # closed while the stream was being opened: it had none to forget
-            self._streams.forget(id(entry))
+            entry.streaming, entry.next_at = False, polls_at
 
-    def _run_streamed(self, entry: WatchRequest) -> None:
-        try:
-            while not self._stopped:  # queued before the stop: nobody waits for it
-                with self._lock:
-                    if not entry.streamed:
-                        return
-                    seen = entry.streamed.pop(0)
-                self._advance(entry, seen, polled=False)
-                with self._lock:
-                    if entry.streaming:
-                        entry.next_at = float("inf")  # _take set a poll: the stream still holds
-        finally:
-            with self._lock:
-                entry.checking = False
-                self._changed.fire()
-
-    def _run_listing(self, key: int, entries: list[WatchRequest]) -> None:
-        # while this listing is out (or given up and not back), no other one of its backend
-        # starts: its key in ``_listing`` says it was not given up
-        # queued before the stop: nobody waits for its answer
-        statuses = {} if self._stopped else self._list(entries)
-        with self._lock:
-            if key not in self._listing:  # given up at its deadline: its jobs went on singly
-                self._hung_listings.discard(key)
-                self._changed.fire()
-                return
-            del self._listing[key]  # from here on it cannot be given up
-        unlisted: list[WatchRequest] = []
-        try:
-            for entry in entries:
-                if entry.external_id in statuses:
-                    self._advance(entry, statuses[entry.external_id])
-                else:
-                    unlisted.append(entry)
-        finally:
-            with self._lock:
-                for entry in entries:
-                    entry.checking, entry.listed = False, None
-                for entry in unlisted:  # asked at once, each on a call of its own
-                    entry.single = True
-                    entry.next_at = min(entry.next_at, self._clock())
-                self._changed.fire()
-
-    @staticmethod
-    def _list(entries: list[WatchRequest]) -> Mapping[str, JobStatus | BaseException]:
-        """What one listing says; a job it leaves out is asked singly (all, if it broke)."""
-        lister = capabilities(entries[0].backend).lists_status
-        assert lister is not None  # only a backend that lists gets here
-        try:
-            found: Mapping[str, JobStatus | BaseException] = lister.status_many(
-                [e.external_id for e in entries]
-            )
-        except Exception:  # listing is a convenience, not the contract: ask one by one
-            return {}
-        return found
-
-    def _advance(
-        self, entry: WatchRequest, seen: JobStatus | BaseException | None, polled: bool = True
-    ) -> None:
+    # -- an answer ------------------------------------------------------------------------
+    async def _take(self, entry: WatchRequest, seen: Seen, polled: bool = True) -> None:
         """Take one status call's answer (``polled``), or what its stream said; ignored once a
-        timer (or stop) ended the job."""
+        timer (or stop) ended the job. A bug in taking it ends that job only."""
         if entry.closing or entry.future.done():
             return
         try:
-            self._take(entry, seen, polled)
-        except Exception as exc:  # e.g. the ledger write behind on_change failed
+            await self._taken(entry, seen, polled)
+        except Exception as exc:
             self._close(entry, exc=exc)
 
-    def _take(
-        self, entry: WatchRequest, seen: JobStatus | BaseException | None, polled: bool
-    ) -> None:
-        entry.checks += 1
-        going = False  # a poll's answer that says the job goes on
-        if isinstance(seen, UnknownJobError) and not entry.seen:
-            # an id the service gave out and never showed yet: not visible yet, not lost
-            if entry.visible_at is None or self._clock() >= entry.visible_at:
-                self._close(entry, result=self._give_up(entry, "lost", seen))
+    async def _taken(self, entry: WatchRequest, seen: Seen, polled: bool) -> None:
+        judged = judge(entry, seen, self._clock(), polled)
+        if judged.report:  # tell the night on a thread (its ledger write blocks)
+            failed = await self._blocking(
+                self._pool, self._report, entry.label, seen, judged.changed
+            )
+            if failed is not None:  # e.g. the ledger write behind on_change failed
+                self._close(entry, exc=failed)
                 return
-            entry.unseen += 1
-            with self._lock:
-                entry.next_at = min(self._next_poll(entry, self._clock()), entry.visible_at)
-            return
-        if isinstance(seen, BaseException) or seen is None:
-            self._on_error(entry.label, seen)
-        if isinstance(seen, TransientBackendError) or seen is None:
-            entry.errors += 1
-            if entry.errors > entry.max_errors:
-                error = seen or TransientBackendError("no status")
-                self._close(entry, result=self._give_up(entry, "unreadable", error))
-                return
-        elif isinstance(seen, PermanentBackendError):
-            # the job may still run out there: cancel it rather than leave it unwatched
-            if isinstance(seen, UnknownJobError):  # seen before: gone from the service
-                seen = UnknownJobError(f"lost: its record expired at the service ({seen})")
-            self._close(entry, result=self._give_up(entry, "unreadable", seen))
-            return
-        elif isinstance(seen, BaseException):
-            self._close(entry, exc=seen)
-            return
+        if judged.next == "poll":
+            if judged.listen:
+                self._listen(entry)
+        elif judged.next == "give_up":
+            assert judged.reason is not None
+            self._close(entry, await self._give_up(entry, judged.reason, judged.error))
+        elif judged.next == "fail":
+            self._close(entry, exc=judged.error)
         else:
-            entry.errors = 0
-            entry.seen = True
-            entry.last_status = seen
-            going = polled
-            if seen.state != entry.last_state:
-                entry.last_state = seen.state
-                self._on_change(entry.label, seen.state, seen)
-            if seen.state.final:
-                self._final(entry.label)
-                self._close(entry, result=WatchResult("final", seen, entry.checks))
-                return
-        with self._lock:
-            # a look asked for while its stream holds (look_now): the stream goes on alone
-            polls_next = self._next_poll(entry, self._clock())
-            entry.next_at = float("inf") if entry.streaming else polls_next
-            # polled since its stream dropped, and still going: listen to it again
-            again = going and not entry.streaming and 0 < entry.stream_drops <= STREAM_RECONNECTS
-        if again:
-            self._listen(entry)
+            self._close(entry, WatchResult("final", entry.last_status, entry.checks))
 
-    @staticmethod
-    def _next_poll(entry: WatchRequest, now: float) -> float:
-        """When to look at ``entry`` next, by its schedule (a look past its usual end is late)."""
-        schedule = entry.schedule or PollSchedule(entry.policy)
-        elapsed = now - entry.origin
-        at = now + schedule.delay(elapsed, entry.checks, entry.late)
-        if schedule.late(elapsed):
-            entry.late += 1
-        return at
+    def _report(self, label: str, seen: Seen, changed: bool) -> BaseException | None:
+        """On a pool thread: tell the night what a look saw (a change, an error; a final state
+        hands the job's slot on). Returns what ``on_change`` raised, if anything."""
+        if not isinstance(seen, JobStatus):
+            self._on_error(label, seen)
+            return None
+        try:
+            if changed:
+                self._on_change(label, seen.state, seen)
+        except Exception as exc:
+            return exc
+        if seen.state.final:
+            # on a failure the slot is freed when the job's record is written
+            with contextlib.suppress(Exception):
+                self._on_final(label)
+        return None
 
-    def _final(self, label: str) -> None:
-        """Tell the night a job ended (its slot may go on); a failure only delays that."""
-        # on a failure the slot is freed when the job's record is written
-        with contextlib.suppress(Exception):
-            self._on_final(label)
-
-    def _give_up(
+    async def _give_up(
         self, entry: WatchRequest, reason: Reason, error: BaseException | None = None
     ) -> WatchResult:
         """Stop watching a job that may still run out there: cancel it, and say how that went."""
-        cancel, cancel_error = self._cancel(entry)
+        cancel, cancel_error = await self._cancel(entry)
         return WatchResult(
             reason,
             entry.last_status,
@@ -600,24 +449,24 @@ class Watcher:
             cancel=cancel,
         )
 
-    def _fire(self, entry: WatchRequest, reason: Reason) -> None:
+    async def _fire(self, entry: WatchRequest, reason: Reason) -> None:
         """A timer fired: hand a fallback back as it is, cancel the job for the others."""
-        if self._stopped:  # queued before the stop: its job was settled, nothing is cancelled
+        if self._stopped:  # its job was settled at the stop, nothing is cancelled
             return
         if reason == "fallback":
             result = WatchResult(reason, entry.last_status, entry.checks)
         else:
-            result = self._give_up(entry, reason)
-        self._close(entry, result=result)
+            result = await self._give_up(entry, reason)
+        self._close(entry, result)
 
-    def _cancel(self, entry: WatchRequest) -> tuple[CancelAsked, str | None]:
+    async def _cancel(self, entry: WatchRequest) -> tuple[CancelAsked, str | None]:
         """Ask the service to cancel the job, waiting ``cancel_deadline`` at most for it."""
         try:
             call = self._cancels.submit(entry.backend.cancel, entry.external_id)
         except RuntimeError:  # the night's loop closed: no one waits for this job any more
             return "unanswered", "the night stopped before the cancel was sent"
         try:
-            call.result(timeout=self._cancel_deadline)
+            await asyncio.wait_for(asyncio.wrap_future(call), self._cancel_deadline)
         except CannotCancelError as exc:
             return "unsupported", str(exc)
         except TimeoutError:
@@ -632,24 +481,18 @@ class Watcher:
         result: WatchResult | None = None,
         exc: BaseException | None = None,
     ) -> None:
-        with self._lock:
-            entry.closing = True
-            if entry in self._entries:
-                self._entries.remove(entry)
-            self._changed.fire()
-        if entry.streaming:
-            self._streams.forget(id(entry))
-        self._settle(entry, result, exc)
+        self._forget(entry)
+        _settle(entry, result, exc)
 
-    @staticmethod
-    def _settle(
-        entry: WatchRequest, result: WatchResult | None = None, exc: BaseException | None = None
-    ) -> None:
-        """Resolve the job's future once; whoever comes second (stop, a late call) is ignored."""
-        try:
-            if result is not None:
-                entry.future.set_result(result)
-            else:
-                entry.future.set_exception(exc or RuntimeError("watching ended"))
-        except InvalidStateError:
-            pass
+
+def _settle(
+    entry: WatchRequest, result: WatchResult | None = None, exc: BaseException | None = None
+) -> None:
+    """Resolve the job's future once; whoever comes second (stop, a late call) is ignored."""
+    try:
+        if result is not None:
+            entry.future.set_result(result)
+        else:
+            entry.future.set_exception(exc or RuntimeError("watching ended"))
+    except InvalidStateError:
+        pass

@@ -248,5 +248,5 @@ def test_a_timer_queued_before_the_stop_cancels_nothing_after_it() -> None:
         assert eventually(lambda: backend.calls["a"] >= 1)
         watcher.stop()
         assert future.done()
-        watcher._fire(entry, "timeout")  # as the pool would run it, after the stop
+        loop.run(watcher._fire(entry, "timeout"))  # as the watch would run it, after the stop
     assert backend.cancelled == []

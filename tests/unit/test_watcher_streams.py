@@ -179,32 +179,36 @@ def test_a_timeout_fires_and_cancels_while_the_stream_holds() -> None:
 
 
 @dataclass
-class SlowToAskBackend(StreamingBackend):
-    """Once ``held`` is set, asking whether a job streams waits for ``go``."""
+class SlowToAnswerBackend(StreamingBackend):
+    """Once ``held`` is set, a status call waits for ``go`` (the one thread the poll crosses)."""
 
     held: bool = False
     asking: threading.Event = field(default_factory=threading.Event)
     go: threading.Event = field(default_factory=threading.Event)
 
-    def streams(self, external_id: str) -> bool:
+    def status(self, external_id: str) -> JobStatus:
         if self.held:
             self.asking.set()
             self.go.wait(10)
-        return True
+        return super().status(external_id)
 
 
 def test_a_watch_that_ends_while_its_stream_is_opened_again_opens_none() -> None:
-    backend = SlowToAskBackend(name="http", scripts={"a": [R]})
+    """The poll that would open the stream again is out on its thread when the job's timeout
+    ends the watch: its answer, when it comes, opens nothing."""
+    backend = SlowToAnswerBackend(name="http", scripts={"a": [R]})
     try:
         with running(backend, timeout_s=60) as job:
             backend.held = True
             backend.push(None)
             wait_until(lambda: not job.request.streaming, what="the drop heard")
-            job.later(40)  # the poll says it runs: its stream is about to be opened again...
-            wait_until(backend.asking.is_set, what="the stream about to be opened again")
+            job.later(40)  # the poll would say it runs: its stream would be opened again...
+            wait_until(backend.asking.is_set, what="the poll out")
             job.later(30)  # ...when its timeout fires and ends the watch
             assert job.result().reason == "timeout"
             backend.go.set()
+            assert job.watcher.wait_idle(10)
+            wait_until(lambda: backend.single_calls == 1, what="the poll answered")
             assert job.watcher.wait_idle(10)
             assert backend.opened == 1 and job.watcher._streams.listening == 0
     finally:
