@@ -15,6 +15,10 @@ bench/timed_agy.py). Side by side, in one run:
 For each: the status calls (``jobs get`` + ``jobs list``), the median lag from a job's end to
 the first call that saw it, and the makespan (first submit to the last end seen) over the
 slowest job. Lags are in the night's minutes (= seconds here).
+
+``--tracing`` adds, in the same run, the second night again untraced, traced to a collector (an
+OTLP/HTTP receiver on 127.0.0.1, ``tests/otlp_receiver.py``) and traced to a collector that
+hangs: their status calls, lag and makespan side by side (tracing must cost the night nothing).
 """
 
 from __future__ import annotations
@@ -140,6 +144,7 @@ def row(what: str, f: Figures) -> str:
 
 
 def main() -> int:
+    tracing = "--tracing" in sys.argv[1:]
     tmp = Path(tempfile.mkdtemp(prefix="nightshift-fanout-"))
     os.environ["NIGHTSHIFT_STATE_DIR"] = str(tmp / "state")  # one ledger for every night
     os.environ.pop("NIGHTSHIFT_DATABASE_URL", None)
@@ -174,6 +179,9 @@ def main() -> int:
         failing = [task(MINUTES[0], fail_at=fail_at), *[task(m) for m in MINUTES[1:]]]
         catalog.write_text(catalogue_yaml(failing, agy), encoding="utf-8")
         early = run_night(tmp, "early", "2000-01-03", catalog, ["job-00"])
+        if tracing:
+            catalog.write_text(catalogue_yaml([task(m) for m in MINUTES], agy), encoding="utf-8")
+            traced_ok = side_by_side(tmp, catalog)
     bound = PollSchedule(Backoff(POLL_INITIAL, 2, POLL_MAX), None).relaxed_cap
     load = os.getloadavg()
     print(
@@ -191,8 +199,40 @@ def main() -> int:
         and second.makespan / second.slowest <= shell.makespan / shell.slowest + 0.005
         and early.lags[0] <= bound
     )
+    if tracing:
+        ok = ok and traced_ok
     print("every target met" if ok else "NOT every target met")
     return 0 if ok else 1
+
+
+def side_by_side(tmp: Path, catalog: Path) -> bool:
+    """The second night again: untraced, traced, traced to a collector that hangs."""
+    sys.path.insert(0, str(ROOT))
+    from tests.otlp_receiver import otlp_receiver
+
+    print("\nthe same night with history, untraced and traced:")
+    plain = run_night(tmp, "untraced", "2000-01-04", catalog, None)
+    print(row("untraced", plain), flush=True)
+    rows = {}
+    for name, night, hangs in [("traced", "2000-01-05", False), ("hangs", "2000-01-06", True)]:
+        with otlp_receiver() as receiver:
+            if hangs:
+                receiver.hang.set()
+            os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = receiver.url
+            try:
+                rows[name] = run_night(tmp, name, night, catalog, None)
+            finally:
+                del os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"]
+            spans = len(receiver.spans)
+        what = "collector hangs" if hangs else f"traced ({spans} spans received)"
+        print(row(f"{what}", rows[name]), flush=True)
+    ok = all(
+        f.calls <= plain.calls * 1.1 + 2
+        and f.makespan / f.slowest <= plain.makespan / plain.slowest + 0.01
+        for f in rows.values()
+    )
+    print("tracing costs the night nothing" if ok else "tracing COST the night something")
+    return ok
 
 
 if __name__ == "__main__":

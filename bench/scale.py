@@ -9,6 +9,10 @@ process of its own, it prints:
 - status calls per job the job CLI saw (``AGY_CALL_LOG``), and ``jobs list`` calls per tick;
 - Prefect overhead per job: the flow's wall time beyond the makespan, over N.
 
+``--tracing`` runs each size twice, side by side in one run: untraced, then traced (the
+OpenTelemetry extra, exporting OTLP/HTTP to a receiver in this process that decodes every span,
+``tests/otlp_receiver.py``): makespan, status calls and peak RSS of both, and the spans received.
+
 ``--trace`` runs one size under tracemalloc and prints where the memory of the highest RSS
 moment goes: the biggest allocation sites, and the traced bytes per job in flight.
 ``--spikes`` samples every 10 ms instead and prints what every thread was doing each time the
@@ -356,7 +360,12 @@ def main() -> int:
     parser.add_argument(
         "--no-trim", action="store_true", help="the night keeps its freed heap (to compare)"
     )
+    parser.add_argument(
+        "--tracing", action="store_true", help="each size untraced, then traced: side by side"
+    )
     args = parser.parse_args()
+    if args.tracing:
+        return traced_side_by_side([args.jobs] if args.jobs else [100, 1000], args)
     if args.jobs:
         trim = not args.no_trim
         result = one(
@@ -381,6 +390,49 @@ def main() -> int:
         show(result)
         code = code or (1 if result["not_ok"] else 0)
     return code
+
+
+def _child(argv: list[str], env: dict[str, str]) -> dict[str, Any] | None:
+    """One size in a fresh process (its peaks are that night's only); its figures."""
+    done = subprocess.run(
+        [*argv, "--json"], capture_output=True, text=True, check=False, env={**os.environ, **env}
+    )
+    lines = [x for x in done.stdout.splitlines() if x.startswith("{")]
+    if not lines:
+        print(done.stdout[-2000:], done.stderr[-4000:], file=sys.stderr)
+        return None
+    result: dict[str, Any] = json.loads(lines[-1])
+    return result
+
+
+def traced_side_by_side(sizes: list[int], args: Any) -> int:
+    """Each size untraced, then traced to a receiver here: the figures side by side."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.otlp_receiver import otlp_receiver
+
+    for n in sizes:
+        argv = [sys.executable, __file__, "--jobs", str(n), "--stagger", str(args.stagger)]
+        argv += ["--run-min", str(args.run_min), "--run-max", str(args.run_max)]
+        plain = _child(argv, {})
+        with otlp_receiver() as receiver:
+            traced = _child(argv, {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url})
+            time.sleep(1)
+            spans = len(receiver.spans)
+        if plain is None or traced is None:
+            return 1
+        print(f"\n{n} jobs, untraced and traced (OTLP/HTTP to a receiver on 127.0.0.1)")
+        for key, name in [
+            ("makespan_s", "makespan (s)"),
+            ("status_calls_per_job", "status calls per job"),
+            ("peak_threads", "peak threads"),
+            ("peak_rss_mb", "peak RSS (MB)"),
+            ("flow_wall_s", "flow wall time (s)"),
+        ]:
+            a, b = float(plain[key]), float(traced[key])
+            print(f"  {name:24s} {a:10.1f} {b:10.1f}   traced / untraced {b / max(a, 1e-9):6.3f}")
+        print(f"  not succeeded            {int(plain['not_ok']):10d} {int(traced['not_ok']):10d}")
+        print(f"  spans received                      {spans:10d}   ({n} tries + the night)")
+    return 0
 
 
 if __name__ == "__main__":

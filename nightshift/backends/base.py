@@ -68,6 +68,9 @@ class JobSpec:
     label: str
     backend: str
     options: dict[str, Any] = field(default_factory=dict)
+    # the W3C traceparent of the try's span when the night is traced: a command and the job
+    # CLI get it as TRACEPARENT, an http job's submit as its traceparent header
+    trace: str | None = None
 
 
 @dataclass(frozen=True)

@@ -161,8 +161,12 @@ class CliBackend:
             args += ["--name", want.key]
         began = datetime.now(UTC)
 
+        job = spec.options
+        if spec.trace is not None:  # the job CLI joins the night's trace (TRACEPARENT)
+            job = {**job, "env": {**job.get("env", {}), "TRACEPARENT": spec.trace}}
+
         def send() -> str:
-            obj = self._json(args, dict, spec.options)
+            obj = self._json(args, dict, job)
             job_id = obj.get("job_id")
             if not isinstance(job_id, str) or not job_id:
                 raise PermanentBackendError(f"agy run printed no job_id: {obj!r:.200}")

@@ -37,6 +37,8 @@ from nightshift.errors import (
 __all__ = ["DeploymentBackend"]
 
 _BATCH = 200  # ids per filtered read: the server's default page size
+# the flow-run label Prefect keeps a run's W3C traceparent in (prefect.telemetry.run_telemetry)
+TRACEPARENT_LABEL = "__OTEL_TRACEPARENT"
 
 
 def _run_id(external_id: str) -> uuid.UUID:
@@ -116,6 +118,8 @@ class DeploymentBackend:
                 job_variables=dict(spec.options.get("job_variables") or {}) or None,
                 name=spec.label,  # the job's label in the UI, not a random slug
                 tags=["nightshift"],
+                # its flow run continues the night's trace, as Prefect carries it across runs
+                labels={TRACEPARENT_LABEL: spec.trace} if spec.trace is not None else None,
             )
         except Exception as exc:  # the client's HTTP and network errors
             lost = translate(exc, f"creating a run of {name!r}")

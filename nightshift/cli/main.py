@@ -66,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "CRITICAL")
         os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
         _say_at_once("nightshift.ledger")
+        _say_at_once("nightshift.tracing", logging.WARNING)
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     # the temporary server takes ~15 s on a new database, more on a busy 2-core machine
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
@@ -73,11 +74,12 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
-def _say_at_once(name: str) -> None:
-    """Errors of logger ``name`` on the terminal as they happen, one line each (a ledger that
-    cannot write names its disk at once, not only in the run's logs and its summary)."""
+def _say_at_once(name: str, level: int = logging.ERROR) -> None:
+    """Lines of logger ``name`` from ``level`` up on the terminal as they happen, one line each
+    (a ledger that cannot write names its disk at once, not only in the run's logs and its
+    summary; a collector that is down is said once, at the night's end)."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setLevel(logging.ERROR)
+    handler.setLevel(level)
     handler.setFormatter(logging.Formatter("nightshift: %(message)s"))
     logging.getLogger(name).addHandler(handler)
 

@@ -98,6 +98,7 @@ def show_status(url: str, catalogue: Catalogue, night: str, *, as_json: bool) ->
     from nightshift.engine.plan import HISTORY_DAYS
     from nightshift.store.ledger import Ledger
     from nightshift.store.night_reads import night_jobs
+    from nightshift.store.night_traces import NightTraces
 
     ledger = Ledger(url, catalogue.key)
     try:
@@ -109,15 +110,21 @@ def show_status(url: str, catalogue: Catalogue, night: str, *, as_json: bool) ->
         since = now - timedelta(days=HISTORY_DAYS)
         usual = ledger.expected_durations([j.label for j in jobs], since)
         holder = lease_holder(ledger, catalogue.key, now)
+        # each traced run of the night, latest last: its trace in the team's tracing
+        traces = [t.trace_id for t in NightTraces(ledger.engine, catalogue.key).of(night)]
     finally:
         ledger.close()
     rows = [_row(job, usual.get(job.label)) for job in jobs]
     if as_json:
         lease = None if holder is None else _holder_json(holder)
         out = {"catalogue": catalogue.key, "night": night, "lease": lease, "jobs": rows}
-        print(json.dumps({**out, "missed": missed}))
+        print(json.dumps({**out, "missed": missed, "traces": traces}))
         return 0
     _print(catalogue.key, night, rows, holder)
+    if traces:
+        link = catalogue.telemetry.url_of(traces[-1])
+        earlier = f" ({len(traces) - 1} earlier run(s) traced too)" if len(traces) > 1 else ""
+        print(f"trace {traces[-1]}{earlier}" + (f": {link}" if link else ""))
     _print_missed(missed, night, catalogue.path)
     return 0
 

@@ -269,6 +269,17 @@ class DeploymentSettings(_Strict):
     api_url: str | None = Field(None, pattern=r"^https?://")
 
 
+class TelemetrySettings(_Strict):
+    """What the OTEL_* variables cannot say about a night's trace (docs/tracing.md)."""
+
+    # where a person opens a trace: a template with {trace_id}, e.g. a Grafana Tempo URL
+    trace_url: str | None = Field(None, pattern=r"^https?://.*\{trace_id\}")
+
+    def url_of(self, trace_id: str) -> str | None:
+        """The trace's link, when a template is set."""
+        return None if self.trace_url is None else self.trace_url.replace("{trace_id}", trace_id)
+
+
 class Catalogue(_Strict):
     """A validated catalogue."""
 
@@ -283,6 +294,7 @@ class Catalogue(_Strict):
     gemini: GeminiSettings = GeminiSettings()
     deployment: DeploymentSettings = DeploymentSettings()
     notify: NotifyConfig | None = None  # no section: the night tells only its exit code
+    telemetry: TelemetrySettings = TelemetrySettings()  # tracing: the OTEL_* variables turn it on
     jobs: list[Job] = Field(min_length=1)
     path: Path | None = Field(default=None, exclude=True)
 

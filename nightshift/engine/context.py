@@ -21,6 +21,7 @@ from nightshift.engine.marks import JobMarks
 from nightshift.engine.outcomes import JobOutcome
 from nightshift.engine.spend import SpendCap
 from nightshift.engine.stopping import NightStop
+from nightshift.engine.trace_ids import NightTrace
 from nightshift.engine.watcher import Watcher
 from nightshift.loop import NightLoop
 from nightshift.store.ledger import Ledger
@@ -94,6 +95,13 @@ class NightContext:
     # such an incident holds
     incidents: IncidentDesk = field(default_factory=IncidentDesk)
     holds: SubmitHolds = field(default_factory=SubmitHolds)
+    # the night run's trace (None: not traced): each try it begins hands its job a traceparent
+    trace: NightTrace | None = None
+
+    @property
+    def trace_hex(self) -> str | None:
+        """The night run's trace id, as the ledger keeps it (None: not traced)."""
+        return self.trace.hex if self.trace is not None else None
 
     @property
     def loop(self) -> NightLoop:

@@ -59,6 +59,8 @@ class JobFinished:
     catalogue: str
     outcome: JobOutcome
     at: datetime
+    trace_id: str | None = None  # the trace its try belongs to (None: untraced, or no try)
+    trace_parent: str | None = None  # the span its try hangs under
 
 
 @dataclass(frozen=True)

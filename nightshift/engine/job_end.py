@@ -175,7 +175,9 @@ def _cost(data: dict[str, Any] | None) -> float | None:
 def report_outcome(ctx: NightContext, outcome: JobOutcome) -> JobOutcome:
     """Hand a job's outcome to the night and tell the sinks."""
     ctx.outcomes[outcome.label] = outcome
-    ctx.events.publish(JobFinished(ctx.night, ctx.catalogue.key, outcome, ctx.wall()))
+    run = ctx.runs.get(outcome.label)
+    trace = (run.trace_id, run.trace_parent) if run is not None else (None, None)
+    ctx.events.publish(JobFinished(ctx.night, ctx.catalogue.key, outcome, ctx.wall(), *trace))
     return outcome
 
 

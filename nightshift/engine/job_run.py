@@ -36,6 +36,10 @@ class JobRun:
     # the try reached its job out there (watched it, or resumed its fallback): a bad end keeps
     # the tail of its log
     watched: bool = False
+    # the trace its try belongs to and the span it hangs under (hex; the night run that began
+    # it; None: untraced)
+    trace_id: str | None = None
+    trace_parent: str | None = None
 
     def begin(self, backend: Backend) -> None:
         """A new try of the job, on ``backend``: what the last try set for itself is gone."""

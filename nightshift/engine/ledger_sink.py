@@ -119,12 +119,14 @@ class LedgerSink:
         *,
         state: str = JobState.QUEUED,
         committed_usd: float | None = None,
+        trace: tuple[str | None, str | None] = (None, None),
     ) -> None:
-        """``Ledger.record_submit`` of the job's run (its backend, attempt and start), in order
-        with the night's other writes."""
+        """``Ledger.record_submit`` of the job's run (its backend, attempt and start; ``trace``:
+        its trace id and parent span), in order with the night's other writes."""
         write = partial(
             self._ledger.record_submit, night, run.label, run.job.backend, external_id,
             run.attempt, at=run.started, state=state, committed_usd=committed_usd,
+            trace=trace,
         )  # fmt: skip
         self._write(("job", write))
 

@@ -35,6 +35,7 @@ from nightshift.engine.poll_hints import ledger_poll_hints
 from nightshift.engine.runner import end_job, stopped_outcome
 from nightshift.engine.spend import SpendCap, expected_costs
 from nightshift.engine.stopping import NightStop
+from nightshift.engine.trace_ids import NightTrace
 from nightshift.engine.watcher import Watcher
 from nightshift.loop import NightLoop
 from nightshift.states import LIVE, JobState
@@ -114,6 +115,8 @@ class NightParts:
     # tonight's incidents (None: the night makes one from its catalogue); a sink that asks it
     # (which job's end an incident tells) is handed the same
     incidents: IncidentDesk | None = None
+    # the night run's trace (None: untraced): its tries hand their jobs a traceparent
+    trace: NightTrace | None = None
 
 
 @dataclass(frozen=True)
@@ -232,6 +235,7 @@ def open_night(
             spend=night_spend(catalogue, parts.ledger, night.night, parts.wall()),
             incidents=parts.incidents or incident_desk(catalogue),
             holds=SubmitHolds(watcher.now, watcher.loop),
+            trace=parts.trace,
         )
         # on a stop: waits for a turn or a slot end at once, every watched job is let go
         for listener in (
@@ -363,6 +367,9 @@ def finish_night(
     if (problem := ctx.records.write_problem) is not None and ctx.records.unwritten:
         said = f"{ctx.records.unwritten} writes not kept ({problem})"
         summary = replace(summary, ledger=said)
+    if ctx.trace is not None:
+        url = ctx.catalogue.telemetry.url_of(ctx.trace.hex)
+        summary = replace(summary, trace=ctx.trace.hex, trace_url=url)
     ctx.events.publish(NightFinished(ctx.night, ctx.catalogue.key, summary, finished))
     return summary
 

@@ -147,6 +147,8 @@ class NightSummary:
     incidents: tuple[str, ...] = ()
     # what the ledger could not keep tonight (its disk full, its database gone), None: all
     ledger: str | None = None
+    trace: str | None = None  # the night run's trace id (32 hex digits; None: untraced)
+    trace_url: str | None = None  # where to open it (the catalogue's telemetry.trace_url)
 
     @property
     def exit_code(self) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from concurrent.futures import Future
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
@@ -36,6 +36,7 @@ from nightshift.engine.outcomes import (
 )
 from nightshift.engine.spend import SPEND_REFUSED
 from nightshift.engine.timers import JobTimers, job_timers
+from nightshift.engine.trace_ids import try_traceparent
 from nightshift.engine.watch_request import WatchRequest, WatchResult
 from nightshift.errors import BackendError, InputFileError, PermanentBackendError
 from nightshift.states import LIVE, JobState
@@ -125,6 +126,15 @@ def begin_job(ctx: NightContext, label: str, attempt: int = 1) -> JobOutcome | B
     spec = run.spec = job_spec(ctx.catalogue, label, key)
     if resume and record is not None and record.submitted_at is not None:
         spec.options["resume_since"] = record.submitted_at.isoformat()
+    # a try keeps the trace of the night run that began it (a rerun re-attaches into it)
+    if (reattach or resume) and record is not None:
+        run.trace_id, run.trace_parent = record.trace_id, record.trace_parent
+    elif ctx.trace is not None:
+        run.trace_id, run.trace_parent = ctx.trace.hex, f"{ctx.trace.parent_of(label):016x}"
+    if run.trace_id is not None:
+        sampled = ctx.trace.sampled if ctx.trace is not None else True
+        carried = try_traceparent(run.trace_id, ctx.night, label, run.attempt, sampled)
+        spec = run.spec = replace(spec, trace=carried)
     return Begun(run, record, reattach, resume)
 
 
@@ -199,7 +209,12 @@ def start_job(ctx: NightContext, begun: Begun, held: ExitStack) -> JobOutcome | 
                 # a paid try's expected cost, which a rerun counts)
                 committed = ctx.spend.committed(label)
                 ctx.records.record_submit(
-                    ctx.night, run, None, state=SUBMITTING, committed_usd=committed
+                    ctx.night,
+                    run,
+                    None,
+                    state=SUBMITTING,
+                    committed_usd=committed,
+                    trace=(run.trace_id, run.trace_parent),
                 )
             ctx.mark(label, SUBMITTING)
             if (reason := ctx.rules.stop_reason()) is not None:  # lost while the database was away

@@ -114,15 +114,27 @@ def render_night(
     # one backend's jobs stalled together: each incident in one line
     slowest += [f"incident: {escape(line)}" for line in summary.incidents]
     tail = [context(f"<{escape(url)}|Flow run in the Prefect UI>")] if url else []
+    if (trace := trace_line(summary)) is not None:  # the night's trace in the team's tracing
+        tail.append(context(trace))
     blocks += pack_lines(lines, MAX_BLOCKS - len(blocks) - len(slowest) - len(tail))
     blocks += [section_block(line) for line in slowest] + tail
     first = f"{mention}{escape(summary.headline())} ({config.env}, night {night})"
     retried = [escape(retry)] if retry else []
-    text = "\n".join([first, *retried, *lines, *slowest, *([url] if url else [])])
+    traced = [f"trace {summary.trace}"] if summary.trace else []
+    text = "\n".join([first, *retried, *lines, *slowest, *([url] if url else []), *traced])
     reply_to = reply_in[1] if reply_in is not None else None
     return [
         Message(summary.severity.value, route, cut(text, _TEXT_CHARS), blocks, reply_to=reply_to)
     ]
+
+
+def trace_line(summary: NightSummary) -> str | None:
+    """``Trace 4bf9...`` linked to the team's tracing when the catalogue says where (mrkdwn)."""
+    if summary.trace is None:
+        return None
+    if summary.trace_url:
+        return f"<{escape(summary.trace_url)}|Trace {summary.trace}>"
+    return f"Trace {summary.trace}"
 
 
 def job_line(job: JobOutcome) -> str:

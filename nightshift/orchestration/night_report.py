@@ -155,6 +155,9 @@ def build_report(
         # several jobs of one backend stalled together: one line each, above the jobs (the
         # alert log's, every run of the night's; else this run's)
         "incidents": list(summary.incidents if incidents is None else incidents),
+        # the run's trace in the team's tracing (None: untraced), and its link
+        "trace": summary.trace,
+        "trace_url": summary.trace_url,
     }
 
 
@@ -190,6 +193,10 @@ def render_report(report: Mapping[str, Any], plot: str | None = None) -> str:
         # a label's `_` or `*` is text, not emphasis
         spend = str(report["spend"]).replace("_", "\\_").replace("*", "\\*")
         out += ["", f"**{spend[:1].upper()}{spend[1:]}**"]
+    if report.get("trace"):  # the run's trace in the team's tracing
+        trace = str(report["trace"])
+        link = f"[{trace}]({report['trace_url']})" if report.get("trace_url") else f"`{trace}`"
+        out += ["", f"Trace: {link}"]
     for line in report.get("incidents") or ():  # one backend's jobs stalled together
         out += ["", "**Incident: " + str(line).replace("_", "\\_").replace("*", "\\*") + "**"]
     out += ["", "## Jobs, worst first", ""]

@@ -7,6 +7,7 @@ a layer up), handed in as ``run_jobs``.
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
@@ -16,6 +17,7 @@ from prefect.runtime import flow_run
 
 from nightshift.engine.admission import Admission
 from nightshift.engine.alerts import NoAlertSink
+from nightshift.engine.context import utcnow
 from nightshift.engine.dwell_watch import incident_desk
 from nightshift.engine.events import LogSink, Sink
 from nightshift.engine.night import NightId, NightParts, build_parts, finish_night, open_night
@@ -36,6 +38,7 @@ from nightshift.orchestration.running_night import Night
 from nightshift.orchestration.states import quiet_job_finish
 from nightshift.store.lease import Lease
 from nightshift.store.slot_holders import SlotHolders
+from nightshift.tracing.night import begin_trace, budget_of, end_trace
 
 __all__ = ["RunJobs", "run_night"]
 
@@ -75,6 +78,20 @@ def run_night(
     parts = _parts(setup, lease, [*live, progress, LogSink(logger)], logger, loop)
     if budgets is not None:
         parts.budgets = lambda _ledger, _now, _min_samples: budgets
+    tracing = begin_trace(
+        os.environ,
+        ledger=ledger,
+        night=night,
+        run_id=run_id,
+        chains=plan.chains,
+        loop=loop,
+        now=utcnow(),
+        logger=logger,
+        budget=budget_of(budgets, catalogue),
+    )
+    if tracing is not None:  # its spans from the night's events; its tries hand theirs on
+        parts.sinks.append(tracing)
+        parts.trace = tracing.trace
     notifier = setup.notifier
     if notifier is not None:  # in-night messages posted by one sender thread, in order
         notifier.sending_from(loop.blocking("slack", 1))
@@ -92,10 +109,17 @@ def run_night(
             with quiet_job_finish():
                 jobs = run_jobs(Night(ctx, pools, kept), plan)
                 outcomes = on_a_loop(ctx.loop, jobs, setup.stop)
+        summary = finish_night(ctx, plan, started_at, outcomes)
     finally:
         if notifier is not None:  # what was handed to it posted before the night's digest
             notifier.sending_from(None)
-    return finish_night(ctx, plan, started_at, outcomes), progress
+        if tracing is not None:  # the night's span, interrupted or not, and its chains'
+            how = "interrupted" if setup.stop.requested else None
+            try:
+                end_trace(tracing, ledger, night, utcnow(), how)
+            except Exception as exc:  # tracing never changes the night's verdict
+                logger.warning("tracing: the night's spans could not be ended: %s", exc)
+    return summary, progress
 
 
 def _parts(

@@ -119,6 +119,9 @@ def summary_json(summary: NightSummary) -> dict[str, Any]:
         "incidents": list(summary.incidents),
         # what the ledger could not keep tonight (its disk full), None: everything
         "ledger": summary.ledger,
+        # the night run's trace in the team's tracing (None: untraced), and its link
+        "trace": summary.trace,
+        "trace_url": summary.trace_url,
     }
 
 

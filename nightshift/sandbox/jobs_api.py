@@ -38,7 +38,10 @@ from nightshift.sandbox.jobs_work import RqQueue, ThreadQueue
 
 __all__ = ["JobApi", "main", "make_app"]
 
-PUBLIC = ("job_id", "status", "result", "error", "created_at", "started_at", "ended_at", "attempt")
+PUBLIC = (
+    "job_id", "status", "result", "error", "created_at", "started_at", "ended_at", "attempt",
+    "traceparent",  # the W3C trace context its submit carried (a traced night's try)
+)  # fmt: skip
 STREAM_LOOK_S = 0.05  # how often a stream looks at its job's record
 KEEPALIVE_S = 10.0
 
@@ -131,6 +134,7 @@ def make_app(
             "job_id": job_id, "status": "queued", "user": user, "key": key, "spec": spec,
             "result": None, "error": None, "created_at": now, "started_at": None,
             "ended_at": None, "attempt": 0, "log": [],
+            "traceparent": request.headers.get("traceparent"),
         }  # fmt: skip
         store.put(record)
         queue.enqueue(job_id)

@@ -106,6 +106,9 @@ _jobs = sa.Table(
     # what the night's ended tries of the job cost, and what its try out there may (0009)
     sa.Column("committed_usd", sa.Float, nullable=True),
     sa.Column("spent_usd", sa.Float, nullable=True),
+    # the trace of the night run that began its try, and its parent span (0012; None: untraced)
+    sa.Column("trace_id", sa.String(32), nullable=True),
+    sa.Column("trace_parent", sa.String(16), nullable=True),
     sa.PrimaryKeyConstraint("catalogue", "night", "label", name="pk_jobs"),
     sa.Index("ix_jobs_catalogue_label_state", "catalogue", "label", "state"),
 )
@@ -156,6 +159,8 @@ class JobRecord:
     data: dict[str, Any] | None
     committed_usd: float | None = None  # the expected cost of its try out there (paid jobs)
     spent_usd: float | None = None  # what its ended tries of this night cost
+    trace_id: str | None = None  # the trace its try belongs to (32 hex digits; None: untraced)
+    trace_parent: str | None = None  # the span its try hangs under (16 hex digits)
 
 
 class Ledger:
@@ -369,13 +374,17 @@ class Ledger:
         at: datetime | None = None,
         state: str = JobState.QUEUED,
         committed_usd: float | None = None,
+        trace: tuple[str | None, str | None] = (None, None),
     ) -> None:
         """Record a (re)submission; clears the finish time, detail and data of an earlier try.
-        ``committed_usd``: a paid try's expected cost (kept when not given)."""
+        ``committed_usd``: a paid try's expected cost; ``trace``: the trace id and parent span
+        of the run that begins the try (each kept when not given)."""
         values: dict[str, Any] = {"backend": backend, "external_id": external_id}
         values |= {"attempts": attempts, "state": str(state), "submitted_at": _utc(at or _now())}
         if committed_usd is not None:
             values["committed_usd"] = committed_usd
+        if trace[0] is not None:
+            values["trace_id"], values["trace_parent"] = trace
         self._upsert_job(night, label, values | dict.fromkeys(("finished_at", "detail", "data")))
 
     def record_state(

@@ -18,9 +18,10 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from nightshift.backends.command import supervisor as runner
+from nightshift.store.ledger import Ledger, _jobs, _transitions
 
 # the tables are the ledger's own; retention is the one other writer allowed to touch them
-from nightshift.store.ledger import Ledger, _jobs, _transitions
+from nightshift.store.night_traces import NIGHT_TRACES_TABLE
 
 __all__ = [
     "PruneReport",
@@ -91,6 +92,11 @@ def prune_ledger(
                 return int(n_t), int(n_j)
             n_t = conn.execute(sa.delete(t).where(*t_where)).rowcount
             n_j = conn.execute(sa.delete(j).where(*j_where)).rowcount
+            traces = NIGHT_TRACES_TABLE  # a traced run's row goes with its night's
+            gone: list[sa.ColumnElement[bool]] = [traces.c.started_at < cutoff]
+            if catalogue is not None:
+                gone.append(traces.c.catalogue == catalogue)
+            conn.execute(sa.delete(traces).where(*gone))
             return int(n_t), int(n_j)
     finally:
         ledger.close()

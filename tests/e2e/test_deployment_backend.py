@@ -273,3 +273,19 @@ def test_a_night_on_the_temporary_server_runs_jobs_on_another_servers_pool(
     with get_client(sync_client=True) as client:  # the site's server, not the night's
         (run,) = client.read_flow_runs(flow_run_filter=FlowRunFilter(idempotency_key=key))
     assert (run.name, run.state_type.value) == ("remote", "COMPLETED")
+
+
+def test_a_traced_try_hands_its_flow_run_the_nights_trace(site: PrefectSite) -> None:
+    """Its run carries the try's traceparent where Prefect keeps it: with Prefect's telemetry
+    on, the run's spans join the night's trace under the try."""
+    import dataclasses
+    import uuid
+
+    carried = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    backend = DeploymentBackend()
+    try:
+        job = dataclasses.replace(spec("traced", "e2e/n1/traced/1"), trace=carried)
+        run = backend.client.read_flow_run(uuid.UUID(backend.submit(job)))
+        assert run.labels["__OTEL_TRACEPARENT"] == carried
+    finally:
+        backend.close()

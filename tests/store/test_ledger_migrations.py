@@ -25,6 +25,7 @@ from nightshift.store import lease as lease_module
 from nightshift.store import ledger as ledger_module
 from nightshift.store import migrations
 from nightshift.store import missed_nights as missed_nights_module
+from nightshift.store import night_traces as night_traces_module
 from nightshift.store import outbox as outbox_module
 from nightshift.store import slot_holders as slot_holders_module
 from nightshift.store.db import make_engine
@@ -162,6 +163,7 @@ def test_head_is_the_last_revision_on_disk() -> None:
 
     assert chain == [
         migrations.HEAD,
+        "0011",
         "0010",
         "0009",
         "0008",
@@ -189,6 +191,7 @@ def test_a_new_database_gets_exactly_the_schema_the_code_declares(db_url: str) -
         cancel_requests_module._metadata,
         forecasts_module._metadata,
         missed_nights_module._metadata,
+        night_traces_module._metadata,
     ]
     with ledger.engine.connect() as conn:
         context = MigrationContext.configure(conn, opts={"version_table": migrations.VERSION_TABLE})

@@ -1,6 +1,6 @@
 """Imports only run downwards: every module's imports (function-level ones too) against the order.
 
-leaves < config < backends < store < budgets < engine < notify < metrics < watchdog
+leaves < config < backends < store < budgets < engine < tracing < notify < metrics < watchdog
 < orchestration < tasks < flows < sandbox < cli < deployments
 """
 
@@ -30,6 +30,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("store", ("nightshift.store",)),
     ("budgets", ("nightshift.budgets",)),
     ("engine", ("nightshift.engine",)),
+    ("tracing", ("nightshift.tracing",)),
     ("notify", ("nightshift.notify",)),
     ("metrics", ("nightshift.metrics",)),
     ("watchdog", ("nightshift.watchdog",)),

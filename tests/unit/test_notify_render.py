@@ -360,3 +360,28 @@ def test_a_digest_of_a_night_that_ran_late_says_so() -> None:
     assert late in message.text and late in _texts(message.blocks)
     [on_time] = render_night(night, CONFIG, night="2026-11-29", catalogue="nightly")
     assert "ran late" not in on_time.text
+
+
+def test_a_traced_nights_digest_links_its_trace() -> None:
+    """The night's trace id (and its link, from the catalogue's telemetry.trace_url) is the
+    digest's last context line and its text's last line; an untraced night has neither."""
+    import dataclasses
+
+    trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+    bad = JobOutcome("audit", Outcome.FAILED, 720, 1)
+    night = dataclasses.replace(
+        _night(Severity.PARTIAL, bad, JobOutcome("etl", Outcome.SUCCEEDED, 60, 1)),
+        trace=trace,
+        trace_url=f"https://tempo.internal/trace/{trace}",
+    )
+    (message,) = render_night(night, CONFIG, night="2026-11-29", catalogue="nightly")
+    assert message.blocks[-1] == {
+        "type": "context",
+        "elements": [
+            {"type": "mrkdwn", "text": f"<https://tempo.internal/trace/{trace}|Trace {trace}>"}
+        ],
+    }
+    assert message.text.splitlines()[-1] == f"trace {trace}"
+    plain = dataclasses.replace(night, trace=None, trace_url=None)
+    (untraced,) = render_night(plain, CONFIG, night="2026-11-29", catalogue="nightly")
+    assert "Trace" not in _texts(untraced.blocks) and "trace" not in untraced.text

@@ -111,6 +111,8 @@ class CommandBackend:
     def submit(self, spec: JobSpec) -> str:
         """Start the supervisor for ``spec``; return the job id (its directory name)."""
         argv, cwd, env, pass_env = self._options(spec)
+        if spec.trace is not None:  # the job joins the night's trace (OpenTelemetry's carrier)
+            env = {**env, "TRACEPARENT": spec.trace}
         key = spec.options.get("submission_key")
         # a submission key makes submit idempotent: the same key never starts a second job
         # (a night that crashed between starting a job and recording its id finds it again)

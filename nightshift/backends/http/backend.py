@@ -205,6 +205,8 @@ class HttpBackend:
         headers = dict(fill(dict(request.headers), values))
         if key:
             headers["Idempotency-Key"] = key
+        if spec.trace is not None:  # the service joins the night's trace (W3C Trace Context)
+            headers["traceparent"] = spec.trace
         what = f"creating job {spec.label!r}"
         try:
             response = self._call(

@@ -24,7 +24,7 @@ from nightshift.errors import NightshiftError
 
 __all__ = ["HEAD", "VERSION_TABLE", "SchemaTooNewError", "current_revision", "upgrade"]
 
-HEAD = "0011"  # the newest revision under versions/; a test checks they agree
+HEAD = "0012"  # the newest revision under versions/; a test checks they agree
 KNOWN = (
     None,
     "0001",
@@ -37,6 +37,7 @@ KNOWN = (
     "0008",
     "0009",
     "0010",
+    "0011",
     HEAD,
 )  # oldest first; None: no revision kept (new, or before migrations)
 VERSION_TABLE = "nightshift_alembic_version"  # where the ledger keeps its revision
