@@ -283,6 +283,24 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     gc.freeze()
 
 
+# CI's one switch (.ci/run sets it): a test that would skip (a service missing: Redis,
+# PostgreSQL, Chromium, faketime) fails instead, saying what is missing; off on a laptop
+NO_SKIPS = "NIGHTSHIFT_TEST_NO_SKIPS"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Under ``NIGHTSHIFT_TEST_NO_SKIPS=1`` a skipped test is a failed one: a suite cannot pass
+    by skipping what it could not reach."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if os.environ.get(NO_SKIPS) != "1" or not report.skipped or hasattr(report, "wasxfail"):
+        return
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    report.outcome = "failed"
+    report.longrepr = f"skipped, and {NO_SKIPS}=1 (CI) makes a skip a failure: {reason}"
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     """With ``NIGHTSHIFT_TEST_CPU=FILE``: each test's CPU seconds (this worker and the processes

@@ -56,6 +56,7 @@ def test_status_calls_that_hang_hold_no_thread(tmp_path: Path) -> None:
         text = catalogue([http_job("s", base, "{task: s}")])  # no stream: polled
         jobs = parse_catalogue(text, tmp_path / "n.yaml")
         backend = HttpBackend({"s": jobs.job("s")}, environ={"SANDBOX_JOBS_TOKEN": TOKEN})
+        before = {t.ident for t in threading.enumerate()}
         watcher = Watcher(lambda *_: None)
         try:
             for i in range(6):  # asked at once; fewer than a backend's 8 calls in flight
@@ -64,7 +65,10 @@ def test_status_calls_that_hang_hold_no_thread(tmp_path: Path) -> None:
                 watcher.watch(request)
             wait_until(lambda: taken() >= 6, 30, "six status calls to be out")
             # six calls wait for an answer (5 s each at most): on the loop, not on six threads
+            # of any name: the only thread the watch added is its loop's own
             assert status_threads() == []
+            added = [t.name for t in threading.enumerate() if t.ident not in before]
+            assert added == ["nightshift-watcher"], added
         finally:
             watcher.stop()
             backend.close()
