@@ -52,7 +52,7 @@ def register(sub: Any) -> None:
         default=None,
         metavar="D1..D2|N",
         help="past nights to backfill, each night's finish and cost and the total; "
-        "with --accuracy, how many nights to measure (default 14)",
+        "with --accuracy, how many nights to measure (default 30)",
     )
 
 

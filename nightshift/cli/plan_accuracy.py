@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_NIGHTS", "show_accuracy"]
 
-DEFAULT_NIGHTS = 14
+DEFAULT_NIGHTS = 30
 
 
 def show_accuracy(catalogue: Catalogue, nights: int, as_json: bool) -> int:
@@ -86,7 +86,10 @@ def _as_json(checks: list[NightCheck], measured: Accuracy | None) -> dict[str, A
         "nights": rows,
         "median_abs_error_s": None if measured is None else round(measured.median_abs_s, 1),
         "median_abs_error_pct": None if measured is None else round(measured.median_abs_pct, 1),
+        "p90_abs_error_s": None if measured is None else round(measured.p90_abs_s, 1),
         "worst": None if measured is None else rows[checks.index(measured.worst)],
+        # the jobs most often late against their forecast: [label, nights late]
+        "often_late": [] if measured is None else [list(x) for x in measured.often_late],
     }
 
 
@@ -121,10 +124,15 @@ def _print(measured: Accuracy) -> None:
     worst = measured.worst
     line = (
         f"median absolute error {_signed(measured.median_abs_s)[1:]}"
-        f" ({measured.median_abs_pct:.0f} % of the night); worst {worst.night}: "
+        f" ({measured.median_abs_pct:.0f} % of the night), p90 "
+        f"{_signed(measured.p90_abs_s)[1:]}; worst {worst.night}: "
         f"{_signed(worst.error_s or 0.0)}{_pct(worst.error_pct)}"
     )
     console.print(line, markup=False, highlight=False, soft_wrap=True)
+    if measured.often_late:
+        n = len(measured.nights)
+        said = ", ".join(f"{label} ({times} of {n} nights)" for label, times in measured.often_late)
+        console.print(f"most often late: {said}", markup=False, highlight=False, soft_wrap=True)
 
 
 def _clock(at: datetime | None, start: datetime) -> str:

@@ -8,9 +8,10 @@ forecast (interrupted, ended early) has no finish.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
@@ -140,11 +141,14 @@ def worst(check: NightCheck, *, at_least_s: float = 60.0, ratio: float = 2.0) ->
 
 @dataclass(frozen=True)
 class Accuracy:
-    """The forecast over nights: median and worst absolute error of the finish."""
+    """The forecast over nights: median, p90 and worst absolute error of the finish, and the
+    jobs most often late against their forecast (label, nights late), most first."""
 
     nights: list[NightCheck]  # newest first, each with a finish
     median_abs_s: float
     worst: NightCheck
+    p90_abs_s: float = 0.0
+    often_late: list[tuple[str, int]] = field(default_factory=list)
 
     @property
     def median_abs_pct(self) -> float:
@@ -159,4 +163,15 @@ def accuracy(checks: Sequence[NightCheck]) -> Accuracy | None:
         return None
     errors = [abs(c.error_s or 0.0) for c in done]
     worst_one = max(done, key=lambda c: abs(c.error_s or 0.0))
-    return Accuracy(done, statistics.median(errors), worst_one)
+    late: dict[str, int] = {}
+    for check in done:
+        for job in worst(check):
+            late[job.label] = late.get(job.label, 0) + 1
+    often = sorted(late.items(), key=lambda x: (-x[1], x[0]))[:5]
+    return Accuracy(done, statistics.median(errors), worst_one, _p90(errors), often)
+
+
+def _p90(values: Sequence[float]) -> float:
+    """The 90th percentile, nearest rank (one night: itself)."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(0.9 * len(ordered)) - 1)]

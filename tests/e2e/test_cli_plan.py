@@ -259,12 +259,15 @@ def test_plan_accuracy_measures_the_forecast_over_the_last_nights(catalogue: Pat
     assert out["nights"][0]["finished"] == "2026-02-28T03:01:00+00:00"
     assert out["nights"][2]["error_pct"] == pytest.approx(16.7)
     assert out["median_abs_error_s"] == 120 and out["worst"]["night"] == "2026-02-25"
+    assert out["p90_abs_error_s"] == 600
 
     assert main([*argv, "--nights", "2"]) == 0
     table = capsys.readouterr().out
     assert "2026-02-28" in table and "2026-02-26" in table and "2026-02-25" not in table
     assert "+1m (+2 %)" in table and "-2m (-3 %)" in table
-    assert "median absolute error 2m (2 % of the night); worst 2026-02-26: -2m (-3 %)" in table
+    assert "median absolute error 2m (2 % of the night), p90 2m; worst 2026-02-26: -2m (-3 %)" in (
+        table
+    )
 
     assert main([*argv, "--limits", "cli=2"]) == 64  # no what-ifs in a measure of the past
     assert main(["plan", "--catalogue", str(catalogue), "--nights", "3"]) == 64

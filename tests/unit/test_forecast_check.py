@@ -175,4 +175,7 @@ def test_accuracy_is_the_median_and_the_worst_absolute_error() -> None:
     assert measured is not None and len(measured.nights) == 4
     assert measured.median_abs_s == 7.5 * 60
     assert measured.worst.error_s == -30 * 60 and measured.median_abs_pct == 6.25
+    assert measured.p90_abs_s == 30 * 60  # nearest rank of 0, 5, 10, 30 minutes
+    # the nights of +10 and +5 minutes: both jobs of the critical path a minute or more late
+    assert measured.often_late == [("report:weekly", 2), ("tidy", 2)]
     assert accuracy([]) is None
