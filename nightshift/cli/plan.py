@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta, tzinfo
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_args
@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from nightshift.cli.plan_money import PlanMoney
     from nightshift.config.catalogue import Catalogue
     from nightshift.engine.forecast import Forecast, Late
+    from nightshift.engine.handoffs import Gap
     from nightshift.engine.plan import Plan
 
 __all__ = ["PLAN_EXIT_CODES", "register", "scheduled_start"]
@@ -176,12 +177,15 @@ class PlanInputs:
     budgets: Budgets
     learned: dict[str, list[float]]
     removed: set[str]
+    # per backend, how long after a job ends the night acts on it (its chains' last nights)
+    gaps: dict[str, Gap] = field(default_factory=dict)
 
 
 def plan_inputs(catalogue: Catalogue, without: list[str], now: datetime) -> PlanInputs:
     """Read the ledger as a night would at its start (the database's errors propagate)."""
     from nightshift.budgets.current import current_budgets
     from nightshift.config.settings import load_settings
+    from nightshift.engine.handoffs import handoff_gaps
     from nightshift.engine.plan import HISTORY_DAYS, expected_durations, plan_night
     from nightshift.store.ledger import Ledger
 
@@ -195,11 +199,13 @@ def plan_inputs(catalogue: Catalogue, without: list[str], now: datetime) -> Plan
         budgets = current_budgets(ledger, now, catalogue.defaults.min_samples)
         # what each job cost on its recent nights, where its results said
         learned = ledger.job_costs(keep, now - timedelta(days=HISTORY_DAYS))
+        backend_of = {x: catalogue.job(x).backend for x in plan.labels}
+        gaps = handoff_gaps(plan.chains, backend_of, ledger.state_times, now)
     finally:
         ledger.close()
     if not keep:
         plan = type(plan)([], [])
-    return PlanInputs(plan, budgets, learned, removed)
+    return PlanInputs(plan, budgets, learned, removed, gaps)
 
 
 def night_plan(
@@ -216,7 +222,9 @@ def night_plan(
     from nightshift.engine.night_forecast import forecast_night
 
     start, source, zone = _night_start(path, night, now)
-    result = forecast_night(catalogue, inputs.plan, inputs.budgets, start=start, caps=caps)
+    result = forecast_night(
+        catalogue, inputs.plan, inputs.budgets, start=start, caps=caps, gaps=inputs.gaps
+    )
     return result, source, plan_money(catalogue, result, inputs.learned, zone)
 
 

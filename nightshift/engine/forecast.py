@@ -130,13 +130,17 @@ def forecast(
     caps: Mapping[str, int] | None = None,
     stagger: float = 0.0,
     rates: Mapping[str, float] | None = None,
+    seen: Mapping[str, tuple[float, float]] | None = None,
 ) -> Forecast:
-    """Simulate ``plan`` from ``start``: ``backends`` and ``spans`` by label, caps and pace."""
+    """Simulate ``plan`` from ``start``: ``backends`` and ``spans`` by label, caps and pace;
+    ``seen``: how long after each job ends (p50, p95) the night acts on it (its chain's next
+    step submitted, its slot handed on; ``engine/handoffs.py``), none by default."""
     runs = {}
-    for pick in ("p50", "p95"):
+    for i, pick in enumerate(("p50", "p95")):
         seconds = {x: getattr(spans[x], pick) for x in plan.labels}
+        lags = {x: lag[i] for x, lag in (seen or {}).items()}
         runs[pick] = _simulate(
-            plan, backends, seconds, dict(caps or {}), stagger, dict(rates or {})
+            plan, backends, seconds, dict(caps or {}), stagger, dict(rates or {}), lags
         )
     p50, p95 = runs["p50"], runs["p95"]
 
@@ -175,8 +179,10 @@ def _simulate(
     caps: dict[str, int],
     stagger: float,
     rates: dict[str, float],
+    lags: Mapping[str, float] | None = None,
 ) -> dict[str, _Run]:
-    """One night of events: a job ready, a job ended; admission after each instant's events."""
+    """One night of events: a job ready, a job's end seen (``lags`` after it ended: then its
+    slot and its chain's next step go on); admission after each instant's events."""
     priority = {label: i for i, label in enumerate(plan.labels)}
     following = {a: b for chain in plan.chains for a, b in itertools.pairwise(chain)}
     runs = {label: _Run() for label in plan.labels}
@@ -214,7 +220,8 @@ def _simulate(
                     in_use[backend] = in_use.get(backend, 0) + 1
                 run.start = pace.reserve(backend, now)
                 run.end = run.start + seconds[label]
-                heapq.heappush(events, (run.end, 0, priority[label], label))
+                seen_at = run.end + (lags or {}).get(label, 0.0)
+                heapq.heappush(events, (seen_at, 0, priority[label], label))
     return runs
 
 

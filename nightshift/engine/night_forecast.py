@@ -11,15 +11,25 @@ from collections.abc import Collection, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from nightshift.backoff import Backoff
 from nightshift.config.names import first_few
 from nightshift.engine.forecast import Forecast, Late, Span, durations_of, forecast
+from nightshift.engine.handoffs import Gap, poll_lag
+from nightshift.usual import Usual
 
 if TYPE_CHECKING:
     from nightshift.budgets.lookup import Budgets
     from nightshift.config.catalogue import Catalogue
     from nightshift.engine.plan import Plan
 
-__all__ = ["basis_words", "forecast_body", "forecast_night", "unknown_jobs", "unknown_line"]
+__all__ = [
+    "basis_words",
+    "forecast_body",
+    "forecast_night",
+    "seen_after",
+    "unknown_jobs",
+    "unknown_line",
+]
 
 
 def forecast_night(
@@ -30,13 +40,17 @@ def forecast_night(
     start: datetime,
     caps: Mapping[str, int] | None = None,
     kept: Collection[str] = (),
+    gaps: Mapping[str, Gap] | None = None,
 ) -> Forecast:
     """The night of ``plan`` from ``start``: the catalogue's caps (``caps`` override them), its
-    stagger and rates, each job's learned span; a job ``kept`` from an earlier run takes 0 s."""
+    stagger and rates, each job's learned span; a job ``kept`` from an earlier run takes 0 s.
+    ``gaps``: per backend, how long after a job ends the night acts on it, learned
+    (``handoff_gaps``); a backend without one has its poll schedule's wait."""
     spans = durations_of(budgets, catalogue, plan.labels)
     for label in kept:
         if label in spans:
             spans[label] = Span(0.0, 0.0, spans[label].basis)
+    seen = seen_after(catalogue, plan, spans, gaps or {})
     return forecast(
         plan,
         {x: catalogue.job(x).backend for x in plan.labels},
@@ -46,7 +60,31 @@ def forecast_night(
         caps={**catalogue.caps, **(caps or {})},
         stagger=catalogue.defaults.stagger,
         rates=catalogue.rates,
+        seen=seen,
     )
+
+
+def seen_after(
+    catalogue: Catalogue, plan: Plan, spans: Mapping[str, Span], gaps: Mapping[str, Gap]
+) -> dict[str, tuple[float, float]]:
+    """How long after each job that something waits for (a chain's step, a capped backend's
+    job) the night acts on its end, in the usual and the late night."""
+    poll = catalogue.defaults.poll
+    policy = Backoff(poll.initial, poll.factor, poll.max)
+    waited = {a for chain in plan.chains for a in chain[:-1]}
+    capped = set(catalogue.caps)
+    out: dict[str, tuple[float, float]] = {}
+    for label in plan.labels:
+        backend = catalogue.job(label).backend
+        if label not in waited and backend not in capped:
+            continue  # nothing waits for it: its end is the night's only
+        if (gap := gaps.get(backend)) is not None:
+            out[label] = (gap.p50, gap.p95)
+            continue
+        span = spans[label]
+        usual = Usual(span.p50, span.p50, span.p95) if span.p50 > 0 else None
+        out[label] = (poll_lag(policy, span.p50, usual), poll_lag(policy, span.p95, usual))
+    return out
 
 
 def _iso(at: datetime) -> str:

@@ -17,6 +17,7 @@ from prefect.artifacts import create_markdown_artifact
 from nightshift.budgets.current import starting_budgets
 from nightshift.budgets.lookup import Budgets
 from nightshift.config.durations import format_duration
+from nightshift.engine.handoffs import handoff_gaps
 from nightshift.engine.night_forecast import (
     basis_words,
     forecast_body,
@@ -46,7 +47,10 @@ def stored_forecast(
     kept: Collection[str] = (),
 ) -> StoredForecast:
     """The run's forecast of its night from ``start``, as the ledger keeps it."""
-    made = forecast_night(prepared.catalogue, prepared.plan, budgets, start=start, kept=kept)
+    catalogue, plan = prepared.catalogue, prepared.plan
+    backend_of = {x: catalogue.job(x).backend for x in plan.labels}
+    gaps = handoff_gaps(plan.chains, backend_of, prepared.ledger.state_times, start)
+    made = forecast_night(catalogue, plan, budgets, start=start, kept=kept, gaps=gaps)
     return StoredForecast(
         night=prepared.night,
         run_id=run_id,

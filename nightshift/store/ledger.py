@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -321,6 +321,23 @@ class Ledger:
         query = query.add_columns(t.c.night, t.c.label, t.c.from_state, t.c.dwell_s)
         with self.engine.begin() as conn:
             return [(str(n), str(lb), str(st), float(d)) for n, lb, st, d in conn.execute(query)]
+
+    def state_times(
+        self, labels: Sequence[str], states: Sequence[str], since: datetime
+    ) -> list[tuple[str, str, str, str, datetime]]:
+        """``(night, run_id, label, to_state, at)`` of the ``labels`` entering ``states`` since
+        ``since``, oldest first: when a chain's steps ended and began (the forecast's gaps)."""
+        t = _transitions
+        query = (
+            sa.select(t.c.night, t.c.run_id, t.c.label, t.c.to_state, t.c.at)
+            .where(*self._mine(t), t.c.label.in_(list(labels)), t.c.to_state.in_(list(states)))
+            .where(t.c.at >= _utc(since))
+            .order_by(t.c.id)
+        )
+        with self.engine.begin() as conn:
+            return [
+                (str(n), str(r), str(lb), str(st), at) for n, r, lb, st, at in conn.execute(query)
+            ]
 
     def has_dwells(self, since: datetime) -> bool:
         """Whether any catalogue's completed dwell ended at or after ``since`` (budgets are
