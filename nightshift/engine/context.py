@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -50,13 +50,16 @@ class NightRules:
     gone), or None. ``owns_night()``: False once another night took this one's lease (its ledger
     writer and dwell watch were told at their making). ``cancel_reason(label, fresh=)``: why
     `nightshift cancel` asked to cancel the job, if it did (``fresh``: read the requests first).
-    ``hold(backend, timeout)``: the server-side slot a capped backend's job holds in flight.
+    ``hold(backend, timeout)``: the server-side slot a capped backend's job holds in flight;
+    ``slot(backend, timeout)``: the same, awaited on the night's loop (None: ``hold`` on a start
+    thread), where the night's slot holder can.
     """
 
     stop_reason: Callable[[], str | None] = lambda: None
     owns_night: Callable[[], bool] = lambda: True
     cancel_reason: Callable[..., str | None] = _not_cancelled
     hold: Callable[[str, float], AbstractContextManager[object]] = lambda _b, _t: nullcontext()
+    slot: Callable[[str, float], Awaitable[AbstractContextManager[object]]] | None = None
 
 
 @dataclass

@@ -66,6 +66,15 @@ Hold = Callable[[str, float], AbstractContextManager[object]]
 
 
 @runtime_checkable
+class AwaitsSlots(Protocol):
+    """A ``Hold`` whose slot a job awaits on the night's loop (``orchestration/limits.py``)."""
+
+    async def slot(self, backend: str, timeout_s: float) -> AbstractContextManager[object]:
+        """The slot, what gives it back; TimeoutError when none comes in time."""
+        ...
+
+
+@runtime_checkable
 class HandsOn(Protocol):
     """A ``Hold`` whose slots the night hands on itself (``orchestration/leases.py``)."""
 
@@ -230,6 +239,7 @@ def open_night(
                 owns_night=parts.owns_night,
                 cancel_reason=cancels.reason if cancels is not None else _no_cancel,
                 hold=parts.hold,
+                slot=parts.hold.slot if isinstance(parts.hold, AwaitsSlots) else None,
             ),
             stop=stop if stop is not None else NightStop(),
             spend=night_spend(catalogue, parts.ledger, night.night, parts.wall()),

@@ -159,6 +159,32 @@ async def take_turn(ctx: NightContext, begun: Begun) -> ExitStack | None:
     return held
 
 
+async def take_slot(ctx: NightContext, begun: Begun, held: ExitStack) -> bool:
+    """Await a capped backend's server-side slot on the night's loop, where the night's slot
+    holder can (``NightRules.slot``), into ``held``: False when none came by the deadline or
+    the stop (``slot_missed``)."""
+    if ctx.rules.slot is None:
+        return True  # taken on the start thread, in ``start_job``
+    left = max(0.0, ctx.deadline_at - ctx.watcher.now())
+    try:
+        held.enter_context(await ctx.rules.slot(begun.run.job.backend, left))
+    except TimeoutError:
+        return False
+    return True
+
+
+def slot_missed(ctx: NightContext, label: str) -> JobOutcome:
+    """A job whose backend's Prefect limit stayed full: let go by a stop, else timed out."""
+    if ctx.stop.requested:
+        return stopped_outcome(ctx, label)
+    backend = ctx.catalogue.job(label).backend
+    why = (
+        f"night deadline before submit: no free Prefect concurrency slot for {backend} "
+        "(a night that died holds its slots until their lease ends)"
+    )
+    return end_job(ctx, label, Outcome.TIMEOUT, why)
+
+
 def turn_missed(ctx: NightContext, label: str) -> JobOutcome:
     """A job whose turn never came: let go by the night's stop, else timed out."""
     if ctx.stop.requested:  # interrupted while it waited for its turn
@@ -177,17 +203,11 @@ def start_job(ctx: NightContext, begun: Begun, held: ExitStack) -> JobOutcome | 
     assert backend is not None and spec is not None  # begun
     with held:  # given back here, unless the job goes on to its watch holding it
         try:
-            held.enter_context(
-                ctx.rules.hold(job.backend, max(0.0, ctx.deadline_at - ctx.watcher.now()))
-            )
+            if ctx.rules.slot is None:  # else awaited on the loop before (``take_slot``)
+                left = max(0.0, ctx.deadline_at - ctx.watcher.now())
+                held.enter_context(ctx.rules.hold(job.backend, left))
         except TimeoutError:  # the Prefect limit stayed full: other nights, or a dead one's
-            if ctx.stop.requested:
-                return stopped_outcome(ctx, label)
-            why = (
-                f"night deadline before submit: no free Prefect concurrency slot for "
-                f"{job.backend} (a night that died holds its slots until their lease ends)"
-            )
-            return end_job(ctx, label, Outcome.TIMEOUT, why)
+            return slot_missed(ctx, label)
         # a job's duration counts from its submission, not from its wait for a turn
         run.started = ctx.wall()
         if reattach:

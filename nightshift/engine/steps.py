@@ -21,8 +21,10 @@ from nightshift.engine.runner import (
     begin_job,
     end_job,
     end_job_watch,
+    slot_missed,
     start_job,
     stopped_outcome,
+    take_slot,
     take_turn,
     turn_missed,
 )
@@ -100,6 +102,14 @@ async def run_job_step_async(
         held = await take_turn(ctx, begun)
         if held is None:
             return await loop.run_in_executor(pools.finish, turn_missed, ctx, label)
+        try:  # a capped backend's Prefect slot, awaited here: a job waiting holds no thread
+            slotted = await take_slot(ctx, begun, held)
+        except BaseException:
+            held.close()
+            raise
+        if not slotted:
+            held.close()
+            return await loop.run_in_executor(pools.finish, slot_missed, ctx, label)
         # a start cancelled before its thread took it gives back what the turn holds
         started = await _on_pool(start, start_job, ctx, begun, held, unrun=held.close)
         if isinstance(started, JobOutcome):

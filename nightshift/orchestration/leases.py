@@ -5,7 +5,9 @@ the limit shows (and, across nights, enforces) the jobs in flight. When the watc
 end, its lease goes straight to the next job the night's gate lets in: no release and acquire
 round trip, no wait on Prefect's retry timer. A lease nobody takes within ``grace`` seconds is
 released; all are released when the night ends. A limit that is full is asked again on a short
-poll of our own. Slot leases are renewed by one task on the night's loop for the whole night,
+poll of our own. A job's wait for a slot is a coroutine on the night's loop (``take``): it holds
+no thread while it waits; each request to the server is a blocking call on a small pool of the
+loop's, one at a time. Slot leases are renewed by one task on the night's loop for the whole night,
 and a spare lease's grace is a timer on it (each renewal and release off the loop, among the
 night's chores: ``nightshift/loop.py``).
 
@@ -24,8 +26,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
-from contextlib import AbstractContextManager, contextmanager
-from typing import TYPE_CHECKING, Any, Protocol
+from contextlib import AbstractContextManager, ExitStack, contextmanager
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from prefect.client.orchestration import SyncPrefectClient
@@ -47,10 +49,13 @@ __all__ = [
 ]
 
 log = logging.getLogger("nightshift.limits")
+T = TypeVar("T")
 
 # how often a job waiting for a full limit asks again: soon at first, then every half second
 SLOT_POLL = Backoff(initial=0.05, factor=2.0, max=0.5)
 _ASK_WAIT_S = 0.1  # a job waiting behind another's slot request looks at its stop this often
+# the slot requests' blocking calls (one out at a time) and their book's writes
+_SLOTS, _SLOT_THREADS = "nightshift-slots", 2
 FULL = "full"  # the limit has no free slot (HTTP 423)
 LEASE_S = 300.0  # a lease lives this long unless renewed (at three quarters of it)
 MIN_LEASE_S = 60.0  # the shortest lease the Prefect API grants
@@ -100,7 +105,7 @@ class SlotLeases:
         grace: float = 1.0,
         poll: Backoff = SLOT_POLL,
         clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] | None = None,
         renew_every: float = LEASE_S * 0.75,
         book: SlotBook | None = None,
         loop: NightLoop | None = None,
@@ -111,11 +116,11 @@ class SlotLeases:
         self._grace = grace
         self._poll = poll
         self._clock = clock
-        self._sleep = sleep
+        self._sleep = sleep  # None: the loop's own (a test's fake clock moves instead)
         self._lock = threading.Lock()
         # the night's slot requests, one at a time (a few milliseconds each): two meeting at a
         # SQLite server were answered 503 and one taken again on the client's retry, 2 s later
-        self._asking = threading.Lock()
+        self._asking: asyncio.Lock | None = None  # made on the loop, at its first request
         # a release of spare leases (a grace timer's chore) and the night's close, one at a time:
         # the client is closed after the last release, never under one
         self._releasing = threading.Lock()
@@ -139,12 +144,21 @@ class SlotLeases:
 
     @contextmanager
     def _held(self, name: str, end: float) -> Iterator[None]:
-        lease = self._take(name, end)
+        lease = self._night().run(self._take(name, end))  # a thread waits here, not the loop
         try:
             yield
         finally:
             if lease is not None:
                 self._give_back(name)
+
+    async def take(self, name: str, timeout_s: float) -> AbstractContextManager[object]:
+        """On the night's loop: one slot of ``name``, what gives it back (TimeoutError if none
+        comes by ``timeout_s``, or the night stops first)."""
+        lease = await self._take(name, self._clock() + timeout_s)
+        held = ExitStack()
+        if lease is not None:
+            held.callback(self._give_back, name)
+        return held
 
     def hand_on(self, name: str) -> None:
         """A job of ``name`` was seen to end: its lease is spare for the next job now."""
@@ -158,7 +172,16 @@ class SlotLeases:
         """The night stops: a job waiting for a slot gives up now (``TimeoutError``)."""
         self._interrupted = True
 
-    def _take(self, name: str, end: float) -> str | None:
+    async def blocking(self, call: Callable[[], T]) -> T:
+        """``call()`` on the slots' pool of the night's loop (a wait of Prefect's own)."""
+        pool = self._night().blocking(_SLOTS, _SLOT_THREADS)
+        return await asyncio.get_running_loop().run_in_executor(pool, call)
+
+    async def _take(self, name: str, end: float) -> str | None:
+        loop = asyncio.get_running_loop()
+        if self._asking is None:
+            self._asking = asyncio.Lock()
+        asking, pool = self._asking, self._night().blocking(_SLOTS, _SLOT_THREADS)
         waits = 0
         while True:
             if self._interrupted:
@@ -169,26 +192,36 @@ class SlotLeases:
                     lease = spare.pop()[0]
                     self._in_use.setdefault(name, []).append(lease)
                     return lease
-            if not self._asking.acquire(timeout=min(_ASK_WAIT_S, max(0.0, end - self._clock()))):
+            try:  # another job's request is out: look at the stop and the spares again soon
+                wait = min(_ASK_WAIT_S, max(0.0, end - self._clock()))
+                await asyncio.wait_for(asking.acquire(), wait)
+            except TimeoutError:
                 if end - self._clock() <= 0:
-                    raise TimeoutError(f"no slot of the Prefect limit {name} before the deadline")
-                continue  # another job's request is out: look at the stop and the spares again
+                    raise TimeoutError(
+                        f"no slot of the Prefect limit {name} before the deadline"
+                    ) from None
+                continue
             try:
-                got = self._api.acquire(name)
+                got = await loop.run_in_executor(pool, self._api.acquire, name)
             finally:
-                self._asking.release()
+                asking.release()
             if got is None:
                 return None  # no such limit (deleted under us): the night's gate still caps
             if got != FULL:
                 with self._lock:
                     self._in_use.setdefault(name, []).append(got)
-                self._write_down("taken", name, got)
+                await loop.run_in_executor(pool, self._write_down, "taken", name, got)
                 self._start_renewing()
                 return got
             left = end - self._clock()
             if left <= 0:
                 raise TimeoutError(f"no slot of the Prefect limit {name} before the deadline")
-            self._sleep(min(self._poll.delay(waits), left))
+            pause = min(self._poll.delay(waits), left)
+            if self._sleep is not None:  # a test's fake clock: moved at once
+                self._sleep(pause)
+                await asyncio.sleep(0)
+            else:
+                await asyncio.sleep(pause)
             waits += 1
 
     def _give_back(self, name: str, *, early: bool = False) -> None:

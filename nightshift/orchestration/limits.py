@@ -13,6 +13,7 @@ from a job that ended to the next one itself (``leases.py``): no wait on Prefect
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import math
@@ -114,6 +115,30 @@ class PrefectHold:
                 name = rate_limit_name(backend, self._scope)
                 rate_limit(name, occupy=1, timeout_seconds=left, strict=False)
             yield
+
+    async def slot(self, backend: str, timeout_s: float) -> AbstractContextManager[object]:
+        """On the night's loop: ``hold`` awaited, holding no thread while a full limit is asked
+        again; what gives the slot back (TimeoutError as ``hold``)."""
+        if backend not in self._caps and backend not in self._rates:
+            return nullcontext()
+        timeout_s = max(timeout_s, 0.1)
+        end = time.monotonic() + timeout_s
+        held = ExitStack()
+        try:
+            if backend in self._caps:
+                name = limit_name(backend, self._scope)
+                held.enter_context(await self._leases.take(name, timeout_s))
+            if backend in self._rates:  # Prefect's own wait for a rate slot, on a thread
+                left = max(end - time.monotonic(), 0.1)
+                name = rate_limit_name(backend, self._scope)
+                wait = functools.partial(
+                    rate_limit, name, occupy=1, timeout_seconds=left, strict=False
+                )
+                await self._leases.blocking(wait)
+        except BaseException:
+            held.close()
+            raise
+        return held
 
     def hand_on(self, backend: str) -> None:
         if backend in self._caps:

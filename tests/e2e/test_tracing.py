@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ import httpx
 import pytest
 
 from nightshift.sandbox.jobs_api import JobApi
+from nightshift.store.lease import Lease
 from nightshift.store.ledger import Ledger
 from tests.http_night import TOKEN, http_job
 from tests.otlp_receiver import Received, Receiver, otlp_receiver
@@ -162,6 +164,7 @@ def test_a_night_stopped_and_rerun_has_each_try_once_and_no_orphan_parent(
             if sig == signal.SIGKILL:
                 os.killpg(first.pid, signal.SIGKILL)
                 first.wait(timeout=30)
+                _lease_ended(night)  # the dead night's lease (2 s) ends before the rerun
             else:
                 assert signalled(first, sig) <= STOP_S
             second = night.start(2)
@@ -193,6 +196,18 @@ def test_a_night_stopped_and_rerun_has_each_try_once_and_no_orphan_parent(
             span = _one(receiver, f"{label} (try 1)")
             assert span.trace_id == killed.trace_id, label
             assert abs(span.start_ns / 1e9 - began[label]) < 0.01, label
+
+
+def _lease_ended(night: Night) -> None:
+    """Wait for a killed night's lease to run out (its TTL, on the database's clock)."""
+    ledger = Ledger(night.url, night.name)
+    try:
+        held = Lease(ledger.engine, night.name).holder()
+    finally:
+        ledger.close()
+    if held is not None:
+        ends = held[1] + timedelta(seconds=0.5)  # the database's clock, rounded
+        wait_until(lambda: datetime.now(UTC) > ends, 30, "the killed night's lease to end", 0.1)
 
 
 def _try_starts(night: Night) -> dict[str, float]:
