@@ -42,9 +42,11 @@ from typing import Any, TypeVar
 from nightshift.backends.base import ExternalState, JobStatus, capabilities
 from nightshift.engine.poll_schedule import PollSchedule
 from nightshift.engine.streams import StreamListener
+from nightshift.engine.watch_cancel import given_up
 from nightshift.engine.watch_request import (
     STREAM_RECONNECTS,
     CancelAsked,
+    Judged,
     Reason,
     WatchRequest,
     WatchResult,
@@ -52,7 +54,6 @@ from nightshift.engine.watch_request import (
     next_poll,
 )
 from nightshift.engine.watch_schedule import Ask, Drain, Fire, ListAll, WatchSchedule, Work
-from nightshift.errors import BackendError, CannotCancelError
 from nightshift.loop import NightLoop, Signal
 from nightshift.usual import Usual
 
@@ -341,8 +342,19 @@ class Watcher:
             return
         unlisted = [e for e in entries if e.external_id not in found]
         try:
-            answered = [e for e in entries if e.external_id in found]
-            await asyncio.gather(*(self._take(e, found[e.external_id]) for e in answered))
+            answered = [
+                (e, found[e.external_id])
+                for e in entries
+                if e.external_id in found and not e.closing and not e.future.done()
+            ]
+            now = self._clock()
+            judged = [(e, seen, judge(e, seen, now, True)) for e, seen in answered]
+            # what the listing saw, told to the night on one thread, in order (a thousand jobs'
+            # changes are one call, not a thread each)
+            told = [(e.label, seen, j.changed) for e, seen, j in judged if j.report]
+            failed = await self._blocking(self._pool, self._report_many, told) if told else {}
+            for entry, _seen, judgement in judged:
+                await self._follow(entry, judgement, failed.get(entry.label))
         finally:
             self._plan.listed(entries, unlisted, self._clock())
 
@@ -390,23 +402,25 @@ class Watcher:
     # -- an answer ------------------------------------------------------------------------
     async def _take(self, entry: WatchRequest, seen: Seen, polled: bool = True) -> None:
         """Take one status call's answer (``polled``), or what its stream said; ignored once a
-        timer (or stop) ended the job. A bug in taking it ends that job only."""
+        timer (or stop) ended the job."""
         if entry.closing or entry.future.done():
             return
-        try:
-            await self._taken(entry, seen, polled)
-        except Exception as exc:
-            self._close(entry, exc=exc)
-
-    async def _taken(self, entry: WatchRequest, seen: Seen, polled: bool) -> None:
         judged = judge(entry, seen, self._clock(), polled)
+        failed = None
         if judged.report:  # tell the night on a thread (its ledger write blocks)
             failed = await self._blocking(
                 self._pool, self._report, entry.label, seen, judged.changed
             )
-            if failed is not None:  # e.g. the ledger write behind on_change failed
-                self._close(entry, exc=failed)
-                return
+        await self._follow(entry, judged, failed)
+
+    async def _follow(
+        self, entry: WatchRequest, judged: Judged, failed: BaseException | None
+    ) -> None:
+        """What follows a judged answer, once the night was told (``failed``: what telling it
+        raised, e.g. the ledger write behind on_change: that ends the job)."""
+        if failed is not None:
+            self._close(entry, exc=failed)
+            return
         if judged.next == "poll":
             if judged.listen:
                 self._listen(entry)
@@ -417,6 +431,14 @@ class Watcher:
             self._close(entry, exc=judged.error)
         else:
             self._close(entry, WatchResult("final", entry.last_status, entry.checks))
+
+    def _report_many(self, told: list[tuple[str, Seen, bool]]) -> dict[str, BaseException]:
+        """On a pool thread: ``_report`` each, in order; what each that failed raised."""
+        failed: dict[str, BaseException] = {}
+        for label, seen, changed in told:
+            if (exc := self._report(label, seen, changed)) is not None:
+                failed[label] = exc
+        return failed
 
     def _report(self, label: str, seen: Seen, changed: bool) -> BaseException | None:
         """On a pool thread: tell the night what a look saw (a change, an error; a final state
@@ -438,16 +460,8 @@ class Watcher:
     async def _give_up(
         self, entry: WatchRequest, reason: Reason, error: BaseException | None = None
     ) -> WatchResult:
-        """Stop watching a job that may still run out there: cancel it, and say how that went."""
-        cancel, cancel_error = await self._cancel(entry)
-        return WatchResult(
-            reason,
-            entry.last_status,
-            entry.checks,
-            cancel_error,
-            error=None if error is None else str(error),
-            cancel=cancel,
-        )
+        """Cancel a job that may still run out there (``watch_cancel.py``), and say how."""
+        return await given_up(self._cancels, entry, reason, self._cancel_deadline, error)
 
     async def _fire(self, entry: WatchRequest, reason: Reason) -> None:
         """A timer fired: hand a fallback back as it is, cancel the job for the others."""
@@ -458,22 +472,6 @@ class Watcher:
         else:
             result = await self._give_up(entry, reason)
         self._close(entry, result)
-
-    async def _cancel(self, entry: WatchRequest) -> tuple[CancelAsked, str | None]:
-        """Ask the service to cancel the job, waiting ``cancel_deadline`` at most for it."""
-        try:
-            call = self._cancels.submit(entry.backend.cancel, entry.external_id)
-        except RuntimeError:  # the night's loop closed: no one waits for this job any more
-            return "unanswered", "the night stopped before the cancel was sent"
-        try:
-            await asyncio.wait_for(asyncio.wrap_future(call), self._cancel_deadline)
-        except CannotCancelError as exc:
-            return "unsupported", str(exc)
-        except TimeoutError:
-            return "unanswered", f"no answer within {self._cancel_deadline:g}s"
-        except Exception as exc:  # a backend's error (or its bug): said, never raised here
-            return "failed", str(exc) if isinstance(exc, BackendError) else repr(exc)
-        return "accepted", None
 
     def _close(
         self,

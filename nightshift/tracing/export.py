@@ -109,6 +109,9 @@ class SpanExport:
         ]
         self._flush_s = flush_s
         self.sent = 0
+        # the exporter says each failed try of each batch (a collector down: a line a second);
+        # the night says once, at its end, how many spans were dropped
+        logging.getLogger("opentelemetry.exporter.otlp").setLevel(logging.CRITICAL)
 
     def emit(self, record: SpanRecord) -> None:
         """Queue one finished span for export (never blocks on the collector)."""
