@@ -8,8 +8,8 @@ rest of the night, and the jobs held end ``skipped`` with the reason, as they do
 deadline comes first.
 
 The state is the night's loop's: a change asked from another thread is made on the loop (no
-lock); ``why`` may be read from anywhere (one look-up in a dict whose values are never changed in
-place).
+lock; owner-checked); ``why`` may be read from anywhere (one look-up in a dict whose values are
+never changed in place).
 """
 
 from __future__ import annotations
@@ -69,6 +69,7 @@ class SubmitHolds:
         """Wait while ``backend``'s submits are held: None once they may go; the reason when
         the backend is refused tonight, or ``deadline`` (on the clock) passes first, or the
         night is interrupted."""
+        self._owned()
         while True:
             why = self.why(backend, paid)
             if why is None or why.startswith("not submitted") or self._interrupted:
@@ -90,20 +91,28 @@ class SubmitHolds:
         else:
             self._loop.call(fn, *args)
 
+    def _owned(self) -> None:
+        if self._loop is not None:
+            self._loop.owned("the submit holds")
+
     def _hold(self, backend: str, why: str, everything: bool) -> None:
+        self._owned()
         self._held[backend] = (why, everything)
 
     def _release(self, backend: str) -> None:
+        self._owned()
         self._held.pop(backend, None)
         self._wake()
 
     def _refuse(self, backend: str, why: str) -> None:
+        self._owned()
         held = self._held.pop(backend, None)
         if held is not None:
             self._refused[backend] = (why, held[1])
         self._wake()
 
     def _interrupt(self) -> None:
+        self._owned()
         self._interrupted = True
         self._wake()
 
