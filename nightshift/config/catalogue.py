@@ -14,6 +14,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PrivateAttr,
+    field_validator,
     model_validator,
 )
 
@@ -273,7 +274,19 @@ class TelemetrySettings(_Strict):
     """What the OTEL_* variables cannot say about a night's trace (docs/tracing.md)."""
 
     # where a person opens a trace: a template with {trace_id}, e.g. a Grafana Tempo URL
-    trace_url: str | None = Field(None, pattern=r"^https?://.*\{trace_id\}")
+    trace_url: str | None = None
+
+    @field_validator("trace_url")
+    @classmethod
+    def _a_template(cls, value: str | None) -> str | None:
+        if value is not None and (
+            not value.startswith(("http://", "https://")) or "{trace_id}" not in value
+        ):
+            raise ValueError(
+                "must be an http(s) URL with {trace_id} where the trace id goes, e.g. "
+                '"https://tempo.internal/trace/{trace_id}"'
+            )
+        return value
 
     def url_of(self, trace_id: str) -> str | None:
         """The trace's link, when a template is set."""

@@ -258,3 +258,20 @@ def test_a_night_started_inside_a_span_joins_its_trace() -> None:
     flow_run = SpanContext(TRACE, 0x77, is_remote=False, trace_flags=TraceFlags(1))
     with otel.use_span(NonRecordingSpan(flow_run)):
         assert _started_inside({"TRACEPARENT": carried}) == (TRACE, 0x77, True)
+
+
+def test_the_catalogues_trace_url_is_a_template_with_the_trace_id(tmp_path: Any) -> None:
+    from nightshift.config.loader import parse_catalogue
+    from nightshift.errors import CatalogueError
+
+    jobs = 'jobs:\n  - {label: a, backend: command, argv: ["true"]}\n'
+    good = parse_catalogue(
+        'telemetry: {trace_url: "https://tempo.internal/trace/{trace_id}"}\n' + jobs,
+        tmp_path / "n.yaml",
+    )
+    assert good.telemetry.url_of("4bf9") == "https://tempo.internal/trace/4bf9"
+    assert parse_catalogue(jobs, tmp_path / "n.yaml").telemetry.url_of("4bf9") is None
+    with pytest.raises(CatalogueError) as refused:
+        parse_catalogue('telemetry: {trace_url: "https://tempo/x"}\n' + jobs, tmp_path / "n.yaml")
+    said = str(refused.value)
+    assert "n.yaml:1" in said and "telemetry.trace_url" in said and "{trace_id}" in said, said
