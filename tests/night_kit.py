@@ -122,12 +122,14 @@ def run_jobs(
     clock: FakeClock | None = None,
     waits: list[float] | None = None,
 ) -> dict[str, JobOutcome]:
-    """The night's jobs on an event loop of their own, until every one has its outcome."""
+    """The night's jobs on the night's own loop, as the flow runs them
+    (``orchestration/night_loop.py``), until every one has its outcome: what the loop owns is
+    touched only there (its owner check is on in the suite)."""
 
     async def night() -> dict[str, JobOutcome]:
         return await night_jobs(ctx, plan, JobPools(ctx.loop), clock=clock, waits=waits)
 
-    return asyncio.run(night())
+    return ctx.loop.run(night())
 
 
 def start_jobs(ctx: NightContext, plan: Plan, **kwargs: object) -> threading.Thread:
