@@ -53,7 +53,7 @@ def run_job(ctx: NightContext, label: str, attempt: int = 1) -> JobOutcome:
     async def one() -> JobOutcome:
         return await run_job_step_async(ctx, label, JobPools(ctx.loop), attempt)
 
-    return asyncio.run(one())
+    return ctx.loop.run(one())  # on the night's own loop, as the flow runs it
 
 
 async def job_with_retries(

@@ -3,7 +3,6 @@ the night gathers them from there, in memory (nothing is written to result stora
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -78,7 +77,7 @@ def _night_of(tmp_path: Path, backend: ScriptedBackend, work: Any, kept: set[str
     try:
         with open_night(catalogue, parts, plan, NightId(NIGHT, "r", tmp_path)) as ctx:
             pools = JobPools(ctx.loop)
-            return asyncio.run(work(Night(ctx, pools, kept)))
+            return ctx.loop.run(work(Night(ctx, pools, kept)))  # the night's loop, as the flow
     finally:
         ledger.close()
 
