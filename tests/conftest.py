@@ -186,6 +186,9 @@ def pytest_configure(config: pytest.Config) -> None:
     for name, what in LAYERS.items():
         config.addinivalue_line("markers", f"{name}: {what}")
     config.addinivalue_line("markers", "picture: the nights of this test draw the report's picture")
+    config.addinivalue_line(
+        "markers", "fuzz: generated and property-based inputs: the full run, not `-m unit`"
+    )
     # the PostgreSQL variants run whenever a server answers; NIGHTSHIFT_TEST_POSTGRES_URL= (empty)
     # skips them, another URL points them elsewhere. Set before collection (modules read it) and
     # before xdist starts its workers (they inherit it); not looked for when only unit tests run
@@ -270,8 +273,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         parts = Path(str(item.fspath)).resolve().relative_to(here).parts
         layer = parts[0] if parts else ""
-        if layer in LAYERS:
-            item.add_marker(layer)
+        if layer in LAYERS and item.get_closest_marker("fuzz") is None:
+            item.add_marker(layer)  # a fuzz test of the unit folder is its own: the full run
         rank[item.nodeid] = slowest_first.get(layer, len(LAYERS))
     items.sort(key=lambda item: rank[item.nodeid])  # stable: in a layer, as pytest collected
 

@@ -29,6 +29,9 @@ from nightshift.cli.main import main
 from nightshift.config.loader import parse_catalogue
 from nightshift.errors import CatalogueError
 
+# generated inputs: in the full run (the README's test command), not in the fast `-m unit` loop
+pytestmark = pytest.mark.fuzz
+
 BASE = """\
 name: fuzz-night
 defaults:
