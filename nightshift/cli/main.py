@@ -78,10 +78,25 @@ def _say_at_once(name: str, level: int = logging.ERROR) -> None:
     """Lines of logger ``name`` from ``level`` up on the terminal as they happen, one line each
     (a ledger that cannot write names its disk at once, not only in the run's logs and its
     summary; a collector that is down is said once, at the night's end)."""
-    handler = logging.StreamHandler(sys.stderr)
+    logger = logging.getLogger(name)
+    if any(isinstance(h, _Terminal) for h in logger.handlers):
+        return  # set up by an earlier command in this process: each line is said once
+    handler = _Terminal()
     handler.setLevel(level)
     handler.setFormatter(logging.Formatter("nightshift: %(message)s"))
-    logging.getLogger(name).addHandler(handler)
+    logger.addHandler(handler)
+
+
+class _Terminal(logging.StreamHandler):  # type: ignore[type-arg]
+    """The terminal's stderr as it is when a line is said (not when the handler was made)."""
+
+    @property  # type: ignore[override]
+    def stream(self) -> object:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: object) -> None:
+        pass
 
 
 def build_parser() -> argparse.ArgumentParser:
