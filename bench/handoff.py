@@ -99,7 +99,7 @@ def legacy_parts() -> ExitStack:
 
         from prefect.concurrency.sync import concurrency
 
-        limits.prefect_slots(caps, scope=scope)  # the limits made the same way
+        limits.upsert_limits(caps, scope=scope)  # the limits made the same way
 
         def hold(backend: str, timeout_s: float) -> AbstractContextManager[object]:
             if backend not in caps:

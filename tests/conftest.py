@@ -162,6 +162,16 @@ def emulator(sandbox: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
 
 
 @pytest.fixture
+def night_loop() -> Iterator[Any]:
+    """A night's loop for a component under test (a watcher, a lease, slot leases), closed after
+    the test: no component makes a loop of its own."""
+    from nightshift.loop import NightLoop
+
+    with NightLoop("test-night") as loop:
+        yield loop
+
+
+@pytest.fixture
 def clocked_emu() -> Iterator[tuple[Any, FakeClock]]:
     """A Gemini emulator on a fake clock: batch states change only when the test says so."""
     from nightshift.sandbox.gemini_emulator import GeminiEmulator

@@ -24,6 +24,7 @@ from nightshift.engine.dwell_watch import BudgetLoader, DwellWatch
 from nightshift.engine.events import JobChanged, LevelChanged, NightEvent
 from nightshift.engine.night import NightId, NightParts, open_night
 from nightshift.engine.plan import plan_night
+from nightshift.loop import NightLoop
 from nightshift.store.alert_log import AlertLog
 from nightshift.store.ledger import Ledger
 from tests.night_kit import start_jobs
@@ -146,6 +147,7 @@ def dwell_night(
     backend = ScriptedBackend(name="command", scripts={"slow": list(script)})
     events: list[NightEvent] = []
     alerts = Recorder()
+    loop = NightLoop("test-night")
     parts = NightParts(
         backends={"command": backend},  # type: ignore[dict-item]
         ledger=ledger,
@@ -155,10 +157,11 @@ def dwell_night(
         budgets=load,
         alerts=alerts,
         owns_night=owns_night,
+        loop=loop,
     )
     plan = plan_night(catalogue)
     run_dir = tmp_path / "run"
-    with open_night(catalogue, parts, plan, NightId(NIGHT, "t", run_dir)) as ctx:
+    with loop, open_night(catalogue, parts, plan, NightId(NIGHT, "t", run_dir)) as ctx:
         thread = start_jobs(ctx, plan)  # the night's event loop, on a thread of its own
         night = Night(ctx, clock, backend, events, alerts, thread)
 

@@ -22,6 +22,7 @@ from nightshift.engine.events import JobFinished, NightEvent
 from nightshift.engine.night import NightParts
 from nightshift.engine.outcomes import NightSummary
 from nightshift.engine.plan import plan_night
+from nightshift.loop import NightLoop
 from nightshift.sandbox.jobs_api import JobApi
 from nightshift.store.ledger import Ledger
 from tests.night_kit import run_night as run_kit_night
@@ -163,6 +164,7 @@ def run_night(
     own = ledger is None
     ledger = ledger or Ledger(f"sqlite:///{tmp_path / 'ledger.db'}", cat.key)
     events: list[tuple[datetime, NightEvent]] = []
+    loop = NightLoop("test-night")
     parts = NightParts(
         backends={"http": backend},  # type: ignore[dict-item]
         ledger=ledger,
@@ -170,10 +172,12 @@ def run_night(
         sinks=[lambda e: events.append((datetime.now(UTC), e))],
         budgets=None,
         poll_hints=None,
+        loop=loop,
     )
     try:
         summary = run_kit_night(cat, parts, plan_night(cat), night=NIGHT, run_dir=tmp_path / "run")
     finally:
+        loop.close()
         if own:
             ledger.close()
     return Ran(summary, backend, events, None if own else ledger)

@@ -96,12 +96,15 @@ def no_hold(_backend: str, _timeout: float) -> AbstractContextManager[object]:
 
 @dataclass
 class NightParts:
-    """What a night is made of. The night closes its backends when it ends (and its loop, when
-    it made its own)."""
+    """What a night is made of. The night closes its backends when it ends; its loop is its
+    maker's to close."""
 
     backends: dict[str, Backend]
     ledger: Ledger
     admission: Admission
+    # the night's one event loop (a flow's outlives the night: its progress is posted on its
+    # chores at the end)
+    loop: NightLoop
     sinks: list[Sink] = field(default_factory=list)  # the ledger's sink is added by the night
     clock: Callable[[], float] = time.monotonic  # the watcher's (timers, deadline, backoff)
     wall: Callable[[], datetime] = utcnow  # event times, ledger rows, durations
@@ -118,9 +121,6 @@ class NightParts:
     stop_reason: Callable[[Watcher], str | None] | None = None
     # False once the night lost its lease: then it writes no ledger rows
     owns_night: Callable[[], bool] = lambda: True
-    # the night's one event loop, its maker's to close (None: the night makes and closes its
-    # own); a flow's outlives the night: its progress is posted on its chores at the end
-    loop: NightLoop | None = None
     # tonight's incidents (None: the night makes one from its catalogue); a sink that asks it
     # (which job's end an incident tells) is handed the same
     incidents: IncidentDesk | None = None
@@ -145,7 +145,7 @@ def build_parts(
     logger: Logger | None = None,
     slots: Callable[[dict[str, BackendLimit]], Hold] = lambda _limits: no_hold,
     admission: Callable[..., Admission] = Admission,
-    loop: NightLoop | None = None,
+    loop: NightLoop,
 ) -> NightParts:
     """The real parts: backends from settings, the admission and the slot holder for the limits
     (no sinks besides the ledger's: the caller adds its own).
@@ -202,9 +202,6 @@ def open_night(
         cleanup.callback(close_backends, parts.backends)
         # the night's time: its watch, streams, dwell ticks, cancel reads, its jobs
         loop = parts.loop
-        if loop is None:
-            loop = NightLoop()
-            cleanup.callback(loop.close)
         if isinstance(parts.hold, HandsOn):
             cleanup.callback(parts.hold.close)
         priorities = {label: i for i, label in enumerate(plan.labels)}

@@ -86,16 +86,14 @@ class Watcher:
         on_final: Callable[[str], None] = lambda _label: None,
         listing_deadline: float = LISTING_DEADLINE_S,
         cancel_deadline: float = CANCEL_DEADLINE_S,
-        loop: NightLoop | None = None,
+        loop: NightLoop,
     ) -> None:
         self._on_change = on_change
         self._on_error = on_error
         self._expected = expected
         self._on_final = on_final
         self._clock = clock
-        # the night's loop runs the watch (a watcher made alone runs on a loop of its own)
-        self._night = loop if loop is not None else NightLoop("nightshift-watcher")
-        self._owns_loop = loop is None
+        self._night = loop  # the night's loop runs the watch; whoever made it closes it
         self._plan = WatchSchedule(
             listing_deadline, _CALLS_PER_BACKEND, lambda: self._night.owned("the watcher")
         )
@@ -177,8 +175,6 @@ class Watcher:
         # before the clients close under them: a call's error is not a job's
         self._streams.close()
         # the pools are the loop's (another watcher may share them): closed with it
-        if self._owns_loop:
-            self._night.close()
         for entry in stranded:
             _settle(entry, exc=RuntimeError("watcher stopped"))
 

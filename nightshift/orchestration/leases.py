@@ -108,7 +108,7 @@ class SlotLeases:
         sleep: Callable[[float], None] | None = None,
         renew_every: float = LEASE_S * 0.75,
         book: SlotBook | None = None,
-        loop: NightLoop | None = None,
+        loop: NightLoop,
     ) -> None:
         self._api = api
         self._book = book
@@ -129,9 +129,7 @@ class SlotLeases:
         self._early: dict[str, int] = {}  # leases handed on before their holder let go
         self._closed = False
         self._interrupted = False
-        # the night's loop (leases made alone make one of their own when first needed)
-        self._loop = loop
-        self._owns_loop = loop is None
+        self._loop = loop  # the night's: renewals, grace timers and waits run on it
         self._renewing: Future[None] | None = None
 
     def open(self) -> None:
@@ -275,8 +273,6 @@ class SlotLeases:
             for lease in leases:
                 self._release(lease)
             self._api.close()
-        if self._owns_loop and self._loop is not None:
-            self._loop.close()
 
     def _release(self, lease: str) -> None:
         try:
@@ -296,10 +292,7 @@ class SlotLeases:
             log.warning("could not write down a Prefect slot lease: %s", exc)
 
     def _night(self) -> NightLoop:
-        with self._lock:
-            if self._loop is None:
-                self._loop = NightLoop("nightshift-slots")
-            return self._loop
+        return self._loop
 
     def _chore(self, work: Callable[[], object]) -> None:
         """On the loop: ``work`` off it, among the night's chores (none once the night ended)."""

@@ -152,18 +152,13 @@ class PrefectHold:
         self._leases.close()
 
 
-def prefect_slots(
-    limits: Mapping[str, int | BackendLimit],
-    scope: str | None = None,
-    leases: SlotLeases | None = None,
-    lease_s: float = LEASE_S,
-) -> PrefectHold:
-    """Create or resize the limits; return the night's ``PrefectHold`` on them.
+def upsert_limits(
+    limits: Mapping[str, int | BackendLimit], scope: str | None = None
+) -> tuple[dict[str, int], dict[str, float]]:
+    """Create or resize the limits on the Prefect server; the caps and the rates.
 
     ``limits``: backend -> its cap, or its ``BackendLimit`` (cap and/or rate). ``scope`` None:
-    the limits every catalogue shares; else that catalogue's own. A cap's slots are leases the
-    night hands on itself (``leases.py``), not strict: a limit deleted under a night only
-    warns, and the night's own gate still caps the backend.
+    the limits every catalogue shares; else that catalogue's own.
     """
     caps, rates = _split(limits)
     if caps or rates:
@@ -176,8 +171,28 @@ def prefect_slots(
                 client.upsert_global_concurrency_limit_by_name(
                     rate_limit_name(backend, scope), burst, slot_decay_per_second=rate
                 )
+    return caps, rates
+
+
+def prefect_slots(
+    limits: Mapping[str, int | BackendLimit],
+    scope: str | None = None,
+    leases: SlotLeases | None = None,
+    lease_s: float = LEASE_S,
+    *,
+    loop: NightLoop | None = None,
+) -> PrefectHold:
+    """The limits made (``upsert_limits``); the night's ``PrefectHold`` on them, its leases
+    renewed on ``loop`` (the night's) unless ``leases`` are handed over.
+
+    A cap's slots are leases the night hands on itself (``leases.py``), not strict: a limit
+    deleted under a night only warns, and the night's own gate still caps the backend.
+    """
+    caps, rates = upsert_limits(limits, scope)
     if leases is None:  # ``lease_s``: how long a slot outlives a night that died holding it
-        leases = SlotLeases(PrefectLeaseApi(lease_s), renew_every=lease_s * 0.75)
+        if loop is None:
+            raise ValueError("slot leases are renewed on a night's loop: pass leases= or loop=")
+        leases = SlotLeases(PrefectLeaseApi(lease_s), renew_every=lease_s * 0.75, loop=loop)
     if caps:  # before the first submit: the night's first lease costs what the later ones do
         leases.open()
     return PrefectHold(caps, rates, scope, leases)
@@ -192,7 +207,7 @@ def night_slots(
     scope: str | None,
     lease_s: float,
     book_for: Callable[[str], _Book],
-    loop: NightLoop | None = None,
+    loop: NightLoop,
 ) -> PrefectHold:
     """``prefect_slots`` for a night: each slot lease written down in ``book_for(server)``,
     and the slots of nights that died holding them given back first; renewed on ``loop``."""

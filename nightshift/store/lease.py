@@ -101,13 +101,12 @@ class Lease:
         self.owner = owner or default_owner()
         self.ttl_s = float(ttl_s)
         self._clock = clock
-        # renewed while held (``with``) by a task on ``loop`` (the night's; a lease made alone
-        # makes a loop of its own), each renewal on a thread of its own pool
+        # renewed while held (``with``) by a task on ``loop`` (the night's: a lease never makes
+        # a loop of its own), each renewal on a thread of its pool; read alone, it needs none
         self._loop = loop
         self._renewer: Future[None] | None = None
         self._renewing = threading.Lock()  # a renewal in flight; none starts once released
         self._held = False
-        self._own: NightLoop | None = None  # the loop made for a lease made alone
         self._lost: LockHeldError | None = None
         # on self._clock: when a renewal last succeeded, and why the lease can't be trusted
         self._renewed_at: datetime | None = None
@@ -161,14 +160,16 @@ class Lease:
             return self._holder(conn)
 
     def __enter__(self) -> Lease:
+        if self._loop is None:
+            raise RuntimeError(
+                f"a held lease renews on the night's loop: Lease({self.key!r}, loop=...)"
+            )
+        night = self._loop
         self.acquire()
         self._lost = None
         self._lapsed = None
         self.last_error = None
         self._held = True
-        night = self._loop
-        if night is None:
-            night = self._own = NightLoop("lease-renew")
         try:
             self._renewer = night.submit(self._renew_until_stopped(night))
         except BaseException:  # no renewals (the loop closed): not held to its ttl either
@@ -187,9 +188,6 @@ class Lease:
         if self._renewer is not None:
             self._renewer.cancel()
             self._renewer = None
-        own, self._own = self._own, None
-        if own is not None:
-            own.close()
         self._release_when_answered()
 
     def _release_when_answered(self) -> None:

@@ -23,6 +23,7 @@ from nightshift.backends.command.stream import IDENTITY_EVERY, TICK_S
 from nightshift.backoff import Backoff
 from nightshift.engine.watcher import Watcher, WatchRequest, WatchResult
 from nightshift.errors import PermanentBackendError
+from nightshift.loop import NightLoop
 from tests.support import wait_until
 
 # the old path: a first poll 2 s after the watch began, then on the night's backoff
@@ -59,9 +60,9 @@ class Watched:
 
 
 @contextmanager
-def watching(backend: CommandBackend, job_id: str) -> Iterator[Watched]:
+def watching(backend: CommandBackend, job_id: str, night_loop: NightLoop) -> Iterator[Watched]:
     seen: list[ExternalState] = []
-    watcher = Watcher(on_change=lambda _label, state, _status: seen.append(state))
+    watcher = Watcher(on_change=lambda _label, state, _status: seen.append(state), loop=night_loop)
     try:
         request = WatchRequest("job", backend, job_id, POLICY)
         watched = Watched(request, seen)
@@ -82,11 +83,11 @@ def backend(tmp_path: Path) -> CountingCommandBackend:
 
 
 def test_a_short_jobs_end_is_seen_when_it_exits_not_at_its_first_poll(
-    backend: CountingCommandBackend,
+    backend: CountingCommandBackend, night_loop: NightLoop
 ) -> None:
     submitted = time.monotonic()
     job_id = backend.submit(python("import time; time.sleep(0.06)"))
-    with watching(backend, job_id) as job:
+    with watching(backend, job_id, night_loop) as job:
         result = job.result()
     assert job.ended_at is not None
     took = job.ended_at - submitted
@@ -97,9 +98,11 @@ def test_a_short_jobs_end_is_seen_when_it_exits_not_at_its_first_poll(
     assert backend.status_calls <= 1  # the stream said it all: no poll came
 
 
-def test_a_job_cancelled_while_streamed_ends_cancelled(backend: CountingCommandBackend) -> None:
+def test_a_job_cancelled_while_streamed_ends_cancelled(
+    backend: CountingCommandBackend, night_loop: NightLoop
+) -> None:
     job_id = backend.submit(python("import time; time.sleep(60)"))
-    with watching(backend, job_id) as job:
+    with watching(backend, job_id, night_loop) as job:
         wait_until(lambda: ExternalState.RUNNING in job.seen, what="running, from the stream")
         backend.cancel(job_id)
         cancelled = time.monotonic()
@@ -111,7 +114,7 @@ def test_a_job_cancelled_while_streamed_ends_cancelled(backend: CountingCommandB
 
 
 def test_a_streamed_job_whose_supervisor_is_killed_ends_as_status_says(
-    backend: CountingCommandBackend,
+    backend: CountingCommandBackend, night_loop: NightLoop
 ) -> None:
     job_id = backend.submit(python("import time; time.sleep(30)"))
     jobdir = backend.jobs_dir / job_id
@@ -119,7 +122,7 @@ def test_a_streamed_job_whose_supervisor_is_killed_ends_as_status_says(
     child = json.loads((jobdir / "child.pid").read_text())["pid"]
     supervisor = json.loads((jobdir / "runner.pid").read_text())["pid"]
     try:
-        with watching(backend, job_id) as job:
+        with watching(backend, job_id, night_loop) as job:
             wait_until(lambda: ExternalState.RUNNING in job.seen, what="running, from the stream")
             os.kill(supervisor, signal.SIGKILL)
             killed = time.monotonic()

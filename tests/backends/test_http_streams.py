@@ -13,6 +13,7 @@ from nightshift.config.loader import parse_catalogue
 from nightshift.engine.jobspec import job_spec
 from nightshift.engine.outcomes import Outcome
 from nightshift.engine.watcher import Watcher, WatchRequest
+from nightshift.loop import NightLoop
 from nightshift.sandbox.jobs_store import update
 from tests.http_night import TOKEN, catalogue, http_job, run_night, sandbox_api
 from tests.support import eventually
@@ -21,13 +22,17 @@ STREAM = '    stream_url: "/jobs/{id}/stream"\n'
 SLOW_POLLS = ", poll: {initial: 30s, max: 30s}"  # a poll would come far too late to pass
 
 
-def test_a_streamed_end_is_seen_within_a_second_with_no_status_calls(tmp_path: Path) -> None:
+def test_a_streamed_end_is_seen_within_a_second_with_no_status_calls(
+    tmp_path: Path, night_loop: NightLoop
+) -> None:
     with sandbox_api() as api:
         text = catalogue([http_job("s", api.base_url, "{task: s, seconds: 1}", STREAM)])
         catalogue_ = parse_catalogue(text, tmp_path / "n.yaml")
         backend = HttpBackend({"s": catalogue_.job("s")}, environ={"SANDBOX_JOBS_TOKEN": TOKEN})
         seen: dict[ExternalState, datetime] = {}
-        watcher = Watcher(on_change=lambda _l, s, _st: seen.setdefault(s, datetime.now(UTC)))
+        watcher = Watcher(
+            on_change=lambda _l, s, _st: seen.setdefault(s, datetime.now(UTC)), loop=night_loop
+        )
         try:
             for attempt in range(3):
                 seen.clear()
@@ -72,7 +77,9 @@ def test_a_dropped_stream_is_polled_then_listened_to_again(tmp_path: Path) -> No
         assert ran.backend.calls["reading"] == api.stats["status"]
 
 
-def test_500_streams_take_no_thread_and_every_end_is_heard(tmp_path: Path) -> None:
+def test_500_streams_take_no_thread_and_every_end_is_heard(
+    tmp_path: Path, night_loop: NightLoop
+) -> None:
     count = 500
     with sandbox_api(redis=False, look_s=0.5) as api:
         text = catalogue([http_job("many", api.base_url, "{task: m}", STREAM)])
@@ -89,7 +96,7 @@ def test_500_streams_take_no_thread_and_every_end_is_heard(tmp_path: Path) -> No
                 seen[label] = state
 
         before = threading.active_count()
-        watcher = Watcher(on_change=changed)
+        watcher = Watcher(on_change=changed, loop=night_loop)
         try:
             futures = [
                 watcher.watch(

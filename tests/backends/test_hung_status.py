@@ -9,12 +9,15 @@ from nightshift.backends.base import ExternalState, JobSpec
 from nightshift.backends.cli import CliBackend
 from nightshift.backoff import Backoff
 from nightshift.engine.watcher import Watcher, WatchRequest
+from nightshift.loop import NightLoop
 from tests.support import wait_final
 
 AGY = [sys.executable, "-m", "nightshift.sandbox.agy"]
 
 
-def test_a_hung_jobs_get_does_not_hold_back_another_jobs_answer(tmp_path: Path) -> None:
+def test_a_hung_jobs_get_does_not_hold_back_another_jobs_answer(
+    tmp_path: Path, night_loop: NightLoop
+) -> None:
     state = tmp_path / "agy"
     # its own deadline is long: only the answer in hand going on without it passes the test
     backend = CliBackend(AGY, timeout_s=300, env={"AGY_STATE_DIR": str(state)})
@@ -26,7 +29,7 @@ def test_a_hung_jobs_get_does_not_hold_back_another_jobs_answer(tmp_path: Path) 
     done = submit("quick [queue=0 run=0]")
     assert wait_final(backend, done).state is ExternalState.SUCCEEDED
     now = [100.0]  # both fall due in the same tick: one listing for the two
-    watcher = Watcher(lambda *_: None, clock=lambda: now[0])
+    watcher = Watcher(lambda *_: None, clock=lambda: now[0], loop=night_loop)
     try:
         policy = Backoff(initial=1.0, factor=2.0, max=30.0)
         futures = {
@@ -48,7 +51,9 @@ def test_a_hung_jobs_get_does_not_hold_back_another_jobs_answer(tmp_path: Path) 
         watcher.stop()
 
 
-def test_a_hung_batches_get_does_not_hold_back_another_batchs_answer(emu, tmp_path) -> None:
+def test_a_hung_batches_get_does_not_hold_back_another_batchs_answer(
+    emu, tmp_path, night_loop: NightLoop
+) -> None:
     from pydantic import SecretStr
 
     from nightshift.backends.gemini.batch import GeminiBatchBackend, build_gemini_client
@@ -63,7 +68,7 @@ def test_a_hung_batches_get_does_not_hold_back_another_batchs_answer(emu, tmp_pa
         assert wait_final(backend, batch).state is ExternalState.SUCCEEDED
     emu.inject_faults("hang", endpoint="batches.get")  # the unlisted one's own call hangs
     now = [100.0]
-    watcher = Watcher(lambda *_: None, clock=lambda: now[0])
+    watcher = Watcher(lambda *_: None, clock=lambda: now[0], loop=night_loop)
     try:
         policy = Backoff(initial=1.0, factor=2.0, max=30.0)
         futures = {
@@ -81,7 +86,9 @@ def test_a_hung_batches_get_does_not_hold_back_another_batchs_answer(emu, tmp_pa
         watcher.stop()
 
 
-def test_a_listing_that_hangs_on_one_job_holds_no_other_job(tmp_path: Path) -> None:
+def test_a_listing_that_hangs_on_one_job_holds_no_other_job(
+    tmp_path: Path, night_loop: NightLoop
+) -> None:
     """`jobs list` hangs while it lists the hung job: past the listing's own deadline (half the
     poll cap) every job is asked on a call of its own, so the others end on time."""
     from nightshift.config.loader import parse_catalogue
@@ -113,6 +120,7 @@ def test_a_listing_that_hangs_on_one_job_holds_no_other_job(tmp_path: Path) -> N
         sinks=[],
         budgets=None,
         poll_hints=None,
+        loop=night_loop,
     )
     try:
         summary = run_night(cat, parts, plan_night(cat), night="2030-01-01", run_dir=tmp_path)

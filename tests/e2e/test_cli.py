@@ -11,6 +11,7 @@ import pytest
 from nightshift.cli.main import main
 from nightshift.config.loader import load_catalogue
 from nightshift.config.settings import load_settings
+from nightshift.loop import NightLoop
 from nightshift.store.lease import Lease
 from nightshift.store.ledger import Ledger
 
@@ -83,9 +84,11 @@ def test_run_reads_and_plans_the_catalogue_once(
 
 
 @pytest.mark.usefixtures("prefect_server")
-def test_a_second_night_is_refused_while_the_first_holds_the_lease(catalogue: Path, capsys):
+def test_a_second_night_is_refused_while_the_first_holds_the_lease(
+    catalogue: Path, capsys, night_loop: NightLoop
+):
     ledger = Ledger(load_settings().ledger_url())
-    with Lease(ledger.engine, "cli-test", owner="other-host:123:abcd"):
+    with Lease(ledger.engine, "cli-test", owner="other-host:123:abcd", loop=night_loop):
         code = main(["run", "--catalog", str(catalogue)])
     assert code == 3
     err = capsys.readouterr().err

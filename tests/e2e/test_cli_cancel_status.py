@@ -18,6 +18,7 @@ import pytest
 
 from nightshift.cli.main import main
 from nightshift.config.settings import load_settings
+from nightshift.loop import NightLoop
 from nightshift.states import LIVE as LIVE_STATES
 from nightshift.store.lease import Lease
 from nightshift.store.ledger import Ledger
@@ -67,12 +68,16 @@ def _in_flight(job_id: str) -> None:
         ledger.close()
 
 
-def test_status_shows_the_nights_jobs_and_who_holds_its_lease(catalogue: Path, capsys) -> None:
+def test_status_shows_the_nights_jobs_and_who_holds_its_lease(
+    catalogue: Path, capsys, night_loop: NightLoop
+) -> None:
     job_id = _agy("run", "--detach", "--task", "long [run=600]")["job_id"]
     _in_flight(job_id)
     ledger = _ledger()
     try:
-        with Lease(ledger.engine, NAME, owner="night-host:4242:abcd1234:flow-run-1"):
+        with Lease(
+            ledger.engine, NAME, owner="night-host:4242:abcd1234:flow-run-1", loop=night_loop
+        ):
             assert main(["status", "--catalogue", str(catalogue), "--night", NIGHT, "--json"]) == 0
     finally:
         ledger.close()

@@ -9,6 +9,7 @@ import pytest
 from nightshift.cli.exits import BAD_CATALOGUE as EXIT_BAD_CATALOGUE
 from nightshift.cli.main import main
 from nightshift.config.loader import load_catalogue
+from nightshift.loop import NightLoop
 
 
 def test_init_writes_a_commented_starter_that_validates(
@@ -62,7 +63,9 @@ def test_init_over_an_existing_file_is_one_line_and_writes_nothing(
     assert captured.out == ""
 
 
-def test_the_rough_example_is_a_night_that_fails_as_a_bad_morning_does(tmp_path: Path) -> None:
+def test_the_rough_example_is_a_night_that_fails_as_a_bad_morning_does(
+    tmp_path: Path, night_loop: NightLoop
+) -> None:
     """`init --example rough`: a failing job whose why is its log's last line, a chain whose
     first step fails and whose second is skipped, and jobs that succeed: a Partial night."""
     from nightshift.backends.command.backend import CommandBackend
@@ -87,6 +90,7 @@ def test_the_rough_example_is_a_night_that_fails_as_a_bad_morning_does(tmp_path:
         sinks=[],
         budgets=None,
         poll_hints=None,
+        loop=night_loop,
     )
     try:
         plan = plan_night(catalogue)

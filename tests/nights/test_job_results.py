@@ -24,6 +24,7 @@ from nightshift.engine.outcomes import JobOutcome, Outcome
 from nightshift.engine.plan import plan_night
 from nightshift.engine.steps import JobPools
 from nightshift.flows.chain import chain
+from nightshift.loop import NightLoop
 from nightshift.orchestration.running_night import Night
 from nightshift.store.ledger import Ledger
 from nightshift.tasks.jobs import chain_outcomes, job_task, outcome_of, run_job, with_retries
@@ -65,6 +66,7 @@ def _night_of(tmp_path: Path, backend: ScriptedBackend, work: Any, kept: set[str
     """``work(night)`` on a night of CATALOGUE opened on ``backend``, on an event loop."""
     catalogue = parse_catalogue(CATALOGUE, tmp_path / "n.yaml")
     ledger = Ledger(new_ledger_url(tmp_path / "ledger.db"), catalogue.key)
+    night_loop = NightLoop("test-night")  # each run of the night its own, as the flow's
     parts = NightParts(
         backends={"command": backend},  # type: ignore[dict-item]
         ledger=ledger,
@@ -72,6 +74,7 @@ def _night_of(tmp_path: Path, backend: ScriptedBackend, work: Any, kept: set[str
         budgets=None,
         poll_hints=None,
         cancel_poll_s=None,
+        loop=night_loop,
     )
     plan = plan_night(catalogue)
     try:
@@ -79,6 +82,7 @@ def _night_of(tmp_path: Path, backend: ScriptedBackend, work: Any, kept: set[str
             pools = JobPools(ctx.loop)
             return ctx.loop.run(work(Night(ctx, pools, kept)))  # the night's loop, as the flow
     finally:
+        night_loop.close()
         ledger.close()
 
 

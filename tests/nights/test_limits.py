@@ -7,6 +7,7 @@ import time
 import httpx
 import pytest
 
+from nightshift.loop import NightLoop
 from nightshift.orchestration.leases import PrefectLeaseApi, SlotLeases
 from nightshift.orchestration.limits import limit_name, prefect_slots
 from tests.support import wait_until
@@ -15,11 +16,11 @@ pytestmark = pytest.mark.usefixtures("prefect_server")
 
 
 def test_a_prefect_api_blip_during_a_capped_job_does_not_cancel_it(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, night_loop: NightLoop
 ) -> None:
     from prefect.client.orchestration import SyncPrefectClient
 
-    leases = SlotLeases(PrefectLeaseApi(), renew_every=0.05)
+    leases = SlotLeases(PrefectLeaseApi(), renew_every=0.05, loop=night_loop)
     hold = prefect_slots({"cli": 1}, leases=leases)
     calls: list[int] = []
 
@@ -39,7 +40,9 @@ def test_a_prefect_api_blip_during_a_capped_job_does_not_cancel_it(
     assert survived
 
 
-def test_the_lease_client_is_open_before_the_nights_first_job_asks_for_a_slot() -> None:
+def test_the_lease_client_is_open_before_the_nights_first_job_asks_for_a_slot(
+    night_loop: NightLoop,
+) -> None:
     calls: list[str] = []
 
     class Recorded(PrefectLeaseApi):
@@ -51,7 +54,7 @@ def test_the_lease_client_is_open_before_the_nights_first_job_asks_for_a_slot() 
             calls.append("acquire")
             return super().acquire(name)
 
-    hold = prefect_slots({"cli": 1}, scope="early", leases=SlotLeases(Recorded()))
+    hold = prefect_slots({"cli": 1}, scope="early", leases=SlotLeases(Recorded(), loop=night_loop))
     assert calls == ["open"]  # the night's first lease finds the connection made
     with hold("cli", 10):
         pass
@@ -59,7 +62,9 @@ def test_the_lease_client_is_open_before_the_nights_first_job_asks_for_a_slot() 
     assert calls == ["open", "acquire"]
 
 
-def test_a_slot_goes_to_the_nights_next_job_and_to_another_night_once_released() -> None:
+def test_a_slot_goes_to_the_nights_next_job_and_to_another_night_once_released(
+    night_loop: NightLoop,
+) -> None:
     from prefect.client.orchestration import get_client
 
     class Counted(PrefectLeaseApi):
@@ -69,8 +74,10 @@ def test_a_slot_goes_to_the_nights_next_job_and_to_another_night_once_released()
             Counted.acquired += 1
             return super().acquire(name)
 
-    ours = prefect_slots({"cli": 1}, scope="handoff", leases=SlotLeases(Counted(), grace=0.2))
-    theirs = prefect_slots({"cli": 1}, scope="handoff")
+    ours = prefect_slots(
+        {"cli": 1}, scope="handoff", leases=SlotLeases(Counted(), grace=0.2, loop=night_loop)
+    )
+    theirs = prefect_slots({"cli": 1}, scope="handoff", loop=night_loop)
 
     def active() -> int:
         with get_client(sync_client=True) as client:
@@ -100,14 +107,16 @@ def test_a_slot_goes_to_the_nights_next_job_and_to_another_night_once_released()
     assert active() == 0
 
 
-def test_a_rate_is_a_limit_with_a_slot_decay() -> None:
+def test_a_rate_is_a_limit_with_a_slot_decay(night_loop: NightLoop) -> None:
     from prefect.client.orchestration import get_client
 
     from nightshift.config.limits import BackendLimit
     from nightshift.orchestration.limits import rate_limit_name
 
     hold = prefect_slots(
-        {"cli": BackendLimit.model_validate({"concurrency": 2, "rate": "4/s"})}, scope="paced"
+        {"cli": BackendLimit.model_validate({"concurrency": 2, "rate": "4/s"})},
+        scope="paced",
+        loop=night_loop,
     )
     with get_client(sync_client=True) as client:
         rate = client.read_global_concurrency_limit_by_name(rate_limit_name("cli", "paced"))
@@ -122,23 +131,23 @@ def test_a_rate_is_a_limit_with_a_slot_decay() -> None:
     hold.close()
 
 
-def test_a_limit_deleted_under_a_night_does_not_fail_its_jobs() -> None:
+def test_a_limit_deleted_under_a_night_does_not_fail_its_jobs(night_loop: NightLoop) -> None:
     from prefect.client.orchestration import get_client
 
-    hold = prefect_slots({"command": 2})
+    hold = prefect_slots({"command": 2}, loop=night_loop)
     with get_client(sync_client=True) as client:
         client.delete_global_concurrency_limit_by_name(limit_name("command"))
     with hold("command", 5.0):
         pass  # the local admission gate still caps the night
 
 
-def test_uncapped_backends_take_no_slot() -> None:
-    hold = prefect_slots({})
+def test_uncapped_backends_take_no_slot(night_loop: NightLoop) -> None:
+    hold = prefect_slots({}, loop=night_loop)
     with hold("gemini_batch", 0.0):
         pass
 
 
-def test_a_catalogue_may_have_limits_of_its_own(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_a_catalogue_may_have_limits_of_its_own(tmp_path, night_loop: NightLoop) -> None:  # type: ignore[no-untyped-def]
     from prefect.client.orchestration import get_client
 
     from nightshift.config.loader import load_catalogue
@@ -158,8 +167,8 @@ def test_a_catalogue_may_have_limits_of_its_own(tmp_path) -> None:  # type: igno
     assert scopes[0] == "team-nightly"
     assert scopes[1] is not None and scopes[1].startswith("nightshift-") and len(scopes[1]) == 17
     assert scopes[2] is None
-    prefect_slots({"cli": 2}, scope=scopes[0])
-    prefect_slots({"cli": 3}, scope=scopes[1])
+    prefect_slots({"cli": 2}, scope=scopes[0], loop=night_loop)
+    prefect_slots({"cli": 3}, scope=scopes[1], loop=night_loop)
     with get_client(sync_client=True) as client:
         own = client.read_global_concurrency_limit_by_name("nightshift-team-nightly-cli")
         other = client.read_global_concurrency_limit_by_name(limit_name("cli", scopes[1]))
@@ -168,6 +177,7 @@ def test_a_catalogue_may_have_limits_of_its_own(tmp_path) -> None:  # type: igno
 
 def test_a_slot_lease_lives_as_long_as_the_nights_own_lease(
     monkeypatch: pytest.MonkeyPatch,
+    night_loop: NightLoop,
 ) -> None:
     # a night killed with -9 keeps its slots until their lease ends: with Prefect's default
     # 300 s, a rerun after the night's own 60 s lease waited out its deadline for them
@@ -184,14 +194,16 @@ def test_a_slot_lease_lives_as_long_as_the_nights_own_lease(
 
     monkeypatch.setattr(SyncPrefectClient, "increment_concurrency_slots_with_lease", spy)
     assert (slot_lease_s(5), slot_lease_s(60), slot_lease_s(600)) == (60.0, 60.0, 600.0)
-    hold = prefect_slots({"cli": 1}, scope="short-lease", lease_s=slot_lease_s(60))
+    hold = prefect_slots({"cli": 1}, scope="short-lease", lease_s=slot_lease_s(60), loop=night_loop)
     with hold("cli", 10):
         pass
     hold.close()
     assert asked == [60.0]
 
 
-def test_slots_asked_for_at_once_are_granted_at_once(caplog: pytest.LogCaptureFixture) -> None:
+def test_slots_asked_for_at_once_are_granted_at_once(
+    caplog: pytest.LogCaptureFixture, night_loop: NightLoop
+) -> None:
     """Two jobs of a capped backend starting together: on the old code their two requests met
     at the server, one was answered 503 and taken again on Prefect's retry, 2 s later (the
     night's longest job started 2 s late half the time: bench/handoff.py)."""
@@ -199,7 +211,9 @@ def test_slots_asked_for_at_once_are_granted_at_once(caplog: pytest.LogCaptureFi
     import threading
 
     caplog.set_level(logging.DEBUG, logger="prefect.client")
-    hold = prefect_slots({"cli": 4}, scope="together", leases=SlotLeases(PrefectLeaseApi()))
+    hold = prefect_slots(
+        {"cli": 4}, scope="together", leases=SlotLeases(PrefectLeaseApi(), loop=night_loop)
+    )
     start = threading.Barrier(4)
     took: list[float] = []
 

@@ -16,6 +16,7 @@ import nightshift.orchestration.night_run as night_run
 from nightshift.config.settings import load_settings
 from nightshift.errors import LockHeldError
 from nightshift.flows.nightly import nightly
+from nightshift.loop import NightLoop
 from nightshift.orchestration.night_setup import stop_reason
 from nightshift.store.lease import Lease
 from nightshift.store.ledger import Ledger
@@ -98,11 +99,11 @@ def test_a_backend_that_cannot_be_built_fails_only_its_own_jobs(
     assert summary_of(run_dir)["exit_code"] == 2
 
 
-def test_a_refused_night_leaves_a_summary_saying_why(sandbox: Path) -> None:
+def test_a_refused_night_leaves_a_summary_saying_why(sandbox: Path, night_loop: NightLoop) -> None:
     path = write(sandbox, command("hello"))
     ledger = Ledger(load_settings().ledger_url())
     run_dir = sandbox / "run"
-    with Lease(ledger.engine, "edges", owner="other-host:1:abcd"):
+    with Lease(ledger.engine, "edges", owner="other-host:1:abcd", loop=night_loop):
         state = nightly(catalog=str(path), run_dir=str(run_dir), return_state=True)
 
     assert isinstance(state.result(raise_on_failure=False), LockHeldError)  # the CLI's exit 3
@@ -225,7 +226,9 @@ def test_a_chain_is_one_subflow_run_named_by_its_night_and_steps_with_the_run_ta
     }
 
 
-def test_a_night_whose_lease_was_not_renewed_in_time_submits_nothing_more(tmp_path: Path) -> None:
+def test_a_night_whose_lease_was_not_renewed_in_time_submits_nothing_more(
+    tmp_path: Path, night_loop: NightLoop
+) -> None:
     from datetime import UTC, datetime
 
     from sqlalchemy import create_engine, text
@@ -234,9 +237,9 @@ def test_a_night_whose_lease_was_not_renewed_in_time_submits_nothing_more(tmp_pa
 
     clock = FakeClock(datetime(2026, 11, 29, 2, 0, tzinfo=UTC))
     url = f"sqlite:///{tmp_path / 'ledger.sqlite3'}"
-    watcher = Watcher(lambda *_: None)
+    watcher = Watcher(lambda *_: None, loop=night_loop)
     try:
-        with Lease(url, "edges", "me", ttl_s=0.3, clock=clock) as lease:
+        with Lease(url, "edges", "me", ttl_s=0.3, clock=clock, loop=night_loop) as lease:
             assert stop_reason(lease, watcher) is None
             engine = create_engine(url)
             with engine.begin() as conn:  # the database goes away under the night

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from nightshift.errors import LockHeldError
+from nightshift.loop import NightLoop
 from nightshift.store.lease import Lease, default_owner
 from tests.support import FakeClock, wait_until
 
@@ -104,15 +105,15 @@ def test_release_does_not_free_someone_elses_lease(one_host_url: str) -> None:
     assert old.holder() == ("new", T0 + timedelta(seconds=121))
 
 
-def test_the_context_manager_releases_even_on_error(url: str) -> None:
-    with pytest.raises(RuntimeError), Lease(url, KEY, "me", ttl_s=60):
+def test_the_context_manager_releases_even_on_error(url: str, night_loop: NightLoop) -> None:
+    with pytest.raises(RuntimeError), Lease(url, KEY, "me", ttl_s=60, loop=night_loop):
         raise RuntimeError("the night blew up")
 
     assert Lease(url, KEY, "other").holder() is None
 
 
-def test_the_context_manager_keeps_renewing(url: str) -> None:
-    with Lease(url, KEY, "me", ttl_s=0.3) as lease:
+def test_the_context_manager_keeps_renewing(url: str, night_loop: NightLoop) -> None:
+    with Lease(url, KEY, "me", ttl_s=0.3, loop=night_loop) as lease:
         first_expiry = _holder_expiry(lease)
         wait_until(lambda: _holder_expiry(lease) != first_expiry, 5, "the lease to be renewed")
         assert lease.lost is None
@@ -159,8 +160,11 @@ def test_eight_threads_racing_exactly_one_wins(url: str) -> None:
 
 _HOLDER = """
 import sys
+from nightshift.loop import NightLoop
 from nightshift.store.lease import Lease
-with Lease(sys.argv[1], sys.argv[2], "child:" + sys.argv[3], ttl_s=1.0):
+with NightLoop() as loop, Lease(
+    sys.argv[1], sys.argv[2], "child:" + sys.argv[3], ttl_s=1.0, loop=loop
+):
     print("acquired", flush=True)
     sys.stdin.read()
 """
@@ -215,9 +219,11 @@ def _break_database(url: str) -> None:
     engine.dispose()
 
 
-def test_a_lease_not_renewed_within_its_ttl_is_reported_lost(url: str, caplog) -> None:
+def test_a_lease_not_renewed_within_its_ttl_is_reported_lost(
+    url: str, caplog, night_loop: NightLoop
+) -> None:
     clock = FakeClock(T0)
-    with Lease(url, KEY, "me", ttl_s=0.3, clock=clock) as lease:
+    with Lease(url, KEY, "me", ttl_s=0.3, clock=clock, loop=night_loop) as lease:
         _break_database(url)
         # the renewer saw the outage, said so
         wait_until(lambda: "renewing the lease" in caplog.text, 10, "the outage to be reported")
@@ -229,9 +235,9 @@ def test_a_lease_not_renewed_within_its_ttl_is_reported_lost(url: str, caplog) -
     # leaving the block while the database is down does not raise over the night's outcome
 
 
-def test_a_lease_taken_over_is_reported_lost(one_host_url: str) -> None:
+def test_a_lease_taken_over_is_reported_lost(one_host_url: str, night_loop: NightLoop) -> None:
     clock = FakeClock(T0)
-    with Lease(one_host_url, KEY, "me", ttl_s=0.3, clock=clock) as lease:
+    with Lease(one_host_url, KEY, "me", ttl_s=0.3, clock=clock, loop=night_loop) as lease:
         rescuer = Lease(one_host_url, KEY, "rescuer", ttl_s=60, clock=clock)
 
         def take_over() -> bool:

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from nightshift.loop import NightLoop
 from nightshift.orchestration.leases import SlotLeases, heal_orphans
 from nightshift.store.lease import Lease
 from nightshift.store.ledger import Ledger
@@ -25,19 +26,20 @@ class HealingServer(FakeServer):
         self.taken_back.append((name, slots))
 
 
-def test_a_dead_nights_slots_are_given_back_once(db_url: str) -> None:
+def test_a_dead_nights_slots_are_given_back_once(db_url: str, night_loop: NightLoop) -> None:
     ledger = Ledger(db_url, "cat")
     server = HealingServer(size=3)
     dead = Lease(ledger.engine, "cat", owner="host:1:dead", ttl_s=60)
     dead.acquire()
     book = SlotHolders(ledger.engine, dead.owner, "cat", "http://prefect/api")
-    leases = SlotLeases(server, book=book, grace=3600)  # its spare leases are never released
+    # its spare leases are never released
+    leases = SlotLeases(server, book=book, grace=3600, loop=night_loop)
     with leases.hold("nightshift-cli", 1.0), leases.hold("nightshift-cli", 1.0):
         pass  # taken and spare; the night dies (kill -9) before releasing them
     living = Lease(ledger.engine, "other", owner="host:2:alive", ttl_s=60)
     living.acquire()
     alive_book = SlotHolders(ledger.engine, living.owner, "other", "http://prefect/api")
-    alive = SlotLeases(server, book=alive_book)
+    alive = SlotLeases(server, book=alive_book, loop=night_loop)
     with alive.hold("nightshift-cli", 1.0):
         # the dead night still holds its lease: nothing is an orphan yet
         rerun = SlotHolders(ledger.engine, "host:3:rerun", "cat", "http://prefect/api")

@@ -128,10 +128,6 @@ LOCKS_AT_MOST: dict[str, int] = {
 # event loops made outside nightshift/loop.py (a NightLoop, or asyncio.run): at most these
 LOOPS_AT_MOST: dict[str, int] = {
     "nightshift/flows/nightly.py": 1,  # the night's one loop, made where the night begins
-    "nightshift/engine/night.py": 1,  # a night opened without its maker's loop (tests)
-    "nightshift/engine/watcher.py": 1,  # a watcher made alone (tests)
-    "nightshift/orchestration/leases.py": 1,  # the slot holder made alone
-    "nightshift/store/lease.py": 1,  # a lease renewed without a night's loop
 }
 
 
@@ -172,4 +168,4 @@ def test_locks_and_event_loops_are_made_no_more_than_argued_for() -> None:
     assert more == {}, f"event loops made outside nightshift/loop.py: {more}"
     # one that went away is taken off the list, so it cannot come back unseen
     assert set(locks) == set(LOCKS_AT_MOST) and set(loops) == set(LOOPS_AT_MOST)
-    assert sum(locks.values()) == 23 and sum(loops.values()) == 5
+    assert sum(locks.values()) == 23 and sum(loops.values()) == 1

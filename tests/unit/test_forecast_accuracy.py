@@ -34,6 +34,7 @@ from nightshift.engine.night import (
 from nightshift.engine.night_forecast import forecast_body, forecast_night, seen_after
 from nightshift.engine.plan import expected_durations, plan_night
 from nightshift.engine.watcher import Watcher
+from nightshift.loop import NightLoop
 from nightshift.states import is_final
 from nightshift.store.forecasts import Forecasts, StoredForecast
 from nightshift.store.ledger import Ledger, Transition
@@ -228,6 +229,7 @@ def _actual_path(ends: dict[str, tuple[datetime, datetime]], backends: dict[str,
 
 def test_the_forecast_finish_is_within_five_percent_of_a_night_run_on_fake_backends(
     tmp_path: Path,
+    night_loop: NightLoop,
 ) -> None:
     rng = random.Random(20300101)
     ledger = Ledger(new_ledger_url(tmp_path / "ledger.db"), "measured")
@@ -266,6 +268,7 @@ def test_the_forecast_finish_is_within_five_percent_of_a_night_run_on_fake_backe
         budgets=lambda *_: budgets,
         poll_hints=None,
         cancel_poll_s=None,
+        loop=night_loop,
     )
     settled = Settled({job.label: job.backend for job in catalogue.jobs}, catalogue.caps)
     parts.sinks.append(settled)

@@ -18,6 +18,7 @@ from nightshift.engine.night import NightParts
 from nightshift.engine.outcomes import Outcome
 from nightshift.engine.plan import plan_night
 from nightshift.engine.watcher import Watcher, WatchRequest
+from nightshift.loop import NightLoop
 from nightshift.store.ledger import Ledger
 from tests.night_kit import run_night
 from tests.support import FakeClock, ScriptedBackend, new_ledger_url
@@ -60,7 +61,9 @@ def ledger(tmp_path: Path) -> Iterator[Ledger]:
     ledger.close()
 
 
-def test_the_next_job_gets_the_slot_while_the_ended_one_is_still_recorded(tmp_path, ledger):
+def test_the_next_job_gets_the_slot_while_the_ended_one_is_still_recorded(
+    tmp_path, ledger, night_loop: NightLoop
+):
     clock = FakeClock()
     backend = Timed(name="command", scripts={"a": [R, S], "b": [S]}, clock=clock)
     seen_b_first: list[bool] = []
@@ -81,6 +84,7 @@ def test_the_next_job_gets_the_slot_while_the_ended_one_is_still_recorded(tmp_pa
         budgets=None,
         # a usually takes 5 s after its submit: looked at then, not at 6 s on its backoff
         poll_hints=lambda *_: {"a": 5.0},
+        loop=night_loop,
     )
     plan = plan_night(catalogue)
     # a's end is seen on the watcher's thread, its final row written on a finish-pool thread
@@ -97,7 +101,7 @@ def test_the_next_job_gets_the_slot_while_the_ended_one_is_still_recorded(tmp_pa
     assert backend.submits["b"] == backend.looks["a"][-1]
 
 
-def test_the_watcher_tells_the_night_the_moment_a_job_is_seen_final() -> None:
+def test_the_watcher_tells_the_night_the_moment_a_job_is_seen_final(night_loop: NightLoop) -> None:
     clock = FakeClock()
     ended: list[tuple[str, float]] = []
     watcher = Watcher(
@@ -105,6 +109,7 @@ def test_the_watcher_tells_the_night_the_moment_a_job_is_seen_final() -> None:
         clock=clock,
         expected={"long": 12.0}.get,
         on_final=lambda label: ended.append((label, clock())),
+        loop=night_loop,
     )
     backend = ScriptedBackend(scripts={"long": [R, R, R, S], "short": [S]})
     try:

@@ -23,6 +23,7 @@ from nightshift.engine.night import NightId, NightParts, open_night
 from nightshift.engine.outcomes import Outcome
 from nightshift.engine.plan import plan_night
 from nightshift.engine.timers import job_timers, learned_limit
+from nightshift.loop import NightLoop
 from nightshift.notify.sinks import NoticeSink
 from nightshift.sandbox.history import Habits, Usual, generate, write
 from nightshift.store.ledger import Ledger
@@ -110,6 +111,7 @@ def night_with_history(
     events: list[NightEvent] = []
     notices = Notices()
     alerts = Recorder()
+    night_loop = NightLoop("test-night")
     parts = NightParts(
         backends={"command": backend},  # type: ignore[dict-item]
         ledger=ledger,
@@ -120,9 +122,10 @@ def night_with_history(
         budgets=current_budgets,
         alerts=alerts,
         poll_hints=None,
+        loop=night_loop,
     )
     plan = plan_night(catalogue)
-    with open_night(catalogue, parts, plan, NightId(NIGHT, "t", tmp_path)) as ctx:
+    with night_loop, open_night(catalogue, parts, plan, NightId(NIGHT, "t", tmp_path)) as ctx:
         thread = start_jobs(ctx, plan)
         wait_until(lambda: backend.calls["slow"] >= 0 and "slow" in backend.submitted,
                    what="the job submitted")  # fmt: skip

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from nightshift.loop import NightLoop
 from nightshift.orchestration.leases import FULL, SlotLeases
 from tests.support import FakeClock, wait_until
 
@@ -55,9 +56,9 @@ class FakeServer:
         self.closed = True
 
 
-def test_a_lease_handed_on_goes_to_the_next_job_without_a_round_trip() -> None:
+def test_a_lease_handed_on_goes_to_the_next_job_without_a_round_trip(night_loop: NightLoop) -> None:
     server, clock = FakeServer(size=1), FakeClock()
-    leases = SlotLeases(server, clock=clock, grace=60)
+    leases = SlotLeases(server, clock=clock, grace=60, loop=night_loop)
     first = leases.hold("cli", 10)
     first.__enter__()
     leases.hand_on("cli")  # the watcher saw the first job end; its record is still written
@@ -71,7 +72,9 @@ def test_a_lease_handed_on_goes_to_the_next_job_without_a_round_trip() -> None:
     assert leases.release_spare() == 1 and server.held == set()
 
 
-def test_a_full_limit_is_asked_again_on_a_short_poll_until_the_deadline() -> None:
+def test_a_full_limit_is_asked_again_on_a_short_poll_until_the_deadline(
+    night_loop: NightLoop,
+) -> None:
     server, clock = FakeServer(size=1), FakeClock()
     server.held.add("another-night")
     waits: list[float] = []
@@ -82,7 +85,7 @@ def test_a_full_limit_is_asked_again_on_a_short_poll_until_the_deadline() -> Non
         if len(waits) == 4:
             server.release("another-night")
 
-    leases = SlotLeases(server, clock=clock, sleep=sleep)
+    leases = SlotLeases(server, clock=clock, sleep=sleep, loop=night_loop)
     with leases.hold("cli", 10):
         pass
     assert waits == [0.05, 0.1, 0.2, 0.4]  # not Prefect's Retry-After
@@ -93,17 +96,17 @@ def test_a_full_limit_is_asked_again_on_a_short_poll_until_the_deadline() -> Non
     assert clock() - 1000.0 == pytest.approx(0.75 + 1.0)
 
 
-def test_a_missing_limit_holds_nothing_and_the_night_goes_on() -> None:
+def test_a_missing_limit_holds_nothing_and_the_night_goes_on(night_loop: NightLoop) -> None:
     server = FakeServer(missing=True)
-    leases = SlotLeases(server)
+    leases = SlotLeases(server, loop=night_loop)
     with leases.hold("cli", 1):
         leases.hand_on("cli")
     assert server.releases == []
 
 
-def test_closing_the_night_releases_every_lease_it_still_has() -> None:
+def test_closing_the_night_releases_every_lease_it_still_has(night_loop: NightLoop) -> None:
     server = FakeServer(size=3)
-    leases = SlotLeases(server, grace=3600)
+    leases = SlotLeases(server, grace=3600, loop=night_loop)
     held = leases.hold("cli", 1)
     held.__enter__()
     with leases.hold("cli", 1):
@@ -112,22 +115,26 @@ def test_closing_the_night_releases_every_lease_it_still_has() -> None:
     assert server.held == set() and len(server.releases) == 2 and server.closed
 
 
-def test_a_failed_renewal_only_warns(caplog: pytest.LogCaptureFixture) -> None:
+def test_a_failed_renewal_only_warns(
+    caplog: pytest.LogCaptureFixture, night_loop: NightLoop
+) -> None:
     server = FakeServer(size=2)
-    leases = SlotLeases(server, renew_every=0.01)
+    leases = SlotLeases(server, renew_every=0.01, loop=night_loop)
     with leases.hold("cli", 1):
         server.held.clear()  # the server forgot it (expired): renewing now fails
         wait_until(lambda: "could not renew" in caplog.text, 10, "a renewal to fail")
     leases.close()
 
 
-def test_opening_the_leases_connects_before_any_slot_is_asked_for() -> None:
+def test_opening_the_leases_connects_before_any_slot_is_asked_for(night_loop: NightLoop) -> None:
     server = FakeServer()
-    SlotLeases(server).open()
+    SlotLeases(server, loop=night_loop).open()
     assert (server.opened, server.acquires) == (True, 0)
 
 
-def test_a_job_behind_another_jobs_slot_request_keeps_its_deadline_and_the_stop() -> None:
+def test_a_job_behind_another_jobs_slot_request_keeps_its_deadline_and_the_stop(
+    night_loop: NightLoop,
+) -> None:
     """The night's slot requests go one at a time; a job waiting for its turn to ask still gives
     up at its deadline, or at the night's stop, not after every request ahead of it."""
     import time
@@ -141,7 +148,7 @@ def test_a_job_behind_another_jobs_slot_request_keeps_its_deadline_and_the_stop(
             answer.wait(30)  # the first request hangs until the test lets it answer
             return FULL
 
-    leases = SlotLeases(SlowFull(size=0))
+    leases = SlotLeases(SlowFull(size=0), loop=night_loop)
     gave_up: dict[str, float] = {}
 
     def job(label: str, timeout_s: float) -> None:

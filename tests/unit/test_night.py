@@ -25,6 +25,7 @@ from nightshift.engine.night import NightParts
 from nightshift.engine.outcomes import NightSummary, Outcome, Severity
 from nightshift.engine.plan import plan_night
 from nightshift.errors import TransientBackendError
+from nightshift.loop import NightLoop
 from nightshift.store.ledger import Ledger
 from tests.night_kit import run_night
 from tests.support import EPOCH, FakeClock, ScriptedBackend, new_ledger_url
@@ -59,7 +60,9 @@ def ledger(tmp_path: Path) -> Iterator[Ledger]:
     ledger.close()
 
 
-def _parts(ledger: Ledger, clock: FakeClock, sinks: list) -> tuple[NightParts, ScriptedBackend]:
+def _parts(
+    ledger: Ledger, clock: FakeClock, sinks: list, night_loop: NightLoop
+) -> tuple[NightParts, ScriptedBackend]:
     backend = ScriptedBackend(name="command", scripts=dict(SCRIPTS))  # type: ignore[arg-type]
     parts = NightParts(
         backends={"command": backend},
@@ -68,6 +71,7 @@ def _parts(ledger: Ledger, clock: FakeClock, sinks: list) -> tuple[NightParts, S
         sinks=sinks,
         clock=clock,
         wall=clock.wall,
+        loop=night_loop,
     )
     return parts, backend
 
@@ -76,11 +80,12 @@ def _run(tmp_path: Path, ledger: Ledger, sinks: list) -> tuple[NightSummary, Scr
     """The whole night on the fake clock, through the async path the flow's tasks run."""
     catalogue = parse_catalogue(CATALOGUE, tmp_path / "nightshift.yaml")
     clock = FakeClock(epoch=EPOCH)
-    parts, backend = _parts(ledger, clock, sinks)
     plan = plan_night(catalogue)
-    summary = run_night(
-        catalogue, parts, plan, night=NIGHT, run_id="t", run_dir=tmp_path / "run", clock=clock
-    )
+    with NightLoop("test-night") as night_loop:
+        parts, backend = _parts(ledger, clock, sinks, night_loop)
+        summary = run_night(
+            catalogue, parts, plan, night=NIGHT, run_id="t", run_dir=tmp_path / "run", clock=clock
+        )
     return summary, backend
 
 
@@ -164,13 +169,17 @@ def test_a_sink_that_raises_leaves_the_verdict_unchanged_and_is_logged(
     assert "slack is down" in caplog.text and "broken" in failures[0].getMessage()
 
 
-def test_the_async_path_runs_a_night_on_the_real_clock(tmp_path: Path, ledger: Ledger) -> None:
+def test_the_async_path_runs_a_night_on_the_real_clock(
+    tmp_path: Path, ledger: Ledger, night_loop: NightLoop
+) -> None:
     catalogue = parse_catalogue(
         CATALOGUE.replace("initial: 1s, max: 2s", "initial: 0.01s, max: 0.02s"),
         tmp_path / "nightshift.yaml",
     )
     backend = ScriptedBackend(name="command", scripts=dict(SCRIPTS))  # type: ignore[arg-type]
-    parts = NightParts(backends={"command": backend}, ledger=ledger, admission=Admission(0))
+    parts = NightParts(
+        backends={"command": backend}, ledger=ledger, admission=Admission(0), loop=night_loop
+    )
     summary = run_night(
         catalogue, parts, plan_night(catalogue), night=NIGHT, run_dir=tmp_path / "run"
     )
@@ -203,7 +212,9 @@ class Flaky(ScriptedBackend):
         return super().submit(spec)
 
 
-def test_a_job_is_retried_as_its_task_is_on_transient_errors_only(tmp_path, ledger) -> None:
+def test_a_job_is_retried_as_its_task_is_on_transient_errors_only(
+    tmp_path, ledger, night_loop: NightLoop
+) -> None:
     catalogue = parse_catalogue(RETRYING, tmp_path / "nightshift.yaml")
     clock = FakeClock(epoch=EPOCH)
     backend = Flaky(
@@ -220,6 +231,7 @@ def test_a_job_is_retried_as_its_task_is_on_transient_errors_only(tmp_path, ledg
         clock=clock,
         wall=clock.wall,
         budgets=None,
+        loop=night_loop,
     )
     waits: list[float] = []
     summary = run_night(

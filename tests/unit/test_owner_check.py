@@ -44,10 +44,10 @@ def test_without_the_check_nothing_is_asked(monkeypatch: pytest.MonkeyPatch) -> 
         loop.owned("anything")  # production: no cost, no raise
 
 
-def test_the_watchers_schedule_is_its_loops() -> None:
+def test_the_watchers_schedule_is_its_loops(night_loop: NightLoop) -> None:
     """A thread that reads the watched jobs directly fails; asking the watcher hands it over."""
     backend = ScriptedBackend(scripts={"a": [R]})
-    watcher = Watcher(lambda *_: None)
+    watcher = Watcher(lambda *_: None, loop=night_loop)
     try:
         watcher.watch(WatchRequest("a", backend, "a", Backoff(30, 2, 30)))
         assert watcher.in_flight() == ["a"]  # asked on the loop

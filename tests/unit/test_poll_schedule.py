@@ -10,6 +10,7 @@ from nightshift.backends.base import ExternalState, JobStatus
 from nightshift.backoff import Backoff
 from nightshift.engine.poll_schedule import RELAX, PollSchedule
 from nightshift.engine.watcher import Watcher, WatchRequest
+from nightshift.loop import NightLoop
 from nightshift.usual import Usual
 from tests.support import BatchScriptedBackend, FakeClock
 
@@ -114,10 +115,12 @@ def drive(watcher: Watcher, clock: FakeClock, requests: list[WatchRequest]) -> N
     assert {f.result(timeout=5).reason for f in futures} == {"final"}
 
 
-def test_the_watcher_asks_a_long_job_on_the_relaxed_cap_and_at_its_usual_end() -> None:
+def test_the_watcher_asks_a_long_job_on_the_relaxed_cap_and_at_its_usual_end(
+    night_loop: NightLoop,
+) -> None:
     clock = FakeClock(0.0)
     backend = Single(scripts={"long": [R] * 36 + [S]}, clock=clock)
-    watcher = Watcher(lambda *_: None, clock=clock, expected={"long": HOUR}.get)
+    watcher = Watcher(lambda *_: None, clock=clock, expected={"long": HOUR}.get, loop=night_loop)
     try:
         drive(watcher, clock, [WatchRequest("long", backend, "long", POLL)])
     finally:
@@ -127,12 +130,14 @@ def test_the_watcher_asks_a_long_job_on_the_relaxed_cap_and_at_its_usual_end() -
     assert times[30] == HOUR.p10 and times[31] == HOUR.p10 + 30  # the poll's cap near the end
 
 
-def test_a_listing_made_for_one_job_is_the_look_of_every_job_of_its_backend() -> None:
+def test_a_listing_made_for_one_job_is_the_look_of_every_job_of_its_backend(
+    night_loop: NightLoop,
+) -> None:
     clock = FakeClock(0.0)
     # short usually ends at 10 s, long after an hour: each listing answers for both
     backend = Timed(scripts={"short": [R, R, S], "long": [R] * 6 + [F]}, clock=clock)
     usual = {"short": Usual.exactly(10.0), "long": HOUR}
-    watcher = Watcher(lambda *_: None, clock=clock, expected=usual.get)
+    watcher = Watcher(lambda *_: None, clock=clock, expected=usual.get, loop=night_loop)
     try:
         drive(watcher, clock, [WatchRequest(x, backend, x, POLL) for x in ("short", "long")])
     finally:
@@ -147,11 +152,13 @@ def test_a_listing_made_for_one_job_is_the_look_of_every_job_of_its_backend() ->
     assert backend.single_calls == 4
 
 
-def test_a_job_of_a_backend_that_cannot_list_keeps_the_same_schedule_alone() -> None:
+def test_a_job_of_a_backend_that_cannot_list_keeps_the_same_schedule_alone(
+    night_loop: NightLoop,
+) -> None:
     clock = FakeClock(0.0)
     backend = Single(scripts={"short": [R, R, S], "long": [R] * 6 + [F]}, clock=clock)
     usual = {"short": Usual.exactly(10.0), "long": HOUR}
-    watcher = Watcher(lambda *_: None, clock=clock, expected=usual.get)
+    watcher = Watcher(lambda *_: None, clock=clock, expected=usual.get, loop=night_loop)
     try:
         drive(watcher, clock, [WatchRequest(x, backend, x, POLL) for x in ("short", "long")])
     finally:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from nightshift.errors import CatalogueError, NightArgumentError
+from nightshift.loop import NightLoop
 from nightshift.orchestration.prepared_night import PreparedNight, prepare_night
 from nightshift.store.lease import Lease
 from nightshift.store.ledger import Ledger
@@ -98,12 +99,14 @@ def test_a_ledger_that_cannot_be_opened_raises_the_database_s_error(
         prepare_night(catalogue)
 
 
-def test_the_lease_holder_while_it_holds_it_and_none_once_expired(catalogue: Path) -> None:
+def test_the_lease_holder_while_it_holds_it_and_none_once_expired(
+    catalogue: Path, night_loop: NightLoop
+) -> None:
     prepared = prepare_night(catalogue)
     try:
         assert prepared.lease_holder() is None
         key = prepared.catalogue.key
-        with Lease(prepared.ledger.engine, key, owner="other-host:1:ab", ttl_s=60):
+        with Lease(prepared.ledger.engine, key, owner="other-host:1:ab", ttl_s=60, loop=night_loop):
             held = prepared.lease_holder()
             assert held is not None and held[0] == "other-host:1:ab"
             assert 0 < held[1] <= 60

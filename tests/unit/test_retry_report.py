@@ -15,6 +15,7 @@ from nightshift.engine.admission import Admission
 from nightshift.engine.night import NightParts
 from nightshift.engine.outcomes import NightSummary
 from nightshift.engine.plan import plan_night
+from nightshift.loop import NightLoop
 from nightshift.orchestration.night_report import render_report
 from nightshift.orchestration.report import report
 from nightshift.orchestration.report_inputs import gather_report
@@ -44,13 +45,19 @@ class Exits(ScriptedBackend):
 
 
 def one_run(
-    tmp_path: Path, ledger: Ledger, scripts: dict[str, list[ExternalState]], *, at: int, run: str
+    tmp_path: Path,
+    ledger: Ledger,
+    scripts: dict[str, list[ExternalState]],
+    *,
+    at: int,
+    run: str,
 ) -> NightSummary:
     """One run of the night, ``at`` minutes after the first began; its summary.json written
     to a run folder of its own, as the night's end writes it first."""
     catalogue = parse_catalogue(CATALOGUE, tmp_path / "nightshift.yaml")
     clock = FakeClock(epoch=EPOCH + timedelta(minutes=at))
     backend = Exits(name="command", scripts=dict(scripts))  # type: ignore[arg-type]
+    night_loop = NightLoop("test-night")  # each run of the night its own, as the flow's
     parts = NightParts(
         backends={"command": backend},  # type: ignore[dict-item]
         ledger=ledger,
@@ -58,13 +65,17 @@ def one_run(
         clock=clock,
         wall=clock.wall,
         budgets=None,
+        loop=night_loop,
     )
     folder = tmp_path / "state" / "runs" / NIGHT / f"{at:02d}0000-{run}"
     folder.mkdir(parents=True)
-    summary = run_night(
-        catalogue, parts, plan_night(catalogue), night=NIGHT, run_id=run, run_dir=folder,
-        clock=clock,
-    )  # fmt: skip
+    try:
+        summary = run_night(
+            catalogue, parts, plan_night(catalogue), night=NIGHT, run_id=run, run_dir=folder,
+            clock=clock,
+        )  # fmt: skip
+    finally:
+        night_loop.close()
     report(folder, summary, publish=False)
     return summary
 

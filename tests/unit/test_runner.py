@@ -178,7 +178,7 @@ def test_a_batch_with_missing_rows_is_recorded_partial_never_succeeded(night) ->
     seen: list[tuple[str, str]] = []
     ctx.events.add(lambda e: seen.append((e.label, e.state)) if isinstance(e, JobChanged) else None)
     ctx.watcher.stop()
-    ctx.watcher = Watcher(on_change=ctx.seen)
+    ctx.watcher = Watcher(on_change=ctx.seen, loop=ctx.watcher.loop)
     outcome = run_job(ctx, "a")
     assert outcome.state is Outcome.PARTIAL
     states = [t.to_state for t in ctx.ledger.dwells("2026-11-29", "a")]

@@ -24,6 +24,7 @@ from nightshift.engine.spend import (
     money,
 )
 from nightshift.errors import TransientBackendError
+from nightshift.loop import NightLoop
 from nightshift.store.ledger import Ledger
 from tests.night_kit import run_night
 from tests.support import EPOCH, FakeClock, ScriptedBackend, new_ledger_url
@@ -122,6 +123,7 @@ def _night(
     clock = FakeClock(epoch=EPOCH)
     backend = FlakySubmits(name="command", scripts=dict(scripts), flaky=flaky)  # type: ignore[arg-type]
     events: list[NightEvent] = []
+    night_loop = NightLoop("test-night")
     parts = NightParts(
         backends={"command": backend},
         ledger=ledger,
@@ -132,16 +134,18 @@ def _night(
         budgets=None,
         poll_hints=None,
         cancel_poll_s=None,
+        loop=night_loop,
     )
-    summary = run_night(
-        catalogue,
-        parts,
-        plan_night(catalogue),
-        night=NIGHT,
-        run_id=run_id,
-        run_dir=tmp_path / run_id,
-        clock=clock,
-    )
+    with night_loop:
+        summary = run_night(
+            catalogue,
+            parts,
+            plan_night(catalogue),
+            night=NIGHT,
+            run_id=run_id,
+            run_dir=tmp_path / run_id,
+            clock=clock,
+        )
     return summary, backend, events
 
 

@@ -15,6 +15,7 @@ from nightshift.engine.outcomes import Outcome
 from nightshift.engine.plan import plan_night
 from nightshift.engine.stopping import NightStop
 from nightshift.engine.watcher import Watcher, WatchRequest
+from nightshift.loop import NightLoop
 from nightshift.states import LIVE as LIVE_STATES
 from nightshift.store.ledger import Ledger
 from tests.night_kit import run_jobs, run_night
@@ -37,12 +38,14 @@ jobs:
 def _night(tmp_path: Path, backend: ScriptedBackend, stop: NightStop) -> tuple[object, Ledger]:
     catalogue = parse_catalogue(CATALOGUE, tmp_path / "n.yaml")
     ledger = Ledger(new_ledger_url(tmp_path / "ledger.db"), catalogue.key)
+    loop = NightLoop("test-night")
     parts = NightParts(
         backends={"command": backend},
         ledger=ledger,
         admission=Admission(0, catalogue.caps),
         budgets=None,
         poll_hints=None,
+        loop=loop,
     )
     plan = plan_night(catalogue, None)
     box: dict[str, object] = {}
@@ -57,6 +60,7 @@ def _night(tmp_path: Path, backend: ScriptedBackend, stop: NightStop) -> tuple[o
     wait_until(lambda: len(backend.submitted) == 2, 10, "two jobs submitted (the cap)")
     stop.request("interrupted", 130)
     thread.join(10)
+    loop.close()
     assert not thread.is_alive(), "the night did not stop"
     return box["summary"], ledger
 
@@ -82,7 +86,9 @@ def test_an_interrupted_night_leaves_its_jobs_running_and_submits_nothing_more(
         ledger.close()
 
 
-def test_a_rerun_re_attaches_to_what_the_interrupted_night_left(tmp_path: Path) -> None:
+def test_a_rerun_re_attaches_to_what_the_interrupted_night_left(
+    tmp_path: Path, night_loop: NightLoop
+) -> None:
     backend = ScriptedBackend(scripts={x: [R] for x in "abcd"})
     _, ledger = _night(tmp_path, backend, NightStop())
     ledger.close()
@@ -97,6 +103,7 @@ def test_a_rerun_re_attaches_to_what_the_interrupted_night_left(tmp_path: Path) 
             admission=Admission(0, catalogue.caps),
             budgets=None,
             poll_hints=None,
+            loop=night_loop,
         )
         summary = run_night(
             catalogue, parts, plan_night(catalogue, None), night=NIGHT, run_dir=tmp_path
@@ -107,9 +114,11 @@ def test_a_rerun_re_attaches_to_what_the_interrupted_night_left(tmp_path: Path) 
     assert sorted(backend.submitted) == sorted([*first, *(set("abcd") - set(first))])
 
 
-def test_detach_hands_every_watched_job_a_detached_result_and_later_ones_too() -> None:
+def test_detach_hands_every_watched_job_a_detached_result_and_later_ones_too(
+    night_loop: NightLoop,
+) -> None:
     backend = ScriptedBackend(scripts={"x": [R], "y": [R]})
-    watcher = Watcher(on_change=lambda *_: None)
+    watcher = Watcher(on_change=lambda *_: None, loop=night_loop)
     try:
         policy = Backoff(0.05, 2.0, 0.1)
         first = watcher.watch(WatchRequest("x", backend, "x", policy))

@@ -11,6 +11,7 @@ from nightshift.backends.base import ExternalState, JobStatus
 from nightshift.backoff import Backoff
 from nightshift.engine.watcher import Watcher, WatchRequest
 from nightshift.errors import PermanentBackendError, TransientBackendError
+from nightshift.loop import NightLoop
 from tests.support import BatchScriptedBackend, FakeClock, ScriptedBackend, eventually
 
 Q, R, S, F = (
@@ -28,11 +29,11 @@ def changes() -> list[tuple[str, ExternalState]]:
 
 
 @pytest.fixture
-def watcher(changes: list[tuple[str, ExternalState]]) -> Iterator[Watcher]:
+def watcher(changes: list[tuple[str, ExternalState]], night_loop: NightLoop) -> Iterator[Watcher]:
     def on_change(label: str, state: ExternalState, _status: JobStatus) -> None:
         changes.append((label, state))
 
-    w = Watcher(on_change)
+    w = Watcher(on_change, loop=night_loop)
     yield w
     w.stop()
 
@@ -71,9 +72,9 @@ def test_a_watch_given_up_by_its_waiter_is_forgotten_not_asked_again_and_again(w
     assert backend.calls["a"] <= asked + 1 and backend.cancelled == []
 
 
-def test_a_backend_that_lists_many_jobs_is_asked_once_per_tick() -> None:
+def test_a_backend_that_lists_many_jobs_is_asked_once_per_tick(night_loop: NightLoop) -> None:
     clock = FakeClock(100.0)  # stands still until told: all six jobs fall due in one tick
-    watcher = Watcher(lambda *_: None, clock=clock)
+    watcher = Watcher(lambda *_: None, clock=clock, loop=night_loop)
     try:
         backend = BatchScriptedBackend(scripts={label: [S] for label in "abcdef"})
         futures = [watcher.watch(request(backend, label)) for label in "abcdef"]
@@ -93,11 +94,11 @@ def test_deadline_cancels_and_reports_timeout(watcher) -> None:
     assert backend.cancelled == ["slow"]
 
 
-def test_never_leaving_queue_is_stuck_queued_not_timeout() -> None:
+def test_never_leaving_queue_is_stuck_queued_not_timeout(night_loop: NightLoop) -> None:
     # on a fake clock: on the real one, a first poll of "late" later than its queue timer (a
     # busy machine) made it stuck_queued
     clock = FakeClock(100.0)
-    watcher = Watcher(lambda *_: None, clock=clock)
+    watcher = Watcher(lambda *_: None, clock=clock, loop=night_loop)
     try:
         backend = ScriptedBackend(scripts={"stuck": [Q], "late": [R]})
         now = clock()
@@ -164,12 +165,12 @@ def test_an_unexpected_error_ends_that_job_only_and_the_loop_goes_on(watcher) ->
     assert fine.result(timeout=5).reason == "final"
 
 
-def test_a_failing_state_recorder_fails_the_job_not_the_night() -> None:
+def test_a_failing_state_recorder_fails_the_job_not_the_night(night_loop: NightLoop) -> None:
     def on_change(label: str, state: ExternalState, _status: JobStatus) -> None:
         if label == "unlucky":
             raise RuntimeError("database is locked")
 
-    watcher = Watcher(on_change)
+    watcher = Watcher(on_change, loop=night_loop)
     try:
         backend = ScriptedBackend(scripts={"unlucky": [S], "lucky": [R, S]})
         unlucky = watcher.watch(request(backend, "unlucky"))
@@ -220,8 +221,6 @@ def test_a_failing_listing_falls_back_to_asking_one_by_one(watcher) -> None:
 
 
 def test_a_watcher_stopped_on_a_shared_loop_leaves_the_loops_pools_to_the_others() -> None:
-    from nightshift.loop import NightLoop
-
     backend = ScriptedBackend(scripts={"a": [R, S], "b": [R, S]})
     with NightLoop() as loop:
         first = Watcher(lambda *_: None, loop=loop)
@@ -238,8 +237,6 @@ def test_a_watcher_stopped_on_a_shared_loop_leaves_the_loops_pools_to_the_others
 def test_a_timer_queued_before_the_stop_cancels_nothing_after_it() -> None:
     """Its job was settled by the stop (or let go by a detach): a timer's work still queued on
     the status pool must not send the service a cancel the night no longer stands behind."""
-    from nightshift.loop import NightLoop
-
     backend = ScriptedBackend(scripts={"a": [R]})
     with NightLoop() as loop:  # the night's: its pools outlive the watcher's stop
         watcher = Watcher(lambda *_: None, loop=loop)
@@ -252,7 +249,7 @@ def test_a_timer_queued_before_the_stop_cancels_nothing_after_it() -> None:
     assert backend.cancelled == []
 
 
-def test_what_one_listing_saw_is_told_to_the_night_on_one_thread() -> None:
+def test_what_one_listing_saw_is_told_to_the_night_on_one_thread(night_loop: NightLoop) -> None:
     """A listing's answers are judged on the loop and told to the night (its ledger writes) in
     one call: a thousand jobs ending at one tick use one thread, not a pool's worth (a 1,000-job
     night peaked at 46 threads when each change was told on a thread of its own)."""
@@ -266,7 +263,7 @@ def test_what_one_listing_saw_is_told_to_the_night_on_one_thread() -> None:
 
     labels = [f"j{i:02d}" for i in range(24)]
     backend = BatchScriptedBackend(scripts={label: [S] for label in labels})
-    watcher = Watcher(on_change)
+    watcher = Watcher(on_change, loop=night_loop)
     try:
         futures = [watcher.watch(request(backend, label)) for label in labels]
         assert [f.result(timeout=10).reason for f in futures] == ["final"] * len(labels)

@@ -12,6 +12,7 @@ from nightshift.backends.base import ExternalState, JobStatus
 from nightshift.backoff import Backoff
 from nightshift.engine.watcher import Watcher, WatchRequest
 from nightshift.errors import CannotCancelError, UnknownJobError
+from nightshift.loop import NightLoop
 from tests.support import FakeClock, ScriptedBackend, run_for, wait_until
 
 R, S = ExternalState.RUNNING, ExternalState.SUCCEEDED
@@ -25,8 +26,10 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def watcher(clock: FakeClock) -> Iterator[Watcher]:
-    w = Watcher(lambda *_: None, clock=clock, listing_deadline=5, cancel_deadline=0.3)
+def watcher(clock: FakeClock, night_loop: NightLoop) -> Iterator[Watcher]:
+    w = Watcher(
+        lambda *_: None, clock=clock, listing_deadline=5, cancel_deadline=0.3, loop=night_loop
+    )
     yield w
     w.stop()
 

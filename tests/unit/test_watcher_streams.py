@@ -13,6 +13,7 @@ from typing import Any
 from nightshift.backends.base import ExternalState, JobStatus, capabilities
 from nightshift.backoff import Backoff
 from nightshift.engine.watcher import STREAM_RECONNECTS, Watcher, WatchRequest
+from nightshift.loop import NightLoop
 from tests.support import FakeClock, ScriptedBackend, wait_until
 
 R, S = ExternalState.RUNNING, ExternalState.SUCCEEDED
@@ -55,10 +56,10 @@ def _watch(watcher: Watcher, backend: StreamingBackend, **timers: float) -> Watc
     return request
 
 
-def test_a_streamed_end_ends_the_watch_with_no_status_call() -> None:
+def test_a_streamed_end_ends_the_watch_with_no_status_call(night_loop: NightLoop) -> None:
     clock = FakeClock()
     seen: list[ExternalState] = []
-    watcher = Watcher(on_change=lambda _l, s, _st: seen.append(s), clock=clock)
+    watcher = Watcher(on_change=lambda _l, s, _st: seen.append(s), clock=clock, loop=night_loop)
     backend = StreamingBackend(name="http", scripts={"a": [R]})
     assert capabilities(backend).streams is backend
     try:
@@ -75,9 +76,9 @@ def test_a_streamed_end_ends_the_watch_with_no_status_call() -> None:
         watcher.stop()
 
 
-def test_a_dropped_stream_is_polled_on_its_backoff() -> None:
+def test_a_dropped_stream_is_polled_on_its_backoff(night_loop: NightLoop) -> None:
     clock = FakeClock()
-    watcher = Watcher(on_change=lambda *_: None, clock=clock)
+    watcher = Watcher(on_change=lambda *_: None, clock=clock, loop=night_loop)
     backend = StreamingBackend(name="http", scripts={"a": [S]})
     try:
         request = _watch(watcher, backend)
@@ -132,9 +133,11 @@ class Running:
 
 
 @contextmanager
-def running(backend: StreamingBackend, timeout_s: float | None = None) -> Iterator[Running]:
+def running(
+    backend: StreamingBackend, timeout_s: float | None, night_loop: NightLoop
+) -> Iterator[Running]:
     clock = FakeClock()
-    watcher = Watcher(on_change=lambda *_: None, clock=clock)
+    watcher = Watcher(on_change=lambda *_: None, clock=clock, loop=night_loop)
     try:
         timers = {} if timeout_s is None else {"timeout_at": clock() + timeout_s}
         request = _watch(watcher, backend, **timers)
@@ -145,9 +148,11 @@ def running(backend: StreamingBackend, timeout_s: float | None = None) -> Iterat
         watcher.stop()
 
 
-def test_a_dropped_stream_is_listened_to_again_once_a_poll_finds_the_job_going() -> None:
+def test_a_dropped_stream_is_listened_to_again_once_a_poll_finds_the_job_going(
+    night_loop: NightLoop,
+) -> None:
     backend = StreamingBackend(name="http", scripts={"a": [R]})
-    with running(backend) as job:
+    with running(backend, None, night_loop) as job:
         job.dropped_then_polled()
         wait_until(lambda: backend.opened == 2 and job.request.streaming, what="listened again")
         job.later(1000)  # a hundred polls' worth: none while the new stream holds
@@ -157,9 +162,9 @@ def test_a_dropped_stream_is_listened_to_again_once_a_poll_finds_the_job_going()
         assert (backend.single_calls, backend.opened) == (1, 2)
 
 
-def test_a_stream_that_keeps_dropping_is_given_up_and_its_job_polled() -> None:
+def test_a_stream_that_keeps_dropping_is_given_up_and_its_job_polled(night_loop: NightLoop) -> None:
     backend = StreamingBackend(name="http", scripts={"a": [R] * (STREAM_RECONNECTS + 1) + [S]})
-    with running(backend) as job:
+    with running(backend, None, night_loop) as job:
         for again in range(1, STREAM_RECONNECTS + 1):
             job.dropped_then_polled()
             wait_until(lambda: backend.opened == again + 1, what=f"reconnect {again}")  # noqa: B023
@@ -170,9 +175,9 @@ def test_a_stream_that_keeps_dropping_is_given_up_and_its_job_polled() -> None:
         assert backend.single_calls == STREAM_RECONNECTS + 2
 
 
-def test_a_timeout_fires_and_cancels_while_the_stream_holds() -> None:
+def test_a_timeout_fires_and_cancels_while_the_stream_holds(night_loop: NightLoop) -> None:
     backend = StreamingBackend(name="http", scripts={"a": [R]})
-    with running(backend, timeout_s=30) as job:
+    with running(backend, 30, night_loop) as job:
         job.later(31)
         assert job.result().reason == "timeout"
         assert backend.cancelled == ["a"] and backend.single_calls == 0
@@ -193,12 +198,14 @@ class SlowToAnswerBackend(StreamingBackend):
         return super().status(external_id)
 
 
-def test_a_watch_that_ends_while_its_stream_is_opened_again_opens_none() -> None:
+def test_a_watch_that_ends_while_its_stream_is_opened_again_opens_none(
+    night_loop: NightLoop,
+) -> None:
     """The poll that would open the stream again is out on its thread when the job's timeout
     ends the watch: its answer, when it comes, opens nothing."""
     backend = SlowToAnswerBackend(name="http", scripts={"a": [R]})
     try:
-        with running(backend, timeout_s=60) as job:
+        with running(backend, 60, night_loop) as job:
             backend.held = True
             backend.push(None)
             wait_until(lambda: not job.request.streaming, what="the drop heard")
@@ -228,9 +235,11 @@ class BrokenAfterDropBackend(StreamingBackend):
         return True
 
 
-def test_a_stream_that_cannot_be_opened_again_leaves_its_job_on_its_polls() -> None:
+def test_a_stream_that_cannot_be_opened_again_leaves_its_job_on_its_polls(
+    night_loop: NightLoop,
+) -> None:
     backend = BrokenAfterDropBackend(name="http", scripts={"a": [R, S]})
-    with running(backend) as job:
+    with running(backend, None, night_loop) as job:
         job.dropped_then_polled()
         job.later(40)
         assert job.result().reason == "final"  # polled, not failed

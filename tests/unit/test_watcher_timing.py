@@ -12,6 +12,7 @@ from nightshift.backends.base import ExternalState, JobStatus
 from nightshift.backoff import Backoff
 from nightshift.engine.watcher import Watcher, WatchRequest
 from nightshift.errors import PermanentBackendError
+from nightshift.loop import NightLoop
 from tests.support import FakeClock, ScriptedBackend, run_for, wait_until
 
 Q, R, S = ExternalState.QUEUED, ExternalState.RUNNING, ExternalState.SUCCEEDED
@@ -37,8 +38,8 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def watcher(clock: FakeClock) -> Iterator[Watcher]:
-    w = Watcher(lambda *_: None, clock=clock)
+def watcher(clock: FakeClock, night_loop: NightLoop) -> Iterator[Watcher]:
+    w = Watcher(lambda *_: None, clock=clock, loop=night_loop)
     yield w
     w.stop()
 
@@ -128,8 +129,8 @@ def test_unreadable_job_whose_cancel_fails_says_so(watcher, clock) -> None:
     assert (result.reason, result.cancel_error) == ("unreadable", "cli down")
 
 
-def test_stop_while_a_check_is_in_flight_does_not_raise(clock) -> None:
-    watcher = Watcher(lambda *_: None, clock=clock)
+def test_stop_while_a_check_is_in_flight_does_not_raise(clock, night_loop: NightLoop) -> None:
+    watcher = Watcher(lambda *_: None, clock=clock, loop=night_loop)
     backend = Slow(scripts={"a": [S]})
     entered, release = backend.entered, backend.release
     future = watcher.watch(WatchRequest("a", backend, "a", BACKOFF))
