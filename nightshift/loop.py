@@ -88,6 +88,14 @@ class NightLoop:
         with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
             self._loop.call_soon_threadsafe(fn, *args)
 
+    def soon(self, fn: Callable[..., object], *args: object) -> None:
+        """``fn(*args)`` now when asked on the loop (or once it closed: nobody else touches what
+        it owned), else on the loop soon: a change of the loop's state asked from any thread."""
+        if self.on_loop() or self._closed:
+            fn(*args)
+        else:
+            self.call(fn, *args)
+
     def run(self, work: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Run ``work`` on the loop and wait for what it returns (never from the loop itself)."""
         if self.on_loop():

@@ -98,7 +98,7 @@ class Night:
         if dwell is not None:
 
             def caught_up() -> bool:  # every level due by now has been raised
-                wake = dwell.detector.next_wake()
+                wake = dwell.next_wake()
                 return wake is None or wake > self.clock.wall()
 
             wait_until(caught_up, what="the dwell timer to raise the levels due by now")

@@ -6,8 +6,10 @@ four backends don't queue behind one gap. A capped backend's slot is held until 
 seen; ``free`` hands it on at once (the watcher calls it), before the job is recorded.
 
 A job waits for its turn as a coroutine (``enter``) on the night's loop: a job waiting holds no
-thread. A change (a slot freed, a job withdrawn, the night interrupted) wakes the waiters from
-whichever thread made it.
+thread. The state is the loop's once the night binds it (``on``): a change asked from another
+thread (a slot freed by a status thread, a job withdrawn on a finish thread, the night
+interrupted by a signal) is made on the loop, no lock; with the owner check on, touching it from
+another thread raises. Unbound (a test on one thread), every call is made where it is asked.
 """
 
 from __future__ import annotations
@@ -15,9 +17,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import heapq
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from nightshift.loop import NightLoop
 
 __all__ = ["Admission", "Deadline", "Held", "Pace"]
 
@@ -83,7 +88,7 @@ class Admission:
         self._pace = Pace(stagger, rates)
         self._caps = dict(caps or {})
         self._clock = clock
-        self._lock = threading.Lock()
+        self._loop: NightLoop | None = None  # the night's, once bound: its state is the loop's
         self._waiters: list[_Waiter] = []  # woken on any change, on their own loops
         self._in_use: dict[str, int] = {}
         self._held: list[Held] = []
@@ -98,49 +103,44 @@ class Admission:
         """The capped backends and their caps."""
         return dict(self._caps)
 
+    def on(self, loop: NightLoop) -> None:
+        """From now on the state is ``loop``'s (the night's): asked from elsewhere, made there."""
+        if self._loop is not None and self._loop is not loop:
+            raise RuntimeError("an admission serves one night's loop")
+        self._loop = loop
+
     def expect(self, backend: str, priorities: Sequence[float]) -> None:
         """Announce jobs that will ask for ``backend`` so a cap is granted strictly in order."""
-        with self._lock:
-            self._expected.setdefault(backend, []).extend(priorities)
+        self._on_loop(self._expect, backend, list(priorities))
 
     def withdraw(self, backend: str, priority: float) -> None:
         """An announced job will not ask after all (it already succeeded, or it crashed)."""
-        with self._lock:
-            expected = self._expected.get(backend, [])
-            if priority in expected:
-                expected.remove(priority)
-                self._wake()
+        self._on_loop(self._withdraw, backend, priority)
 
     def interrupt(self) -> None:
         """The night stops: every job waiting for its turn or a slot gets ``Deadline`` now."""
-        with self._lock:
-            self._interrupted = True
-            self._wake()
+        self._on_loop(self._interrupt)
 
     def holds(self, backend: str, priority: float) -> bool:
         """Whether the job of ``priority`` holds a slot of ``backend`` (not freed yet)."""
-        with self._lock:
-            return any(h.backend == backend and h.priority == priority for h in self._held)
+        self._owned()
+        return any(h.backend == backend and h.priority == priority for h in self._held)
 
     def free(self, backend: str, priority: float) -> bool:
-        """The job of ``priority`` is over out there: its slot goes to the next job now.
-
-        Its ``leave`` then releases nothing more. False if it holds no slot.
+        """The job of ``priority`` is over out there: its slot goes to the next job now (on the
+        loop). Its ``leave`` then releases nothing more. False if it holds no slot.
         """
-        with self._lock:
-            for held in self._held:
-                if held.backend == backend and held.priority == priority and not held.released:
-                    self._release(held)
-                    return True
+        self._owned()
+        for held in self._held:
+            if held.backend == backend and held.priority == priority and not held.released:
+                self._release(held)
+                return True
         return False
 
     def leave(self, held: Held | None) -> None:
         """The job admitted with ``held`` lets go of its slot (nothing if freed already)."""
-        if held is None:
-            return
-        with self._lock:
-            if not held.released:
-                self._release(held)
+        if held is not None:
+            self._on_loop(self._leave, held)
 
     async def enter(
         self,
@@ -156,44 +156,74 @@ class Admission:
         a slot (it is in flight) but needs no turn for a submission it will not make.
         ``Deadline`` when ``deadline`` (on the clock) passes first, or the night is interrupted.
         """
+        self._owned()
         me: tuple[float, int] | None = None
         held: Held | None = None
         at: float | None = None
         try:
             while True:
-                with self._lock:
-                    if at is None and backend in self._caps and held is None:
-                        if me is None:
-                            me = self._queue_up(backend, priority)
-                        if self._may_take(backend, priority, me):
-                            held, me = self._take(backend, priority), None
-                        else:
-                            timeout = self._left(deadline)
-                            waiter = self._waiter()
-                    if at is None and (held is not None or backend not in self._caps):
-                        # the turn is reserved in the same breath, so submissions keep grant order
-                        now = self._clock()
-                        at = self._pace.turn(backend, now) if stagger else now
-                        if deadline is not None and at > deadline:
-                            raise Deadline()
-                        if stagger:
-                            self._pace.reserve(backend, now)
-                    if at is not None:
-                        if self._interrupted:
-                            raise Deadline()
-                        if at <= self._clock():
-                            return held
-                        timeout, waiter = at - self._clock(), self._waiter()
+                if at is None and backend in self._caps and held is None:
+                    if me is None:
+                        me = self._queue_up(backend, priority)
+                    if self._may_take(backend, priority, me):
+                        held, me = self._take(backend, priority), None
+                    else:
+                        timeout = self._left(deadline)
+                        waiter = self._waiter()
+                if at is None and (held is not None or backend not in self._caps):
+                    # the turn is reserved in the same step, so submissions keep grant order
+                    now = self._clock()
+                    at = self._pace.turn(backend, now) if stagger else now
+                    if deadline is not None and at > deadline:
+                        raise Deadline()
+                    if stagger:
+                        self._pace.reserve(backend, now)
+                if at is not None:
+                    if self._interrupted:
+                        raise Deadline()
+                    if at <= self._clock():
+                        return held
+                    timeout, waiter = at - self._clock(), self._waiter()
                 await _woken(waiter, timeout)
         except BaseException:  # past its deadline, interrupted, or its task cancelled
-            with self._lock:
-                if me is not None:
-                    self._leave_queue(backend, me)
-                if held is not None and not held.released:
-                    self._release(held)
+            if me is not None:
+                self._leave_queue(backend, me)
+            if held is not None and not held.released:
+                self._release(held)
             raise
 
-    # -- under the lock ---------------------------------------------------------------------
+    # -- on the loop ------------------------------------------------------------------------
+    def _on_loop(self, fn: Callable[..., None], *args: Any) -> None:
+        if self._loop is None:
+            fn(*args)  # unbound: its caller is the only thread
+        else:
+            self._loop.soon(fn, *args)
+
+    def _owned(self) -> None:
+        if self._loop is not None:
+            self._loop.owned("the admission")
+
+    def _expect(self, backend: str, priorities: list[float]) -> None:
+        self._owned()
+        self._expected.setdefault(backend, []).extend(priorities)
+
+    def _withdraw(self, backend: str, priority: float) -> None:
+        self._owned()
+        expected = self._expected.get(backend, [])
+        if priority in expected:
+            expected.remove(priority)
+            self._wake()
+
+    def _interrupt(self) -> None:
+        self._owned()
+        self._interrupted = True
+        self._wake()
+
+    def _leave(self, held: Held) -> None:
+        self._owned()
+        if not held.released:
+            self._release(held)
+
     def _waiter(self) -> asyncio.Future[None]:
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[None] = loop.create_future()

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -141,8 +140,10 @@ class CancelWatch:
     """A live night's view of the cancel requests: read every ``every`` seconds by a task on the
     night's loop (each read off the loop, among the night's chores).
 
-    ``on_new`` hears the labels newly asked for (the night looks at them now). Requests made
-    before ``since`` (the night's start) were for an earlier run of the night: ignored.
+    ``on_new`` hears the labels newly asked for (the night looks at them now), on the loop.
+    Requests made before ``since`` (the night's start) were for an earlier run of the night:
+    ignored. What was read is the loop's: merged there, no lock; ``reason`` may be asked from
+    any thread (the requests seen are one mapping, swapped whole, never changed in place).
     """
 
     def __init__(
@@ -156,8 +157,7 @@ class CancelWatch:
     ) -> None:
         self._requests, self._night, self._on_new, self._every = requests, night, on_new, every
         self._since = since
-        self._seen: dict[str, CancelRequest] = {}
-        self._lock = threading.Lock()
+        self._seen: Mapping[str, CancelRequest] = {}
         self._loop = loop
         self._reads: Future[None] | None = None
 
@@ -173,23 +173,33 @@ class CancelWatch:
 
     def reason(self, label: str, *, fresh: bool = False) -> str | None:
         """Why the job was asked to cancel, if it was (``fresh``: read the requests first)."""
-        if fresh:
-            self.read()
-        with self._lock:
-            request = self._seen.get(label)
+        seen = self._seen
+        if fresh and (found := self._fetch()) is not None:
+            self._loop.soon(self._merge, found)
+            seen = {**seen, **found}
+        request = seen.get(label)
         return request.reason if request is not None else None
 
     def read(self) -> None:
-        """Read the requests now; tell ``on_new`` of the labels not seen before."""
+        """Read the requests now (blocking); ``on_new`` hears the labels not seen before."""
+        if (found := self._fetch()) is not None:
+            self._loop.soon(self._merge, found)
+
+    def _fetch(self) -> dict[str, CancelRequest] | None:
+        """This night run's requests, None when the database did not answer (the next read
+        catches up)."""
         try:
             found = self._requests.of_night(self._night)
-        except Exception as exc:  # the database blinked: the next read catches up
+        except Exception as exc:
             log.warning("could not read the cancel requests: %s", exc)
-            return
-        found = {k: r for k, r in found.items() if r.requested_at >= self._since}
-        with self._lock:
-            new = [label for label in found if label not in self._seen]
-            self._seen.update(found)
+            return None
+        return {k: r for k, r in found.items() if r.requested_at >= self._since}
+
+    def _merge(self, found: Mapping[str, CancelRequest]) -> None:
+        """On the loop: the requests read, merged; the new ones told."""
+        self._loop.owned("the cancel requests read")
+        new = [label for label in found if label not in self._seen]
+        self._seen = {**self._seen, **found}
         if new:
             self._on_new(new)
 
@@ -198,4 +208,5 @@ class CancelWatch:
         chores = self._loop.blocking(CHORES, CHORE_THREADS)
         while True:
             await asyncio.sleep(self._every)
-            await loop.run_in_executor(chores, self.read)
+            if (found := await loop.run_in_executor(chores, self._fetch)) is not None:
+                self._merge(found)

@@ -9,7 +9,6 @@ ledger already holds, so it repeats none of them. No I/O here: the caller logs, 
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -84,7 +83,8 @@ _ORDER: tuple[Level, ...] = ("watch", "alert")
 
 
 class Detector:
-    """Tonight's level changes, each announced once; fed the watcher's observations. Thread-safe."""
+    """Tonight's level changes, each announced once; fed the watcher's observations. Pure, and
+    not thread-safe: one owner asks it (the dwell watch, on the night's loop)."""
 
     def __init__(
         self,
@@ -103,13 +103,11 @@ class Detector:
         self._budgets = budgets
         self._raised: set[Raised] = set(raised)
         self._jobs: dict[str, _Watched] = {}
-        self._lock = threading.Lock()
 
     @property
     def raised(self) -> frozenset[Raised]:
         """Every (label, state, level) announced tonight, seeded ones included."""
-        with self._lock:
-            return frozenset(self._raised)
+        return frozenset(self._raised)
 
     def observe(
         self, label: str, state: str, *, entered_at: datetime, now: datetime, backend: str
@@ -119,29 +117,24 @@ class Detector:
         A job that skipped a level between two observations gets both (watch, then alert), so
         the ledger holds a watch for every alert. A job in a new state starts over at ok.
         """
-        with self._lock:
-            self._jobs[label] = _Watched(backend, state, entered_at)
-            return self._changes(label, now)
+        self._jobs[label] = _Watched(backend, state, entered_at)
+        return self._changes(label, now)
 
     def tick(self, now: datetime) -> list[Alert]:
         """A timer tick: the level changes of every watched job at ``now``, without a poll."""
-        with self._lock:
-            return [alert for label in list(self._jobs) for alert in self._changes(label, now)]
+        return [alert for label in list(self._jobs) for alert in self._changes(label, now)]
 
     def forget(self, label: str) -> None:
         """The job is final or no longer watched tonight: no more ticks or wake-ups for it."""
-        with self._lock:
-            self._jobs.pop(label, None)
+        self._jobs.pop(label, None)
 
     def next_change_at(self, label: str) -> datetime | None:
         """When the job's next unannounced level begins (maybe past); None: nothing left."""
-        with self._lock:
-            return self._next_at(label)
+        return self._next_at(label)
 
     def next_wake(self) -> datetime | None:
         """The earliest next change of any watched job: a loop may sleep until then."""
-        with self._lock:
-            moments = [at for label in self._jobs if (at := self._next_at(label)) is not None]
+        moments = [at for label in self._jobs if (at := self._next_at(label)) is not None]
         return min(moments, default=None)
 
     def _changes(self, label: str, now: datetime) -> list[Alert]:

@@ -2,8 +2,9 @@
 
 ``DwellWatch`` is a sink of the night's events: a job entering a state that is not final is
 observed by the ``Detector``, a final state forgets it. Between polls a task on the night's loop
-sleeps until ``Detector.next_wake()`` and ticks (off the loop: a tick writes the alert log and
-sends), so a level changes on time whatever the poll interval.
+sleeps until ``Detector.next_wake()`` and ticks, so a level changes on time whatever the poll
+interval. The detector and the incident desk are the loop's; what a level sets going (the alert
+log's row, the sinks, the alert sink) is delivered in order by one task, off the loop.
 Each level change is kept in the alert log first; only a change the log had not seen (a rerun
 re-attaching repeats nothing) becomes a ``LevelChanged`` event for the sinks and goes to the
 ``AlertSink`` at once (watches too: the sink sends what ``notify.alert_levels`` lists). A night
@@ -15,12 +16,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import threading
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import Future
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Literal, cast
+from typing import TYPE_CHECKING, Literal, TypeVar, cast
 
 from nightshift.budgets.columns import Source
 from nightshift.budgets.lookup import Budget, Budgets, dwell_floor
@@ -65,6 +65,7 @@ __all__ = [
     "watch_dwells",
 ]
 
+T = TypeVar("T")
 _MAX_WAIT = 60.0  # seconds: the timer looks at the wall clock at least this often
 _MIN_WAIT = 0.01  # never spin, even if a wake-up is already past
 _LEVELS: tuple[Literal["watch", "alert"], ...] = ("watch", "alert")
@@ -101,7 +102,13 @@ class LevelOutlets:
 
 
 class DwellWatch:
-    """A night event sink with a timer: turns job changes and time into announced levels."""
+    """A night event sink with a timer: turns job changes and time into announced levels.
+
+    Its state (the jobs' entered states, the detector, the incident desk) is its loop's alone: a
+    job change heard on a publisher's thread is taken on the loop, and the timer ticks there.
+    What blocks (an alert log row, the sinks and the alert sink hearing a level) is one queue's
+    work, delivered in order by one task of the loop, each call among the night's chores.
+    """
 
     def __init__(
         self,
@@ -113,7 +120,7 @@ class DwellWatch:
         logger: Logger | None = None,
         loop: NightLoop,
     ) -> None:
-        self.detector = detector
+        self.detector = detector  # the loop's (asked elsewhere: ``raised``, ``next_wake``)
         self._publish = outlets.publish
         self._log = outlets.log
         self._alerts = outlets.alerts
@@ -122,56 +129,56 @@ class DwellWatch:
         self._owns_night = owns_night
         self._logger: Logger = logger or logging.getLogger("nightshift.detection")
         self._entered: dict[str, tuple[str, datetime]] = {}
-        self._lock = threading.Lock()
         self._night = loop  # the night's loop runs the timer: its maker's, never its own
         self._changed = Signal(self._night)
         self._stopped = False
-        self._waiting_for: datetime | None = None
-        self._task: Future[None] | None = None
+        self._waiting_for: datetime | None = None  # written on the loop, read anywhere
+        # what is to be delivered, in order: levels reached, or an incident desk's actions
+        self._outbox: asyncio.Queue[list[Alert] | list[Action] | None] = asyncio.Queue()
+        self._tasks: list[Future[None]] = []
 
     # -- the sink -------------------------------------------------------------------------
     def __call__(self, event: NightEvent) -> None:
-        if not isinstance(event, JobChanged):
-            return
+        if isinstance(event, JobChanged):
+            self._night.soon(self._seen, event)
+
+    def _seen(self, event: JobChanged) -> None:
+        """On the loop: a job's change observed; what it raised queued for delivery."""
+        self._night.owned("the dwell watch")
         if is_final(event.state):
-            with self._lock:
-                self._entered.pop(event.label, None)
-                moved = self._desk.ended(event.label, event.state, event.at) if self._desk else []
+            self._entered.pop(event.label, None)
             self.detector.forget(event.label)
-            self._dispatch(moved)
-            return
-        with self._lock:
-            previous = self._entered.get(event.label)
-            if previous is None or previous[0] != event.state:
-                self._entered[event.label] = (event.state, event.at)
-            entered_at = self._entered[event.label][1]  # a repeat keeps the state's start
-            moved = []
             if self._desk is not None:
-                moved = self._desk.entered(event.label, event.backend, event.state, event.at)
-        self._dispatch(moved)
+                self._deliver(self._desk.ended(event.label, event.state, event.at))
+            return
+        previous = self._entered.get(event.label)
+        if previous is None or previous[0] != event.state:
+            self._entered[event.label] = (event.state, event.at)
+        entered_at = self._entered[event.label][1]  # a repeat keeps the state's start
+        if self._desk is not None:
+            self._deliver(self._desk.entered(event.label, event.backend, event.state, event.at))
         changes = self.detector.observe(
-            event.label,
-            event.state,
-            entered_at=entered_at,
-            now=self._wall(),
+            event.label, event.state, entered_at=entered_at, now=self._wall(),
             backend=event.backend,
-        )
-        self._announce(changes)
+        )  # fmt: skip
+        self._deliver(changes)
         self.poke()  # its next level may come before the timer's current wake-up
 
     # -- the timer ------------------------------------------------------------------------
     def start(self) -> DwellWatch:
-        """Start the timer, a task on the night's loop."""
-        self._task = self._night.submit(self._timer())
+        """Start the timer and the deliveries, tasks on the night's loop."""
+        self._tasks = [self._night.submit(self._timer()), self._night.submit(self._delivering())]
         return self
 
     def stop(self) -> None:
-        """Stop the timer (the night is over)."""
+        """Stop the timer (the night is over); what was queued is delivered first."""
         self._stopped = True
         self._changed.fire()
-        if self._task is not None and not self._night.on_loop():
-            with contextlib.suppress(Exception):
-                self._task.result(timeout=10)
+        self._night.soon(self._outbox.put_nowait, None)
+        if not self._night.on_loop():
+            for task in self._tasks:
+                with contextlib.suppress(Exception):
+                    task.result(timeout=10)
 
     def poke(self) -> None:
         """Look at the clock again now (a new observation, or a test moved its fake clock)."""
@@ -180,59 +187,88 @@ class DwellWatch:
     @property
     def waiting_for(self) -> datetime | None:
         """The wall time the timer sleeps until, None when nothing is pending or it is busy."""
-        with self._lock:
-            return self._waiting_for
+        return self._waiting_for
 
-    def tick(self) -> None:
-        """Announce every level reached by now, and the levels whose wait for others is over,
-        without a poll."""
+    def raised(self) -> frozenset[Raised]:
+        """Every (label, state, level) raised tonight, asked of the loop."""
+        return self._ask(lambda: self.detector.raised)
+
+    def next_wake(self) -> datetime | None:
+        """When the next level of a watched job is due (maybe past), asked of the loop."""
+        return self._ask(self._next_wake)
+
+    def _ask(self, fn: Callable[[], T]) -> T:
+        if self._night.on_loop() or self._night.closed:
+            return fn()
+
+        async def on_loop() -> T:
+            return fn()
+
+        return self._night.run(on_loop(), timeout=10)
+
+    def _tick(self) -> None:
+        """On the loop: every level reached by now, and the levels whose wait for others is
+        over, without a poll."""
         now = self._wall()
-        self._announce(self.detector.tick(now))
+        self._deliver(self.detector.tick(now))
         if self._desk is not None:
-            with self._lock:
-                due = self._desk.tick(now)
-            self._dispatch(due)
+            self._deliver(self._desk.tick(now))
 
     def _next_wake(self) -> datetime | None:
         wakes = [self.detector.next_wake()]
         if self._desk is not None:
-            with self._lock:
-                wakes.append(self._desk.next_wake())
+            wakes.append(self._desk.next_wake())
         return min((w for w in wakes if w is not None), default=None)
 
     async def _timer(self) -> None:
-        loop = asyncio.get_running_loop()
-        chores = self._night.blocking(CHORES, CHORE_THREADS)
         while not self._stopped:
             wake, now = self._next_wake(), self._wall()
             if wake is None or wake > now:
                 left = _MAX_WAIT if wake is None else (wake - now).total_seconds()
-                with self._lock:
-                    self._waiting_for = wake
+                self._waiting_for = wake
                 await self._changed.wait(min(max(left, _MIN_WAIT), _MAX_WAIT))
-                with self._lock:
-                    self._waiting_for = None
+                self._waiting_for = None
                 continue
             try:
-                await loop.run_in_executor(chores, self.tick)
+                self._tick()
             except Exception:  # a bug here must not end the night; the next poll still observes
                 self._logger.exception("dwell detection failed on a tick")
                 await self._changed.wait(_MAX_WAIT)
 
     # -- announcing -----------------------------------------------------------------------
-    def _announce(self, changes: list[Alert]) -> None:
-        for alert in changes:
-            if not self._owns_night():
-                continue  # the rows and the news belong to the night holding the lease now
-            if not self._keep(alert):
-                continue
-            self._publish(LevelChanged(alert))
-            if self._desk is None:
-                self._dispatch([Alone(alert)])
-                continue
-            with self._lock:
-                actions = self._desk.level(alert, self._wall())
-            self._dispatch(actions)
+    def _deliver(self, work: list[Alert] | list[Action]) -> None:
+        if work:
+            self._outbox.put_nowait(work)
+
+    async def _delivering(self) -> None:
+        """The one deliverer: levels kept, told and sent, an incident's changes, in order;
+        each blocking call off the loop, the incident desk asked on it. Ends at ``stop``'s
+        mark, once what came before it is delivered."""
+        loop = asyncio.get_running_loop()
+        chores = self._night.blocking(CHORES, CHORE_THREADS)
+        while (work := await self._outbox.get()) is not None:
+            try:
+                for item in work:
+                    if isinstance(item, Alert):
+                        actions = await self._announce(item, chores)
+                    else:
+                        actions = [item]
+                    await loop.run_in_executor(chores, self._dispatch, actions)
+            except Exception:  # a bug here must not end the night
+                self._logger.exception("delivering a level or an incident failed")
+
+    async def _announce(self, alert: Alert, chores: Executor) -> list[Action]:
+        """A level reached: kept in the alert log (once a night), told to the sinks; what it
+        does to tonight's incidents (the desk is the loop's)."""
+        if not self._owns_night():
+            return []  # the rows and the news belong to the night holding the lease now
+        loop = asyncio.get_running_loop()
+        if not await loop.run_in_executor(chores, self._keep, alert):
+            return []
+        await loop.run_in_executor(chores, self._publish, LevelChanged(alert))
+        if self._desk is None:
+            return [Alone(alert)]
+        return self._desk.level(alert, self._wall())
 
     def _dispatch(self, actions: list[Action]) -> None:
         """A level alone to the alert sink; an incident's change to the night's sinks."""

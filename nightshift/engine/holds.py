@@ -86,10 +86,10 @@ class SubmitHolds:
 
     # -- on the loop ------------------------------------------------------------------------
     def _on_loop(self, fn: Callable[..., None], *args: Any) -> None:
-        if self._loop is None or self._loop.on_loop():
-            fn(*args)
+        if self._loop is None:
+            fn(*args)  # its caller is the only thread
         else:
-            self._loop.call(fn, *args)
+            self._loop.soon(fn, *args)
 
     def _owned(self) -> None:
         if self._loop is not None:

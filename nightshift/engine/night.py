@@ -202,6 +202,7 @@ def open_night(
         cleanup.callback(close_backends, parts.backends)
         # the night's time: its watch, streams, dwell ticks, cancel reads, its jobs
         loop = parts.loop
+        parts.admission.on(loop)  # the admission's state is the loop's from here on
         if isinstance(parts.hold, HandsOn):
             cleanup.callback(parts.hold.close)
         priorities = {label: i for i, label in enumerate(plan.labels)}
@@ -289,12 +290,15 @@ def _watcher(
 ) -> Watcher:
     """The night's watcher, reporting to its marks; a job seen final hands its slot on."""
 
-    def ended(label: str) -> None:  # seen final: its slots go to the next job now
+    def hand_on(label: str) -> None:  # on the loop: the admission is the loop's
         backend = catalogue.job(label).backend
         priority = priorities.get(label, 0)
         if parts.admission.holds(backend, priority) and isinstance(parts.hold, HandsOn):
             parts.hold.hand_on(backend)  # first, so the lease waits for the next job
         parts.admission.free(backend, priority)
+
+    def ended(label: str) -> None:  # seen final (told on a status thread): its slots go on now
+        loop.soon(hand_on, label)
 
     hints = (
         {}

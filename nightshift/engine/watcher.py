@@ -136,7 +136,7 @@ class Watcher:
         request.origin = now
         request.next_at = now if request.look_first else next_poll(request, now)
         request.future.add_done_callback(lambda future: self._given_up(request, future))
-        self._on_loop(self._add, request)
+        self._night.soon(self._add, request)
         return request.future
 
     def in_flight(self) -> list[str]:
@@ -145,7 +145,7 @@ class Watcher:
 
     def look_now(self, labels: list[str]) -> None:
         """Ask about these jobs at once (someone cancelled them out there)."""
-        self._on_loop(self._look_now, labels)
+        self._night.soon(self._look_now, labels)
 
     def poke(self) -> None:
         """Look at the clock again now (a test moved its fake clock)."""
@@ -188,12 +188,6 @@ class Watcher:
         for entry in left:
             _settle(entry, WatchResult("detached", entry.last_status, entry.checks))
 
-    def _on_loop(self, fn: Callable[..., None], *args: Any) -> None:
-        if self._night.on_loop() or self._night.closed:  # closed: nothing else touches it
-            fn(*args)
-        else:
-            self._night.call(fn, *args)
-
     def _ask(self, fn: Callable[[], T], otherwise: T) -> T:
         """``fn()`` run on the loop (at once when called there); ``otherwise`` once it closed."""
         if self._night.on_loop():
@@ -213,7 +207,7 @@ class Watcher:
         """Whoever waited for this job gave up (its task was cancelled): stop watching it, or
         it would be asked again at once forever (its answers are ignored) and its timers fire."""
         if future.cancelled():
-            self._on_loop(self._forget, entry)
+            self._night.soon(self._forget, entry)
 
     # -- the loop ---------------------------------------------------------------------------
     def _add(self, entry: WatchRequest) -> None:

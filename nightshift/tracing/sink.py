@@ -91,13 +91,7 @@ class TraceSink:
     def __call__(self, event: NightEvent) -> None:
         """Hand the event to the loop, where the sink's state lives."""
         if isinstance(event, JobChanged | LevelChanged | JobFinished | NightFinished):
-            self._on_loop(self._take, event)
-
-    def _on_loop(self, fn: Callable[..., None], *args: object) -> None:
-        if self._loop.on_loop() or self._loop.closed:
-            fn(*args)
-        else:
-            self._loop.call(fn, *args)
+            self._loop.soon(self._take, event)
 
     def _take(self, event: NightEvent) -> None:
         self._loop.owned("the trace sink")

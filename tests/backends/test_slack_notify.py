@@ -18,6 +18,7 @@ from nightshift.notify.send import SlackSender
 from nightshift.sandbox.slack_emulator import SlackEmulator
 from nightshift.store.ledger import Ledger
 from nightshift.store.outbox import Outbox
+from tests.support import wait_until
 
 TOKEN = "xoxb-test-7c1e55d0a9"  # distinctive: a leak into any line is easy to spot
 NIGHT = "2026-11-29"
@@ -408,10 +409,13 @@ def test_watches_reach_slack_when_alert_levels_lists_them(
                                    SlackAlertSink(notifier)),
             wall=lambda: now[0], loop=loop,
         )  # fmt: skip
+        watch.start()
         watch(JobChanged(NIGHT, "nightly", "etl", "cli", 1, "x", "queued", at, None))
-        for seconds in (150, 250):  # past p95, then past 2 x p95
+        for seconds, level in ((150, "watch"), (250, "alert")):  # past p95, then 2 x p95
             now[0] = at + timedelta(seconds=seconds)
-            watch.tick()
+            watch.poke()  # the timer looks at the (moved) clock: the level is raised on its tick
+            wait_until(lambda: ("etl", "queued", level) in watch.raised(), what=level)  # noqa: B023
+        watch.stop()  # what was raised is delivered first
     assert [m.text.split(":")[0] for m in slack.in_channel("#batch-alerts")] == sent
 
 

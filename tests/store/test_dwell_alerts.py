@@ -47,7 +47,9 @@ def test_watch_then_alert_at_their_moments_with_no_poll_between(
         night.move(1e-6)
         wait_until(lambda: rows(ledger) == [WATCH], what="the watch row")
         wait_until(lambda: dwell.waiting_for == alert_at, what="the timer set for the alert")
-        assert night.levels() == [WATCH]
+        # kept first, then told and sent by the dwell watch's deliverer, off the loop
+        wait_until(lambda: night.levels() == [WATCH], what="the watch told")
+        wait_until(lambda: len(night.alerts.sent) == 1, what="the watch sent")
         assert [a.level for a in night.alerts.sent] == ["watch"]  # the sink sends what it lists
         night.move(10)
         wait_until(lambda: rows(ledger) == [WATCH, ALERT], what="the alert row")

@@ -67,7 +67,7 @@ def test_a_rerun_re_attaching_repeats_nothing(tmp_path: Path, ledger: Ledger) ->
         with dwell_night(tmp_path, again, [Q, Q, S], load, clock=later) as second:
             dwell = dwell_of(second.ctx)
             assert dwell is not None
-            assert dwell.detector.raised == {WATCH, ALERT}  # seeded from the log
+            assert dwell.raised() == {WATCH, ALERT}  # seeded from the log
             second.run_out(5.0)  # queued for 200 s: far past both levels, polled and ticked
         assert second.backend.submitted == []  # re-attached, not submitted again
         assert [e.state for e in second.events if hasattr(e, "state")][-1] == "succeeded"
@@ -89,8 +89,7 @@ def test_a_night_that_lost_its_lease_keeps_and_announces_nothing(
         dwell = dwell_of(night.ctx)
         assert dwell is not None
         night.move(25)
-        detector = dwell.detector
-        wait_until(lambda: detector.raised == {WATCH, ALERT}, what="the levels passed")
+        wait_until(lambda: dwell.raised() == {WATCH, ALERT}, what="the levels passed")
     # the night is over, its timer joined: whatever it was doing has been done
     assert rows(ledger) == []
     assert night.levels() == [] and night.alerts.sent == []

@@ -7,6 +7,7 @@ instead of racing in production.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 
@@ -14,10 +15,11 @@ import pytest
 
 from nightshift.backends.base import ExternalState
 from nightshift.backoff import Backoff
+from nightshift.engine.admission import Admission, Deadline, Held
 from nightshift.engine.streams import StreamListener
 from nightshift.engine.watcher import Watcher, WatchRequest
 from nightshift.loop import OWNER_CHECK, NightLoop, NotTheLoop
-from tests.support import ScriptedBackend
+from tests.support import ScriptedBackend, wait_until
 
 R = ExternalState.RUNNING
 
@@ -76,3 +78,74 @@ def test_the_stream_listener_is_its_loops() -> None:
             listener.forget("a")
         listener.close()  # from anywhere: it hands itself to the loop
         assert listener.listening == 0
+
+
+def test_the_admission_is_its_nights_loops_once_bound(night_loop: NightLoop) -> None:
+    """A slot read or freed off the loop raises; withdrawn, left or interrupted from a status or
+    finish thread, the change is made on the loop (no lock: the loop is its one owner)."""
+    admission = Admission(0, {"cli": 1})
+    admission.on(night_loop)
+    with pytest.raises(NotTheLoop, match="the admission"):
+        admission.holds("cli", 0)
+    with pytest.raises(NotTheLoop):
+        admission.free("cli", 0)
+
+    async def take() -> Held | None:
+        return await admission.enter("cli", 0)
+
+    held = night_loop.run(take(), timeout=5)
+    assert held is not None
+    admission.leave(held)  # a finish thread lets go: made on the loop
+
+    async def released() -> bool:
+        return held.released and not admission.holds("cli", 0)
+
+    wait_until(lambda: night_loop.run(released(), timeout=5), what="the slot given back")
+    admission.interrupt()  # a signal's thread: made on the loop, a later wait ends at once
+
+    async def refused() -> bool:
+        with contextlib.suppress(Deadline):
+            await admission.enter("cli", 1)
+            return False
+        return True
+
+    assert night_loop.run(refused(), timeout=5)
+    with pytest.raises(RuntimeError, match="one night's loop"), NightLoop() as other:
+        admission.on(other)
+
+
+def test_the_cancel_requests_read_are_merged_and_told_on_the_loop(night_loop: NightLoop) -> None:
+    """Read on whichever thread (the night's start, a chore, a finish thread asking afresh), the
+    requests are merged on the loop and ``on_new`` hears them there: no lock, one owner."""
+    from datetime import UTC, datetime
+
+    from nightshift.engine.cancelling import CancelWatch
+    from nightshift.store.cancel_requests import CancelRequest
+
+    since = datetime(2026, 12, 7, 2, tzinfo=UTC)
+    asked = {"a": CancelRequest("a", "j1", "cancelled by nightshift cancel", since)}
+
+    class Requests:
+        def of_night(self, _night: str) -> dict[str, CancelRequest]:
+            return dict(asked)
+
+    told: list[tuple[list[str], bool]] = []
+    watch = CancelWatch(
+        Requests(),  # type: ignore[arg-type]
+        "2026-12-07",
+        lambda labels: told.append((labels, night_loop.on_loop())),
+        since,
+        night_loop,
+        every=3600,
+    ).start()
+    try:
+        wait_until(lambda: told == [(["a"], True)], what="a told, on the loop")
+        assert watch.reason("a") == "cancelled by nightshift cancel"  # from this thread
+        asked["b"] = CancelRequest("b", None, "not wanted tonight", since)
+        assert watch.reason("b", fresh=True) == "not wanted tonight"  # read afresh, at once
+        wait_until(lambda: told[-1] == (["b"], True), what="b told, on the loop")
+        assert watch.reason("b") == "not wanted tonight"  # merged
+        with pytest.raises(NotTheLoop):
+            watch._merge({})
+    finally:
+        watch.stop()
