@@ -53,7 +53,16 @@ def run_job(ctx: NightContext, label: str, attempt: int = 1) -> JobOutcome:
     async def one() -> JobOutcome:
         return await run_job_step_async(ctx, label, JobPools(ctx.loop), attempt)
 
-    return ctx.loop.run(one())  # on the night's own loop, as the flow runs it
+    outcome = ctx.loop.run(one())  # on the night's own loop, as the flow runs it
+    _heard(ctx)
+    return outcome
+
+
+def _heard(ctx: NightContext) -> None:
+    """What the jobs published heard by every sink and written, as at the night's end: a test
+    reads the ledger next."""
+    ctx.events.settle()
+    ctx.records.flush()
 
 
 async def job_with_retries(
@@ -129,7 +138,9 @@ def run_jobs(
     async def night() -> dict[str, JobOutcome]:
         return await night_jobs(ctx, plan, JobPools(ctx.loop), clock=clock, waits=waits)
 
-    return ctx.loop.run(night())
+    outcomes = ctx.loop.run(night())
+    _heard(ctx)
+    return outcomes
 
 
 def start_jobs(ctx: NightContext, plan: Plan, **kwargs: object) -> threading.Thread:

@@ -269,11 +269,11 @@ def make_context(
 
     box: list[NightContext] = []
     clock = wall or utcnow
+    loop = NightLoop()  # the night's: the test closes it after the watcher (``close_context``)
     records, marks = night_records(
         catalogue, "2026-11-29", ledger, "test", [], wall=clock,
-        owns_night=lambda: box[0].rules.owns_night(),
+        owns_night=lambda: box[0].rules.owns_night(), loop=loop,
     )  # fmt: skip
-    loop = NightLoop()  # the night's: the test closes it after the watcher (``close_context``)
     if reports:
         watcher = Watcher(on_change=marks.seen, on_error=marks.poll_failed, loop=loop)
     else:
@@ -318,8 +318,11 @@ def night_context(
 
 
 def close_context(ctx: NightContext) -> None:
-    """What ``open_night`` closes of a context made by ``make_context``: its watcher, its loop."""
+    """What ``open_night`` closes of a context made by ``make_context``: its watcher, what its
+    sinks and its ledger writer still had, its loop."""
     ctx.watcher.stop()
+    ctx.events.settle()
+    ctx.records.flush()
     ctx.loop.close()
 
 

@@ -146,9 +146,11 @@ def night_records(
     logger: Logger | None = None,
     wall: Callable[[], datetime] = utcnow,
     owns_night: Callable[[], bool] = lambda: True,
+    loop: NightLoop,
 ) -> tuple[LedgerSink, JobMarks]:
-    """The night's ledger writer and its marks, publishing to the ledger first, then ``sinks``;
-    a night that lost its lease (``owns_night`` False) writes no more rows."""
-    records = LedgerSink(ledger, run_id, owns_night=owns_night)
-    events = Publisher([records, *sinks], logger=logger)
-    return records, JobMarks(catalogue, night, events, wall)
+    """The night's ledger writer and its marks, publishing to the ledger first, then ``sinks``,
+    on the night's ``loop``; a night that lost its lease (``owns_night`` False) writes no more
+    rows."""
+    records = LedgerSink(ledger, run_id, owns_night=owns_night, loop=loop)
+    events = Publisher([records, *sinks], logger=logger, loop=loop)
+    return records, JobMarks(catalogue, night, events, wall, loop)

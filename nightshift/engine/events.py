@@ -1,14 +1,15 @@
 """Night events: what happens in a night, as small immutable values handed to every sink.
 
-The runner and the watcher publish; the ledger, the live table, the progress artifact and the
-flow's logs listen (later: budgets, Slack, metrics). A sink is any callable taking an event. A
-sink that raises is logged and skipped: it never stops the night nor changes its verdict.
+The runner and the watcher publish; the ledger, the live table, the progress artifact, the
+flow's logs, the dwell watch, Slack and the trace listen. A sink is any callable taking an
+event, called on the night's loop; a slow one is a ``Consumer``. A sink that raises is logged
+and skipped: it never stops the night nor changes its verdict.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -17,8 +18,10 @@ from nightshift.engine.alerts import Alert
 from nightshift.engine.expected import Typical
 from nightshift.engine.incidents import Closed, IncidentChange, Opened
 from nightshift.engine.outcomes import JobOutcome, NightSummary
+from nightshift.loop import NightLoop
 
 __all__ = [
+    "Consumer",
     "ExpectedDurations",
     "IncidentChanged",
     "JobChanged",
@@ -33,6 +36,7 @@ __all__ = [
     "Sink",
 ]
 
+_SETTLE_S = 30.0  # what the night's end waits for its sinks, at most
 Logger = logging.Logger | logging.LoggerAdapter  # type: ignore[type-arg]
 
 
@@ -134,11 +138,24 @@ Sink = Callable[[NightEvent], None]
 
 
 class Publisher:
-    """Hands each event to every sink, in order, on the publishing thread."""
+    """Hands each event to every sink, in order, on the night's loop (an event published from
+    another thread is handed over, in the order it came: ``NightLoop.soon``); without a loop
+    (a test on one thread), on the publishing thread.
 
-    def __init__(self, sinks: Iterable[Sink] = (), logger: Logger | None = None) -> None:
+    A sink runs on the loop and must not block: a slow one (a database, an HTTP call) is a
+    ``Consumer``, which queues what it hears and takes it off the loop in order.
+    """
+
+    def __init__(
+        self,
+        sinks: Iterable[Sink] = (),
+        logger: Logger | None = None,
+        *,
+        loop: NightLoop | None = None,
+    ) -> None:
         self._sinks = list(sinks)
         self._logger: Logger = logger or logging.getLogger("nightshift.events")
+        self._loop = loop
 
     @property
     def sinks(self) -> list[Sink]:
@@ -150,7 +167,31 @@ class Publisher:
         self._sinks.append(sink)
 
     def publish(self, event: NightEvent) -> None:
-        """Tell every sink; a sink that raises is logged and the others still hear it."""
+        """Tell every sink (on the loop); a sink that raises is logged and the others still
+        hear it."""
+        if self._loop is None:
+            self._tell(event)
+        else:
+            self._loop.soon(self._tell, event)
+
+    def settle(self, timeout: float = _SETTLE_S) -> bool:
+        """Wait until every event published so far has been heard, a consumer's too (the
+        night's end); False if one was still at it after ``timeout``."""
+        if self._loop is None or self._loop.on_loop() or self._loop.closed:
+            return True
+        consumers = [s for s in self._sinks if isinstance(s, Consumer)]
+
+        async def heard() -> None:
+            for consumer in consumers:
+                await consumer.heard()
+
+        try:
+            self._loop.run(heard(), timeout)
+        except (TimeoutError, RuntimeError):
+            return False
+        return True
+
+    def _tell(self, event: NightEvent) -> None:
         for sink in list(self._sinks):
             try:
                 sink(event)
@@ -159,25 +200,63 @@ class Publisher:
                 self._logger.exception("night event sink %s failed on %r", name, event)
 
 
+class Consumer:
+    """A slow sink (it writes a database, posts to an API) as a consumer task of the night's
+    loop: what it hears is queued on the loop and handed to ``sink`` off it, one event after
+    another in order, on ``pool``. The publisher never waits for it; ``Publisher.settle``
+    waits for what it queued."""
+
+    def __init__(
+        self, sink: Sink, loop: NightLoop, pool: str, *, logger: Logger | None = None
+    ) -> None:
+        self._sink = sink
+        self._loop = loop
+        self._pool = pool
+        self._logger: Logger = logger or logging.getLogger("nightshift.events")
+        self._queue: asyncio.Queue[NightEvent] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+
+    def __call__(self, event: NightEvent) -> None:
+        self._loop.owned("a consumer's queue")
+        self._queue.put_nowait(event)
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._consume())
+
+    async def heard(self) -> None:
+        """On the loop: once every event queued so far has been handed to the sink."""
+        await self._queue.join()
+
+    async def _consume(self) -> None:
+        loop = asyncio.get_running_loop()
+        thread = self._loop.blocking(self._pool, 1)
+        while True:
+            event = await self._queue.get()
+            try:
+                await loop.run_in_executor(thread, self._sink, event)
+            except Exception:
+                name = getattr(self._sink, "__qualname__", type(self._sink).__name__)
+                self._logger.exception("night event sink %s failed on %r", name, event)
+            finally:
+                self._queue.task_done()
+
+
 class Since:
-    """When each job entered its current state: the dwell of its next change. Thread-safe."""
+    """When each job entered its current state: the dwell of its next change. Not thread-safe:
+    its one owner is the night's marks, on the loop."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
         self._since: dict[str, tuple[str, datetime]] = {}
 
     def current(self, label: str) -> tuple[str, datetime] | None:
         """The job's current state and when it entered it; None before its first."""
-        with self._lock:
-            return self._since.get(label)
+        return self._since.get(label)
 
     def enter(self, label: str, state: str, at: datetime) -> float | None:
         """Seconds the job spent in its previous state; None for its first, or a repeat."""
-        with self._lock:
-            previous = self._since.get(label)
-            if previous is not None and previous[0] == state:
-                return None  # not a change: the state keeps its start
-            self._since[label] = (state, at)
+        previous = self._since.get(label)
+        if previous is not None and previous[0] == state:
+            return None  # not a change: the state keeps its start
+        self._since[label] = (state, at)
         if previous is None:
             return None
         # a final state is dated when first seen, which may precede a later note (fallback)

@@ -4,9 +4,12 @@ Every job state change (a night event) becomes a transition row, and the runner'
 (submit, state) go through here too: one queue, written in order. The lease rule lives here
 once: a night that lost its lease writes nothing (the rows belong to the night holding it).
 
-Group commit: a change is written before its publisher goes on (a reader sees it at once), but
-changes published side by side (the start pool's submits, the watcher's answers, the finish
-pool's outcomes) share one transaction instead of queueing for the database one by one.
+The writer is one task of the night's loop with its queue: it takes what has queued while the
+last commit ran and commits it as one batch on a thread of its own (group commit), so changes
+made side by side (the start pool's submits, the watcher's answers, the finish pool's outcomes)
+share one transaction instead of queueing for the database one by one. A write asked from
+another thread (a job's record) is written before its writer goes on (a reader sees it at once);
+a change published on the loop is queued, and the night's end waits for the queue (``flush``).
 
 A database that does not answer (connection refused, cut, locked) costs time, not rows: a write
 is tried again with backoff until the database answers or the night's lease is gone; so is a
@@ -19,6 +22,8 @@ counted and said (``write_problem``), and the night ends.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import logging
 import threading
 from collections.abc import Callable
@@ -31,6 +36,7 @@ import sqlalchemy as sa
 from nightshift.backoff import Backoff
 from nightshift.engine.events import JobChanged, NightEvent
 from nightshift.errors import NightshiftError
+from nightshift.loop import NightLoop
 from nightshift.states import JobState
 from nightshift.store.ledger import JobRecord, Ledger, TransitionRow
 
@@ -51,6 +57,7 @@ _FULL = ("disk is full", "no space left", "could not extend file", "quota exceed
 
 # a queued write: a transition row, or a job record write (a call on the Ledger)
 _Write = tuple[str, Any]
+_FLUSH_S = 30.0  # what the night's end waits for the queue, at most (an outage: until abandoned)
 
 
 class LedgerUnavailable(NightshiftError):
@@ -77,6 +84,7 @@ class LedgerSink:
         run_id: str,
         owns_night: Callable[[], bool] = lambda: True,
         *,
+        loop: NightLoop,
         backoff: Backoff = OUTAGE_BACKOFF,
         sleep: Callable[[float], None] | None = None,
     ) -> None:
@@ -85,12 +93,13 @@ class LedgerSink:
         self._owns_night = owns_night
         self._backoff = backoff
         self._sleep = sleep or self._wait
-        self._cond = threading.Condition()
-        self._queue: list[tuple[int, _Write]] = []
-        self._queued = 0  # tickets handed out
-        self._written = 0  # tickets whose write is over (committed, dropped or failed)
-        self._writing = False
-        self._errors: dict[int, Exception] = {}
+        self._loop = loop  # the writer is a task of the night's loop: its queue is the loop's
+        self._queue: list[tuple[_Write, asyncio.Future[None]]] = []
+        self._queued_now = asyncio.Event()
+        self._writer: asyncio.Task[None] | None = None
+        self._busy = False  # a batch is being committed
+        self._queued = 0  # writes handed to the writer
+        self._given_up = threading.Event()  # set by ``abandon``: a retry's wait ends at once
         self.outages = 0  # writes or reads that met a database not answering (for the logs)
         self._abandoned: str | None = None  # why the night stopped waiting for the database
         self.unwritten = 0  # writes given up on after ``abandon``
@@ -151,15 +160,28 @@ class LedgerSink:
         """Stop waiting for a database that does not answer or cannot write (the night was
         stopped, or passed its deadline): writes still waiting end now, unwritten, and later
         ones are tried once. A database that answers is written to as before."""
-        with self._cond:
-            self._abandoned = why
-            self._cond.notify_all()
+        self._abandoned = why
+        self._given_up.set()
 
     def _wait(self, seconds: float) -> None:
-        """Wait between two tries on the writers' own condition: an abandon ends it at once."""
-        with self._cond:
-            if self._abandoned is None:
-                self._cond.wait(seconds)
+        """Wait between two tries; an abandon ends it at once."""
+        self._given_up.wait(seconds)
+
+    def flush(self, timeout: float = _FLUSH_S) -> bool:
+        """Wait until every write queued so far is over (the night's end); False if the
+        database held it past ``timeout``."""
+        if self._loop.on_loop() or self._loop.closed:
+            return not self._queue
+
+        async def drained() -> None:
+            while self._queue or (self._writer is not None and self._busy):
+                await asyncio.sleep(0.01)
+
+        try:
+            self._loop.run(drained(), timeout)
+        except (TimeoutError, RuntimeError, concurrent.futures.CancelledError):
+            return False
+        return True
 
     # -- reads -------------------------------------------------------------------------
     def get_job(self, night: str, label: str) -> JobRecord | None:
@@ -171,33 +193,70 @@ class LedgerSink:
 
     # -- the one writer ----------------------------------------------------------------
     def _write(self, write: _Write) -> None:
-        """Queue the write; write the queue if nobody is; return once this one is over."""
+        """Queue the write; from another thread, return once it is over (its error raised);
+        on the loop, return at once (an error is logged by the writer)."""
         # a night that lost its lease writes nothing: the rows belong to the night holding it
         if not self._owns_night():
             return
-        with self._cond:
-            self._queued += 1
-            ticket = self._queued
-            self._queue.append((ticket, write))
-            while self._written < ticket:
-                if self._writing:
-                    self._cond.wait()
+        if self._loop.closed:  # the night is over: nobody else writes
+            if (error := self._commit([(0, write)]).get(0)) is not None:
+                raise error
+            return
+        if self._loop.on_loop():
+            self._enqueue(write, awaited=False)
+            return
+
+        async def written() -> None:
+            await self._enqueue(write, awaited=True)
+
+        try:
+            self._loop.run(written())
+        except concurrent.futures.CancelledError:  # the loop closed under the write
+            raise LedgerUnavailable("not written: the night ended before its writer") from None
+
+    def _enqueue(self, write: _Write, *, awaited: bool) -> asyncio.Future[None]:
+        """On the loop: hand ``write`` to the writer task (started at the first write); a
+        write nobody awaits has its failure logged."""
+        self._loop.owned("the ledger's queue")
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if not awaited:
+            done.add_done_callback(_said)
+        self._queue.append((write, done))
+        self._queued += 1
+        self._queued_now.set()
+        if self._writer is None:
+            self._writer = asyncio.get_running_loop().create_task(self._writing())
+        return done
+
+    async def _writing(self) -> None:
+        """The one writer: what queued while the last commit ran, committed as one batch on
+        the ledger's own thread; each write's waiter told how it went."""
+        loop = asyncio.get_running_loop()
+        thread = self._loop.blocking("nightshift-ledger", 1)
+        while True:
+            await self._queued_now.wait()
+            self._queued_now.clear()
+            batch, self._queue = self._queue, []
+            if not batch:
+                continue
+            self._busy = True
+            try:
+                tickets = [(i, write) for i, (write, _) in enumerate(batch)]
+                errors = await loop.run_in_executor(thread, self._commit, tickets)
+            except BaseException as exc:  # cancelled with the loop, or a bug: nobody waits on
+                for _, done in batch:
+                    if not done.done():
+                        done.set_exception(LedgerUnavailable(f"not written: {exc!r}"))
+                raise
+            finally:
+                self._busy = False
+            for i, (_, done) in enumerate(batch):
+                if done.done():
                     continue
-                batch, self._queue = self._queue, []
-                self._writing = True
-                self._cond.release()
-                errors: dict[int, Exception] = {}
-                try:
-                    errors = self._commit(batch)
-                finally:
-                    self._cond.acquire()
-                    self._writing = False
-                    self._written = batch[-1][0]
-                    self._errors.update(errors)
-                    self._cond.notify_all()
-            error = self._errors.pop(ticket, None)
-        if error is not None:
-            raise error  # the publisher logs it, as it did a row written on its own
+                if (error := errors.get(i)) is not None:
+                    done.set_exception(error)
+                else:
+                    done.set_result(None)
 
     def _commit(self, batch: list[tuple[int, _Write]]) -> dict[int, Exception]:
         """Write a batch in order: runs of transitions in one transaction each, job records
@@ -286,6 +345,13 @@ class LedgerSink:
         if url.get_backend_name() == "sqlite":
             return f"the ledger's disk ({url.database})"
         return f"the ledger database ({url.render_as_string(hide_password=True)})"
+
+
+def _said(done: asyncio.Future[None]) -> None:
+    """A write queued on the loop (a published change) that failed: logged, as its publisher
+    logged it when it wrote the row itself (nobody awaits it)."""
+    if not done.cancelled() and (error := done.exception()) is not None:
+        log.error("the ledger could not write a row: %s", _one_line(error))
 
 
 def _one_line(error: BaseException) -> str:

@@ -15,6 +15,7 @@ from nightshift.backends.base import ExternalState, JobStatus
 from nightshift.config.catalogue import Catalogue
 from nightshift.engine.events import JobChanged, PollFailed, Publisher, Since
 from nightshift.engine.job_run import JobRun
+from nightshift.loop import NightLoop
 
 __all__ = ["JobMarks"]
 
@@ -30,6 +31,7 @@ class JobMarks:
         night: str,
         events: Publisher,
         wall: Callable[[], datetime],
+        loop: NightLoop | None = None,
     ) -> None:
         self.catalogue = catalogue
         self.night = night
@@ -37,7 +39,8 @@ class JobMarks:
         self.wall = wall
         # each job's run: its attempt, its external id, when its end was seen
         self.runs: dict[str, JobRun] = {}
-        self._since = Since()
+        self._since = Since()  # the loop's (``seen`` and every change are taken there)
+        self._loop = loop  # None: its caller is the only thread (a test)
 
     def job_run(self, label: str) -> JobRun:
         """The job's run tonight, made the first time it is asked for."""
@@ -49,29 +52,44 @@ class JobMarks:
     def mark(
         self, label: str, state: str, external_id: str | None = None, at: datetime | None = None
     ) -> None:
-        """Publish a job's state change (the ledger and the live table are sinks)."""
+        """Publish a job's state change (the ledger and the live table are sinks), dated now
+        unless ``at`` says when; from any thread, dated against its previous change on the
+        loop (in the order the changes came)."""
         run = self.job_run(label)
         if external_id is not None:
             run.external_id = external_id
-        at = at or self.wall()
-        self.events.publish(
-            JobChanged(
-                night=self.night,
-                catalogue=self.catalogue.key,
-                label=label,
-                backend=run.job.backend,
-                attempt=run.attempt,
-                external_id=external_id or run.external_id,
-                state=str(state),
-                at=at,
-                dwell_s=self._since.enter(label, str(state), at),
-            )
+        change = (
+            label,
+            run.job.backend,
+            run.attempt,
+            run.external_id,
+            str(state),
+            at or self.wall(),
         )
+        if self._loop is None:
+            self._change(*change)
+        else:
+            self._loop.soon(self._change, *change)
+
+    def _change(
+        self, label: str, backend: str, attempt: int, external_id: str | None, state: str,
+        at: datetime,
+    ) -> None:  # fmt: skip
+        """On the loop: the change published, with the time spent in the state it leaves."""
+        if self._loop is not None:
+            self._loop.owned("the jobs' marks")
+        dwell_s = self._since.enter(label, state, at)
+        self.events.publish(
+            JobChanged(self.night, self.catalogue.key, label, backend, attempt, external_id,
+                       state, at, dwell_s)
+        )  # fmt: skip
 
     def seen(self, label: str, state: ExternalState, status: JobStatus | None = None) -> None:
         """The watcher saw a job change state, dated when the backend says it began (else now).
         A final state is recorded by the runner only, once it knows the true outcome (a
-        SUCCEEDED batch with missing rows is ``partial``)."""
+        SUCCEEDED batch with missing rows is ``partial``). On the loop (the watcher's)."""
+        if self._loop is not None:
+            self._loop.owned("the jobs' marks")
         since = status.since if status is not None else None
         if state.final:
             started = status.started_at if status is not None else None

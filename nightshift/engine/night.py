@@ -208,8 +208,12 @@ def open_night(
         priorities = {label: i for i, label in enumerate(plan.labels)}
         records, marks = night_records(
             catalogue, night.night, parts.ledger, night.run_id, list(parts.sinks),
-            logger=parts.logger, wall=parts.wall, owns_night=parts.owns_night,
+            logger=parts.logger, wall=parts.wall, owns_night=parts.owns_night, loop=loop,
         )  # fmt: skip
+        # on the way out, once the watch and the timers stopped: every event heard, then every
+        # row written (the ledger's writer is a task of the loop, which outlives the night)
+        cleanup.callback(records.flush)
+        cleanup.callback(marks.events.settle)
         watcher = _watcher(catalogue, parts, marks, priorities, loop)
         cleanup.callback(watcher.stop)
         cancels = _cancel_watch(catalogue, parts, night.night, watcher)
@@ -382,6 +386,8 @@ def finish_night(
         url = ctx.catalogue.telemetry.url_of(ctx.trace.hex)
         summary = replace(summary, trace=ctx.trace.hex, trace_url=url)
     ctx.events.publish(NightFinished(ctx.night, ctx.catalogue.key, summary, finished))
+    ctx.events.settle()  # heard before the night's end is reported
+    ctx.records.flush()  # a job ended here (none came back) written too
     return summary
 
 

@@ -10,11 +10,11 @@ asked again once it is final.
 
 Everything the watcher keeps (the watched jobs, the calls out, the listings) is its loop's: the
 watch and the calls' continuations are tasks on the loop, and a thread runs only the blocking call
-itself (``backend.status``, ``status_many``, ``cancel``), handed arguments and returning a value,
-or a report of what was seen to the night (``on_change``, ``on_error``, ``on_final``: the
-ledger's write blocks), made only when there is something to report. Other threads hand their
-asks to the loop (``watch``, ``look_now``, ``detach``, ``stop``). With the loop's owner check on
-(the test suite), touching the schedule from another thread raises.
+itself (``backend.status``, ``status_many``, ``cancel``), handed arguments and returning a value.
+What was seen is told to the night on the loop (``on_change``, ``on_error``, ``on_final``: they
+must not block; the night's sinks hear it there, its ledger writer queues the rows). Other
+threads hand their asks to the loop (``watch``, ``look_now``, ``detach``, ``stop``). With the
+loop's owner check on (the test suite), touching the schedule from another thread raises.
 
 Whenever watching gives up on a job that may still run out there (a timer, a status it cannot
 read, a job never seen), the job is cancelled, on a call with its own deadline
@@ -339,10 +339,10 @@ class Watcher:
             ]
             now = self._clock()
             judged = [(e, seen, judge(e, seen, now, True)) for e, seen in answered]
-            # what the listing saw, told to the night on one thread, in order (a thousand jobs'
-            # changes are one call, not a thread each)
+            # what the listing saw, told to the night here, in order (a thousand jobs'
+            # changes take no thread: the night's sinks hear them on the loop)
             told = [(e.label, seen, j.changed) for e, seen, j in judged if j.report]
-            failed = await self._blocking(self._pool, self._report_many, told) if told else {}
+            failed = self._report_many(told)
             for entry, _seen, judgement in judged:
                 await self._follow(entry, judgement, failed.get(entry.label))
         finally:
@@ -397,17 +397,15 @@ class Watcher:
             return
         judged = judge(entry, seen, self._clock(), polled)
         failed = None
-        if judged.report:  # tell the night on a thread (its ledger write blocks)
-            failed = await self._blocking(
-                self._pool, self._report, entry.label, seen, judged.changed
-            )
+        if judged.report:  # told to the night here: its sinks hear it on the loop
+            failed = self._report(entry.label, seen, judged.changed)
         await self._follow(entry, judged, failed)
 
     async def _follow(
         self, entry: WatchRequest, judged: Judged, failed: BaseException | None
     ) -> None:
         """What follows a judged answer, once the night was told (``failed``: what telling it
-        raised, e.g. the ledger write behind on_change: that ends the job)."""
+        raised: that ends the job)."""
         if failed is not None:
             self._close(entry, exc=failed)
             return
@@ -423,7 +421,7 @@ class Watcher:
             self._close(entry, WatchResult("final", entry.last_status, entry.checks))
 
     def _report_many(self, told: list[tuple[str, Seen, bool]]) -> dict[str, BaseException]:
-        """On a pool thread: ``_report`` each, in order; what each that failed raised."""
+        """On the loop: ``_report`` each, in order; what each that failed raised."""
         failed: dict[str, BaseException] = {}
         for label, seen, changed in told:
             if (exc := self._report(label, seen, changed)) is not None:
@@ -431,7 +429,7 @@ class Watcher:
         return failed
 
     def _report(self, label: str, seen: Seen, changed: bool) -> BaseException | None:
-        """On a pool thread: tell the night what a look saw (a change, an error; a final state
+        """On the loop: tell the night what a look saw (a change, an error; a final state
         hands the job's slot on). Returns what ``on_change`` raised, if anything."""
         if not isinstance(seen, JobStatus):
             self._on_error(label, seen)

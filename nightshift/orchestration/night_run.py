@@ -19,7 +19,7 @@ from nightshift.engine.admission import Admission
 from nightshift.engine.alerts import NoAlertSink
 from nightshift.engine.context import utcnow
 from nightshift.engine.dwell_watch import incident_desk
-from nightshift.engine.events import LogSink, Sink
+from nightshift.engine.events import Consumer, LogSink, Sink
 from nightshift.engine.night import NightId, NightParts, build_parts, finish_night, open_night
 from nightshift.engine.outcomes import JobOutcome, NightSummary
 from nightshift.engine.plan import Plan
@@ -132,7 +132,9 @@ def _parts(
     desk = incident_desk(catalogue)  # tonight's incidents: a job's end in one is said there
     if notifier is not None:
         # fallbacks, stuck queues, timeouts, as they happen; incidents, in a thread each
-        sinks += [NoticeSink(notifier, grouped=desk.grouped), IncidentSink(notifier)]
+        # (each writes the outbox before its post: a consumer of the loop, off it, in order)
+        notices: list[Sink] = [NoticeSink(notifier, grouped=desk.grouped), IncidentSink(notifier)]
+        sinks += [Consumer(sink, loop, "nightshift-notices") for sink in notices]
     parts = build_parts(
         catalogue,
         settings,

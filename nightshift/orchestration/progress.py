@@ -2,15 +2,15 @@
 
 The artifact is moved by a task of the night's loop (``nightshift/loop.py``) on Prefect's async
 client, one update at a time, the latest text winning: a slow or gone Prefect API never holds a
-job's end nor a thread, and 300 jobs ending at once cost a few calls.
+job's end nor a thread, and 300 jobs ending at once cost a few calls. What it keeps is the
+loop's: the night's events are taken there, no lock.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import threading
 from collections.abc import Callable
-from concurrent.futures import Future, wait
 from datetime import datetime
 from typing import Any
 
@@ -47,55 +47,53 @@ class ProgressSink:
     ) -> None:
         self._progress = NightProgress(labels)
         self._wall = wall
-        self._lock = threading.Lock()
         percent, self._shown = self._view()
         self._latest: tuple[float, str] | None = None  # the update not posted yet
-        self._loop = loop
-        self._posting: Future[None] | None = None
+        self._loop = loop  # what it keeps is the loop's: events are taken there, no lock
+        self._posting: asyncio.Task[None] | None = None
         self._try = current_try()  # read here, in the flow run: the loop's posts have no context
         self._id: Any = create_progress_artifact(
             percent, key=key, description=described(self._shown, self._try)
         )
 
     def __call__(self, event: NightEvent) -> None:
+        self._loop.soon(self._take, event)  # on the loop already, as the night's sinks are
+
+    def _take(self, event: NightEvent) -> None:
+        self._loop.owned("the progress artifact")
         self._progress.on_event(event)
-        if not isinstance(event, JobFinished | ExpectedDurations):
-            return  # the text moves when a job ends (or budgets come): one pass per end
-        with self._lock:
-            self._refresh()
+        if isinstance(event, JobFinished | ExpectedDurations):
+            self._refresh()  # the text moves when a job ends (or budgets come): one pass per end
 
     def _refresh(self) -> None:
-        """Under the lock: post the text if it changed (the poster task takes the latest)."""
+        """On the loop: post the text if it changed (the poster task takes the latest)."""
         percent, text = self._view()
         if text == self._shown:
             return
         self._shown = text
         self._latest = (percent, text)
-        if self._posting is not None and not self._posting.done():
-            return  # the poster in flight takes the latest text next (one dropped unrun: not)
-        try:
-            self._posting = self._loop.submit(self._post())
-        except RuntimeError:  # the night's loop is closed: the night is over
-            self._latest = None
+        if self._posting is None or self._posting.done():
+            self._posting = asyncio.get_running_loop().create_task(self._post())
+        # else the poster in flight takes the latest text next
 
     def flush(self, timeout: float) -> bool:
         """Bring the text up to date, then wait up to ``timeout`` seconds for it to be posted;
         False if it was not."""
-        with self._lock:
+
+        async def posted() -> None:
             self._refresh()
-            posting = self._posting
-        if posting is not None:
-            done, _ = wait([posting], timeout)
-            return bool(done)
+            if self._posting is not None:
+                await asyncio.shield(self._posting)
+
+        try:
+            self._loop.run(posted(), timeout)
+        except (TimeoutError, RuntimeError):  # still posting, or the night's loop is closed
+            return False
         return True
 
     async def _post(self) -> None:
-        while True:
-            with self._lock:
-                latest, self._latest = self._latest, None
-                if latest is None:
-                    self._posting = None
-                    return
+        while (latest := self._latest) is not None:
+            self._latest = None
             try:
                 await aupdate_progress_artifact(
                     self._id, latest[0], description=described(latest[1], self._try)

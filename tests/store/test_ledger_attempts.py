@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 from nightshift.engine.events import JobChanged
 from nightshift.engine.ledger_sink import LedgerSink
+from nightshift.loop import NightLoop
 from nightshift.store.ledger import DWELL_S, STATE, Ledger
 
 T0 = datetime(2026, 11, 29, 1, 0, tzinfo=UTC)
@@ -84,9 +85,9 @@ def test_an_unknown_attempt_measures_as_before(db_url: str) -> None:
     ]
 
 
-def test_the_ledger_sink_writes_each_events_attempt(db_url: str) -> None:
+def test_the_ledger_sink_writes_each_events_attempt(db_url: str, night_loop: NightLoop) -> None:
     ledger = Ledger(db_url, "nightly.yaml")
-    sink = LedgerSink(ledger, "run-1")
+    sink = LedgerSink(ledger, "run-1", loop=night_loop)
     for attempt, state, offset_s in [(1, "queued", 0), (1, "failed", 20), (2, "queued", 900)]:
         at = T0 + timedelta(seconds=offset_s)
         sink(JobChanged(NIGHT, "nightly.yaml", "etl", "cli", attempt, "ext", state, at, None))

@@ -13,6 +13,7 @@ import pytest
 
 from nightshift.engine.events import JobChanged
 from nightshift.engine.ledger_sink import LedgerSink
+from nightshift.loop import NightLoop
 from nightshift.store.ledger import Ledger, TransitionRow
 from tests.support import wait_until
 
@@ -55,11 +56,13 @@ def publish_night(sink: LedgerSink, label: str, seen: dict[str, list[str]], ledg
 
 
 @pytest.mark.parametrize("bad", [None, "job-03"])
-def test_changes_published_side_by_side_share_transactions(db_url: str, bad: str | None) -> None:
+def test_changes_published_side_by_side_share_transactions(
+    db_url: str, bad: str | None, night_loop: NightLoop
+) -> None:
     ledger = FirstWriteWaits(db_url, "nightly.yaml")
     ledger.bad_label = bad
     ledger.batches = []
-    sink = LedgerSink(ledger, "run-1")
+    sink = LedgerSink(ledger, "run-1", loop=night_loop)
     ledger.sink = sink
     labels = [f"job-{i:02d}" for i in range(THREADS)]
     seen: dict[str, list[str]] = {x: [] for x in labels}
@@ -83,9 +86,9 @@ def test_changes_published_side_by_side_share_transactions(db_url: str, bad: str
     ledger.close()
 
 
-def test_a_lone_change_is_written_at_once(db_url: str) -> None:
+def test_a_lone_change_is_written_at_once(db_url: str, night_loop: NightLoop) -> None:
     ledger = Ledger(db_url, "nightly.yaml")
-    sink = LedgerSink(ledger, "run-1")
+    sink = LedgerSink(ledger, "run-1", loop=night_loop)
     sink(change("etl", "queued", 0))
     assert [t.to_state for t in ledger.dwells(NIGHT)] == ["queued"]
     ledger.close()
@@ -109,14 +112,14 @@ class FullDisk(Ledger):
 
 
 def test_a_full_disk_is_named_at_once_and_a_stopped_night_stops_waiting_for_it(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, night_loop: NightLoop
 ) -> None:
     import logging
     import threading
 
     path = tmp_path / "ledger.sqlite3"
     ledger = FullDisk(f"sqlite:///{path}", "nightly.yaml")
-    sink = LedgerSink(ledger, "run-1")
+    sink = LedgerSink(ledger, "run-1", loop=night_loop)
     done = threading.Event()
 
     def publish() -> None:

@@ -108,14 +108,12 @@ LOCKS_AT_MOST: dict[str, int] = {
     "nightshift/backends/gemini/batch.py": 1,  # its listing cache, shared by status threads
     "nightshift/backends/http/backend.py": 1,  # its listing cache and quota clock
     "nightshift/budgets/snapshots.py": 1,  # the snapshot cache of one process
-    "nightshift/engine/events.py": 1,  # night state: since when each job is in its state
     "nightshift/engine/night_progress.py": 1,  # night state: the progress counts
     "nightshift/engine/spend.py": 1,  # night state: the spend account
     "nightshift/engine/stopping.py": 1,  # night state: the stop and its listeners
     "nightshift/loop.py": 1,  # the loop's own pools
     "nightshift/notify/notifier.py": 2,  # threads and the journal; one thread's replies in turn
     "nightshift/orchestration/leases.py": 3,  # the Prefect slot leases (their wait on the loop)
-    "nightshift/orchestration/progress.py": 1,  # the progress artifact's text
     "nightshift/store/alert_log.py": 1,  # one writer of the alert log
     "nightshift/store/lease.py": 1,  # the lease's renewals
     "nightshift/store/ledger.py": 1,  # the ledger's last-row cache
@@ -164,4 +162,4 @@ def test_locks_and_event_loops_are_made_no_more_than_argued_for() -> None:
     assert more == {}, f"event loops made outside nightshift/loop.py: {more}"
     # one that went away is taken off the list, so it cannot come back unseen
     assert set(locks) == set(LOCKS_AT_MOST) and set(loops) == set(LOOPS_AT_MOST)
-    assert sum(locks.values()) == 19 and sum(loops.values()) == 1
+    assert sum(locks.values()) == 17 and sum(loops.values()) == 1

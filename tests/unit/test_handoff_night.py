@@ -13,7 +13,7 @@ from nightshift.backends.base import ExternalState, JobSpec
 from nightshift.backoff import Backoff
 from nightshift.config.loader import parse_catalogue
 from nightshift.engine.admission import Admission
-from nightshift.engine.events import JobChanged, NightEvent
+from nightshift.engine.events import Consumer, JobChanged, NightEvent
 from nightshift.engine.night import NightParts
 from nightshift.engine.outcomes import Outcome
 from nightshift.engine.plan import plan_night
@@ -78,7 +78,8 @@ def test_the_next_job_gets_the_slot_while_the_ended_one_is_still_recorded(
         backends={"command": backend},  # type: ignore[dict-item]
         ledger=ledger,
         admission=Admission(0, catalogue.caps, clock=clock),
-        sinks=[slow_record],
+        # a slow sink is a consumer of the night's loop: it waits off the loop
+        sinks=[Consumer(slow_record, night_loop, "test-slow-record")],
         clock=clock,
         wall=clock.wall,
         budgets=None,

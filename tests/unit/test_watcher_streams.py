@@ -126,6 +126,8 @@ class Running:
         wait_until(lambda: not self.request.streaming, what="the drop heard")
         self.later(40)  # past any backoff of the job's
         wait_until(lambda: self.backend.single_calls == polls + 1, what="a poll after the drop")
+        # its answer taken (its next poll set from the clock as it is) before the test moves on
+        assert self.watcher.wait_idle(10)
         assert self.backend.opened in (opened, opened + 1)
 
     def result(self) -> Any:
