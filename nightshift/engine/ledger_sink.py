@@ -132,12 +132,24 @@ class LedgerSink:
     ) -> None:
         """``Ledger.record_submit`` of the job's run (its backend, attempt and start; ``trace``:
         its trace id and parent span), in order with the night's other writes."""
-        write = partial(
-            self._ledger.record_submit, night, run.label, run.job.backend, external_id,
-            run.attempt, at=run.started, state=state, committed_usd=committed_usd,
-            trace=trace,
-        )  # fmt: skip
-        self._write(("job", write))
+        self._write(_submit_write(self._ledger, night, run, external_id, state, committed_usd,
+                                  trace))  # fmt: skip
+
+    async def arecord_submit(
+        self,
+        night: str,
+        run: JobRun,
+        external_id: str | None,
+        *,
+        state: str = JobState.QUEUED,
+        committed_usd: float | None = None,
+        trace: tuple[str | None, str | None] = (None, None),
+    ) -> None:
+        """``record_submit`` awaited on the loop: over (committed) when it returns."""
+        if self._owns_night():
+            write = _submit_write(self._ledger, night, run, external_id, state, committed_usd,
+                                  trace)  # fmt: skip
+            await self._enqueue(write, awaited=True)
 
     def record_state(
         self,
@@ -345,6 +357,21 @@ class LedgerSink:
         if url.get_backend_name() == "sqlite":
             return f"the ledger's disk ({url.database})"
         return f"the ledger database ({url.render_as_string(hide_password=True)})"
+
+
+def _submit_write(
+    ledger: Ledger,
+    night: str,
+    run: JobRun,
+    external_id: str | None,
+    state: str,
+    committed_usd: float | None,
+    trace: tuple[str | None, str | None],
+) -> _Write:
+    return ("job", partial(
+        ledger.record_submit, night, run.label, run.job.backend, external_id, run.attempt,
+        at=run.started, state=state, committed_usd=committed_usd, trace=trace,
+    ))  # fmt: skip
 
 
 def _said(done: asyncio.Future[None]) -> None:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from concurrent.futures import Future
+import asyncio
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Executor, Future
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 from nightshift.backends.base import COST_USD, Backend, ExternalState, JobSpec, capabilities
@@ -195,19 +198,30 @@ def turn_missed(ctx: NightContext, label: str) -> JobOutcome:
     return end_job(ctx, label, Outcome.TIMEOUT, "night deadline before submit")
 
 
-def start_job(ctx: NightContext, begun: Begun, held: ExitStack) -> JobOutcome | Watching:
-    """Submit (or re-attach) a job whose turn came, holding ``held``: its watch, or an outcome
-    (what it held then given back)."""
+async def start_job(
+    ctx: NightContext, begun: Begun, held: ExitStack, pool: Executor
+) -> JobOutcome | Watching:
+    """On the night's loop: submit (or re-attach) a job whose turn came, holding ``held``: its
+    watch, or an outcome (what it held then given back). The blocking calls run on ``pool``,
+    each handed its arguments and returning a value (the submit; a slot held on a thread; an
+    outcome that reads the ledger); its records are awaited on the ledger's writer."""
     run, record, reattach, resume = begun.run, begun.record, begun.reattach, begun.resume
     label, job, backend, spec = run.label, run.job, run.backend, run.spec
     assert backend is not None and spec is not None  # begun
+    loop = asyncio.get_running_loop()
+
+    def ended(end: Callable[..., JobOutcome], *args: Any) -> Awaitable[JobOutcome]:
+        return loop.run_in_executor(pool, partial(end, ctx, *args))
+
     with held:  # given back here, unless the job goes on to its watch holding it
-        try:
-            if ctx.rules.slot is None:  # else awaited on the loop before (``take_slot``)
-                left = max(0.0, ctx.deadline_at - ctx.watcher.now())
-                held.enter_context(ctx.rules.hold(job.backend, left))
-        except TimeoutError:  # the Prefect limit stayed full: other nights, or a dead one's
-            return slot_missed(ctx, label)
+        if ctx.rules.slot is None:  # else awaited on the loop before (``take_slot``)
+            left = max(0.0, ctx.deadline_at - ctx.watcher.now())
+            slot = ctx.rules.hold(job.backend, left)
+            try:  # a holder of its own waits on a thread
+                await loop.run_in_executor(pool, slot.__enter__)
+            except TimeoutError:  # the Prefect limit stayed full: other nights, or a dead one's
+                return await ended(slot_missed, label)
+            held.push(slot)
         # a job's duration counts from its submission, not from its wait for a turn
         run.started = ctx.wall()
         if reattach:
@@ -216,37 +230,35 @@ def start_job(ctx: NightContext, begun: Begun, held: ExitStack) -> JobOutcome | 
             run.started = record.submitted_at or run.started
         else:
             if ctx.stop.requested:
-                return stopped_outcome(ctx, label)
+                return await ended(stopped_outcome, label)
             if (cancelled := ctx.rules.cancel_reason(label)) is not None:
-                return end_job(ctx, label, Outcome.CANCELLED, f"not submitted: {cancelled}")
+                return await ended(end_job, label, Outcome.CANCELLED, f"not submitted: {cancelled}")
             if (reason := ctx.rules.stop_reason()) is not None:
-                return not_submitted(ctx, run, reason, run.attempt - 1)
+                return await ended(not_submitted, run, reason, run.attempt - 1)
             # a resumed try's expected cost was committed by the try that began it
             if not resume and (refused := ctx.spend.reserve(label)) is not None:
-                return end_job(ctx, label, Outcome.SKIPPED, refused, {SPEND_REFUSED: True})
+                return await ended(end_job, label, Outcome.SKIPPED, refused, {SPEND_REFUSED: True})
             if not resume:
                 # written before the create: a crash after it leaves a trace to look for (and
                 # a paid try's expected cost, which a rerun counts)
-                committed = ctx.spend.committed(label)
-                ctx.records.record_submit(
+                await ctx.records.arecord_submit(
                     ctx.night,
                     run,
                     None,
                     state=SUBMITTING,
-                    committed_usd=committed,
+                    committed_usd=ctx.spend.committed(label),
                     trace=(run.trace_id, run.trace_parent),
                 )
             ctx.mark(label, SUBMITTING)
             if (reason := ctx.rules.stop_reason()) is not None:  # lost while the database was away
-                return not_submitted(ctx, run, reason, run.attempt - 1)
-            try:
-                external_id = backend.submit(spec)
-            except (PermanentBackendError, InputFileError) as exc:  # nothing (more) to watch
-                return not_submitted(ctx, run, str(exc), run.attempt)
-            # a patient submit may have waited out a burst of 429s: its timers start now
-            run.started = ctx.wall()
-            ctx.records.record_submit(ctx.night, run, external_id)
-            ctx.mark(label, "submitted", external_id, at=run.started)  # its duration starts here
+                return await ended(not_submitted, run, reason, run.attempt - 1)
+            # the submit and its id's record go on if the try is cancelled meanwhile: a job out
+            # there is never left without its id in the ledger
+            submitted = asyncio.ensure_future(_submitted(ctx, run, backend, spec, pool))
+            submitted.add_done_callback(_seen_through)
+            failed = await asyncio.shield(submitted)
+            if failed is not None:  # nothing (more) to watch
+                return await ended(not_submitted, run, failed, run.attempt)
         run.watched = True
         if reattach and record is not None and record.state == FALLBACK:
             # a night that crashed during the fallback: finish it, don't watch a cancelled batch
@@ -259,6 +271,29 @@ def start_job(ctx: NightContext, begun: Begun, held: ExitStack) -> JobOutcome | 
             future = _watch(ctx, run, look_first=reattach, seen=seen)  # raises: the with gives back
         return Watching(run, held.pop_all(), future)
     raise AssertionError("unreachable")  # for type checkers: the with block always returns
+
+
+def _seen_through(submitted: asyncio.Future[str | None]) -> None:
+    """A submit whose try was cancelled meanwhile: its error (retried by nobody now) read, so
+    the loop does not call it unretrieved; the ledger says where the job stands."""
+    if not submitted.cancelled():
+        submitted.exception()
+
+
+async def _submitted(
+    ctx: NightContext, run: JobRun, backend: Backend, spec: JobSpec, pool: Executor
+) -> str | None:
+    """The submit on ``pool``, then its id recorded and marked: None, or why it failed for
+    good (a permanent error, an input file that cannot be read)."""
+    try:
+        external_id = await asyncio.get_running_loop().run_in_executor(pool, backend.submit, spec)
+    except (PermanentBackendError, InputFileError) as exc:
+        return str(exc)
+    # a patient submit may have waited out a burst of 429s: its timers start now
+    run.started = ctx.wall()
+    await ctx.records.arecord_submit(ctx.night, run, external_id)
+    ctx.mark(run.label, "submitted", external_id, at=run.started)  # its duration starts here
+    return None
 
 
 def end_job_watch(

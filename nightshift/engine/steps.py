@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from nightshift.engine.context import NightContext
 from nightshift.engine.outcomes import JobOutcome, Outcome
@@ -96,7 +96,7 @@ async def run_job_step_async(
     start = pools.start(backend)
     watching: Watching | None = None
     try:
-        begun = await _on_pool(start, begin_job, ctx, label, attempt)
+        begun = await loop.run_in_executor(start, begin_job, ctx, label, attempt)
         if isinstance(begun, JobOutcome):
             return begun
         held = await take_turn(ctx, begun)
@@ -110,8 +110,8 @@ async def run_job_step_async(
         if not slotted:
             held.close()
             return await loop.run_in_executor(pools.finish, slot_missed, ctx, label)
-        # a start cancelled before its thread took it gives back what the turn holds
-        started = await _on_pool(start, start_job, ctx, begun, held, unrun=held.close)
+        # on the loop, its submit on the start pool; cancelled, it gives back what it holds
+        started = await start_job(ctx, begun, held, start)
         if isinstance(started, JobOutcome):
             return started
         watching = started
@@ -125,41 +125,12 @@ async def run_job_step_async(
         withdraw(ctx, label)
 
 
-async def _on_pool(
-    pool: ThreadPoolExecutor,
-    step: Callable[..., T],
-    *args: object,
-    unrun: Callable[[], object] | None = None,
-) -> T:
-    """A blocking step of a job's try on ``pool``. Cancelled while it runs on its thread (which
-    goes on), what it holds is given back once it is done; a step not yet started never runs
-    (``unrun`` is called instead)."""
-    future = pool.submit(step, *args)
-    try:
-        return await asyncio.wrap_future(future)
-    except asyncio.CancelledError:
-        if future.cancelled():
-            if unrun is not None:
-                unrun()
-        else:
-            future.add_done_callback(_release_when_begun)
-        raise
-
-
 async def _watched(watching: Watching) -> WatchResult | Exception:
     """The job's watch's result: why watching ended, or the permanent error that ended it."""
     try:
         return await asyncio.wrap_future(watching.future)
     except PermanentBackendError as exc:
         return exc
-
-
-def _release_when_begun(step: Future[Any]) -> None:
-    """A job whose try was cancelled while a step ran: stop its watch, give back its slot."""
-    if not step.cancelled() and step.exception() is None:
-        begun = step.result()
-        if isinstance(begun, Watching):
-            begun.release()
 
 
 async def settle_job_async(

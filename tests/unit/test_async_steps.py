@@ -63,7 +63,7 @@ def test_fifty_jobs_in_flight_hold_a_few_threads(
         return [o.state for o in await asyncio.gather(*jobs)]
 
     with night_context(tmp_path, catalogue(0, JOBS), {"cli": backend}) as ctx:
-        states = asyncio.run(night())
+        states = ctx.loop.run(night())
     assert states == [Outcome.SUCCEEDED] * JOBS
     # the start and finish pools and the watcher's few status threads, not one per job
     assert peak[0] - before <= THREADS, (before, peak[0])
@@ -90,7 +90,8 @@ def test_jobs_waiting_for_a_capped_backend_hold_up_no_other_backend(tmp_path: Pa
 
     with night_context(tmp_path, catalogue(12, 3), {"command": capped, "cli": free}) as ctx:
         ctx.admission = Admission(0, {"command": 1})
-        others, held = asyncio.run(night())
+        ctx.admission.on(ctx.loop)  # the night's loop owns it, as open_night binds it
+        others, held = ctx.loop.run(night())
     assert others == [Outcome.SUCCEEDED] * 3
     assert held == [Outcome.SUCCEEDED] * 12
 
@@ -119,7 +120,8 @@ def test_a_job_cancelled_while_watched_gives_back_its_slot_and_is_no_longer_watc
 
     with night_context(tmp_path, catalogue(2, 0), {"command": capped}) as ctx:
         ctx.admission = Admission(0, {"command": 1})
-        assert asyncio.run(night()) is Outcome.SUCCEEDED
+        ctx.admission.on(ctx.loop)  # the night's loop owns it, as open_night binds it
+        assert ctx.loop.run(night()) is Outcome.SUCCEEDED
         assert capped.submitted == ["c0", "c1"]
         assert eventually(lambda: ctx.watcher.in_flight() == []), "c0 still watched"
 
@@ -147,8 +149,9 @@ def test_a_job_cancelled_while_it_waits_for_its_turn_is_never_submitted(tmp_path
 
     with night_context(tmp_path, catalogue(3, 0), {"command": capped}) as ctx:
         ctx.admission = Admission(0, {"command": 1})
+        ctx.admission.on(ctx.loop)  # the night's loop owns it, as open_night binds it
         ctx.deadline_at = ctx.watcher.now() + 20
-        assert asyncio.run(night()) is Outcome.SUCCEEDED
+        assert ctx.loop.run(night()) is Outcome.SUCCEEDED
         assert capped.submitted == ["c0", "c2"]
         assert eventually(lambda: ctx.watcher.in_flight() == []), "a job still watched"
 
@@ -184,8 +187,9 @@ def test_a_job_cancelled_while_it_submits_gives_its_slot_back_once_submitted(
 
     with night_context(tmp_path, catalogue(3, 0), {"command": capped}) as ctx:
         ctx.admission = Admission(0, {"command": 1})
+        ctx.admission.on(ctx.loop)  # the night's loop owns it, as open_night binds it
         ctx.deadline_at = ctx.watcher.now() + 20
-        assert asyncio.run(night()) is Outcome.SUCCEEDED
+        assert ctx.loop.run(night()) is Outcome.SUCCEEDED
         assert capped.submitted == ["c0", "c1", "c2"]
         assert eventually(lambda: ctx.watcher.in_flight() == []), "c1 still watched"
 
@@ -201,10 +205,15 @@ def test_a_watch_that_cannot_start_gives_back_the_jobs_slot(tmp_path: Path) -> N
 
     with night_context(tmp_path, catalogue(1, 0), {"command": capped}) as ctx:
         ctx.admission = Admission(0, {"command": 1})
+        ctx.admission.on(ctx.loop)  # the night's loop owns it, as open_night binds it
         ctx.watcher.stop()  # e.g. the night is ending: the submitted job cannot be watched
-        asyncio.run(night())
+        ctx.loop.run(night())
         assert capped.submitted == ["c0"]
-        assert not ctx.admission.holds("command", ctx.priorities.get("c0", 0))
+
+        async def holds() -> bool:  # asked on the loop: the admission is its
+            return ctx.admission.holds("command", ctx.priorities.get("c0", 0))
+
+        assert not ctx.loop.run(holds())
 
 
 def test_a_chain_tells_each_skipped_step_as_it_is_skipped(tmp_path: Path) -> None:
@@ -233,7 +242,7 @@ def test_a_chain_tells_each_skipped_step_as_it_is_skipped(tmp_path: Path) -> Non
         return await run_chain_steps_async(ctx, ["a", "b", "c", "x"], step, pools, skipped)
 
     with night_context(tmp_path, text, {"command": ScriptedBackend(name="command")}) as ctx:
-        done = asyncio.run(chain())
+        done = ctx.loop.run(chain())
     assert [o.state for o in done] == [
         Outcome.FAILED,
         Outcome.SKIPPED,
