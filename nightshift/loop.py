@@ -47,6 +47,7 @@ class NightLoop:
         self._pools: dict[str, concurrent.futures.ThreadPoolExecutor] = {}
         self._lock = threading.Lock()
         self._closed = False
+        self._tasks: set[asyncio.Task[Any]] = set()  # spawned: held until done (``spawn``)
         self._checks = os.environ.get(OWNER_CHECK) == "1"
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
@@ -87,6 +88,15 @@ class NightLoop:
         """Call ``fn(*args)`` on the loop soon (from any thread); nothing once it is closed."""
         with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
             self._loop.call_soon_threadsafe(fn, *args)
+
+    def spawn(self, work: Coroutine[Any, Any, T], name: str | None = None) -> asyncio.Task[T]:
+        """On the loop: ``work`` as a task of the night's, held until it ends (a task nobody
+        else holds is never collected half-way) and cancelled with the loop at its close."""
+        self.owned("the night's tasks")
+        task = self._loop.create_task(work, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
 
     def soon(self, fn: Callable[..., object], *args: object) -> None:
         """``fn(*args)`` now when asked on the loop (or once it closed: nobody else touches what

@@ -220,7 +220,7 @@ class Consumer:
         self._loop.owned("a consumer's queue")
         self._queue.put_nowait(event)
         if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._consume())
+            self._task = self._loop.spawn(self._consume(), f"consumer-{self._pool}")
 
     async def heard(self) -> None:
         """On the loop: once every event queued so far has been handed to the sink."""

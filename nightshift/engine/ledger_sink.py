@@ -120,7 +120,7 @@ class LedgerSink:
             )
             self._write(("transition", row))
 
-    def record_submit(
+    async def record_submit(
         self,
         night: str,
         run: JobRun,
@@ -130,26 +130,16 @@ class LedgerSink:
         committed_usd: float | None = None,
         trace: tuple[str | None, str | None] = (None, None),
     ) -> None:
-        """``Ledger.record_submit`` of the job's run (its backend, attempt and start; ``trace``:
-        its trace id and parent span), in order with the night's other writes."""
-        self._write(_submit_write(self._ledger, night, run, external_id, state, committed_usd,
-                                  trace))  # fmt: skip
-
-    async def arecord_submit(
-        self,
-        night: str,
-        run: JobRun,
-        external_id: str | None,
-        *,
-        state: str = JobState.QUEUED,
-        committed_usd: float | None = None,
-        trace: tuple[str | None, str | None] = (None, None),
-    ) -> None:
-        """``record_submit`` awaited on the loop: over (committed) when it returns."""
+        """On the loop: ``Ledger.record_submit`` of the job's run (its backend, attempt and
+        start; ``trace``: its trace id and parent span), in order with the night's other
+        writes; over (committed) when it returns."""
         if self._owns_night():
-            write = _submit_write(self._ledger, night, run, external_id, state, committed_usd,
-                                  trace)  # fmt: skip
-            await self._enqueue(write, awaited=True)
+            write = partial(
+                self._ledger.record_submit, night, run.label, run.job.backend, external_id,
+                run.attempt, at=run.started, state=state, committed_usd=committed_usd,
+                trace=trace,
+            )  # fmt: skip
+            await self._enqueue(("job", write), awaited=True)
 
     def record_state(
         self,
@@ -237,7 +227,7 @@ class LedgerSink:
         self._queued += 1
         self._queued_now.set()
         if self._writer is None:
-            self._writer = asyncio.get_running_loop().create_task(self._writing())
+            self._writer = self._loop.spawn(self._writing(), "nightshift-ledger-writer")
         return done
 
     async def _writing(self) -> None:
@@ -357,21 +347,6 @@ class LedgerSink:
         if url.get_backend_name() == "sqlite":
             return f"the ledger's disk ({url.database})"
         return f"the ledger database ({url.render_as_string(hide_password=True)})"
-
-
-def _submit_write(
-    ledger: Ledger,
-    night: str,
-    run: JobRun,
-    external_id: str | None,
-    state: str,
-    committed_usd: float | None,
-    trace: tuple[str | None, str | None],
-) -> _Write:
-    return ("job", partial(
-        ledger.record_submit, night, run.label, run.job.backend, external_id, run.attempt,
-        at=run.started, state=state, committed_usd=committed_usd, trace=trace,
-    ))  # fmt: skip
 
 
 def _said(done: asyncio.Future[None]) -> None:

@@ -241,7 +241,7 @@ async def start_job(
             if not resume:
                 # written before the create: a crash after it leaves a trace to look for (and
                 # a paid try's expected cost, which a rerun counts)
-                await ctx.records.arecord_submit(
+                await ctx.records.record_submit(
                     ctx.night,
                     run,
                     None,
@@ -254,7 +254,7 @@ async def start_job(
                 return await ended(not_submitted, run, reason, run.attempt - 1)
             # the submit and its id's record go on if the try is cancelled meanwhile: a job out
             # there is never left without its id in the ledger
-            submitted = asyncio.ensure_future(_submitted(ctx, run, backend, spec, pool))
+            submitted = ctx.loop.spawn(_submitted(ctx, run, backend, spec, pool))
             submitted.add_done_callback(_seen_through)
             failed = await asyncio.shield(submitted)
             if failed is not None:  # nothing (more) to watch
@@ -291,7 +291,7 @@ async def _submitted(
         return str(exc)
     # a patient submit may have waited out a burst of 429s: its timers start now
     run.started = ctx.wall()
-    await ctx.records.arecord_submit(ctx.night, run, external_id)
+    await ctx.records.record_submit(ctx.night, run, external_id)
     ctx.mark(run.label, "submitted", external_id, at=run.started)  # its duration starts here
     return None
 

@@ -73,7 +73,7 @@ class ProgressSink:
         self._shown = text
         self._latest = (percent, text)
         if self._posting is None or self._posting.done():
-            self._posting = asyncio.get_running_loop().create_task(self._post())
+            self._posting = self._loop.spawn(self._post(), "nightshift-progress")
         # else the poster in flight takes the latest text next
 
     def flush(self, timeout: float) -> bool:

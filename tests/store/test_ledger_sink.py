@@ -68,10 +68,11 @@ def test_changes_published_side_by_side_share_transactions(
     seen: dict[str, list[str]] = {x: [] for x in labels}
     with ThreadPoolExecutor(THREADS) as pool:
         list(pool.map(lambda x: publish_night(sink, x, seen, ledger), labels))
-    # the first write took its own row; the others' first changes, queued meanwhile, share
-    # the next transaction (then, with the bad row among them, are written again one by one)
-    # (a bad first row: its publisher went on to its next change, which may join them too)
-    assert ledger.batches[0] == 1 and ledger.batches[1] >= THREADS - 1
+    # the first write took what had queued when the writer began (a row or two); the others'
+    # first changes, queued meanwhile, share the next transaction (then, with the bad row
+    # among them, are written again one by one) (a bad first row: its publisher went on to
+    # its next change, which may join them too): sixteen first changes, two transactions
+    assert ledger.batches[0] < THREADS and ledger.batches[0] + ledger.batches[1] >= THREADS
     for label in labels:
         chain = [(t.from_state, t.to_state, t.dwell_s) for t in ledger.dwells(NIGHT, label)]
         if label == bad:

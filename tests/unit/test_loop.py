@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from nightshift.loop import NightLoop, Signal
+from nightshift.loop import NightLoop, NotTheLoop, Signal
 
 flag: contextvars.ContextVar[str] = contextvars.ContextVar("flag", default="unset")
 
@@ -95,3 +95,38 @@ def test_closing_cancels_what_still_runs_and_ends_the_thread() -> None:
     assert "ending" not in [t.name for t in threading.enumerate()]
     with pytest.raises(RuntimeError, match="closed"):
         loop.submit(forever())
+
+
+def test_a_spawned_task_nobody_holds_lives_to_its_end_and_ends_with_the_loop() -> None:
+    """asyncio holds tasks weakly: a writer task whose owner was dropped at the night's end was
+    collected half-way ("Task was destroyed but it is pending!"); the loop holds what it spawned
+    and cancels it at its close."""
+    import gc
+
+    started, cancelled = threading.Event(), threading.Event()
+
+    async def forever() -> None:
+        started.set()
+        try:
+            await asyncio.get_running_loop().create_future()  # nothing else refers to it
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    loop = NightLoop()
+    try:
+
+        async def spawn() -> None:
+            loop.spawn(forever())
+
+        loop.run(spawn(), timeout=5)
+        assert started.wait(5)
+        gc.collect()
+        assert not cancelled.is_set()  # still held, still waiting
+    finally:
+        loop.close()
+    assert cancelled.wait(5)  # the loop's close ended it
+    work = forever()
+    with NightLoop() as other, pytest.raises(NotTheLoop):  # only the loop spawns its tasks
+        other.spawn(work)
+    work.close()
