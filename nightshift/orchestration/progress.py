@@ -72,9 +72,15 @@ class ProgressSink:
             return
         self._shown = text
         self._latest = (percent, text)
-        if self._posting is None or self._posting.done():
-            self._posting = self._loop.spawn(self._post(), "nightshift-progress")
-        # else the poster in flight takes the latest text next
+        self._poster()
+
+    def _poster(self) -> asyncio.Task[None] | None:
+        """The poster of the latest text: the one in flight takes it next, unless it ended or
+        is being cancelled (a closing loop cancels its tasks): then a new one."""
+        posting = self._posting
+        if self._latest is not None and (posting is None or posting.done() or posting.cancelling()):
+            self._posting = posting = self._loop.spawn(self._post(), "nightshift-progress")
+        return posting
 
     def flush(self, timeout: float) -> bool:
         """Bring the text up to date, then wait up to ``timeout`` seconds for it to be posted;
@@ -82,8 +88,12 @@ class ProgressSink:
 
         async def posted() -> None:
             self._refresh()
-            if self._posting is not None:
-                await asyncio.shield(self._posting)
+            while (posting := self._poster()) is not None and not posting.done():
+                try:
+                    await asyncio.shield(posting)
+                except asyncio.CancelledError:
+                    if (me := asyncio.current_task()) is not None and me.cancelling():
+                        raise  # the flush itself ran out of time
 
         try:
             self._loop.run(posted(), timeout)
@@ -98,6 +108,10 @@ class ProgressSink:
                 await aupdate_progress_artifact(
                     self._id, latest[0], description=described(latest[1], self._try)
                 )
+            except asyncio.CancelledError:  # the next poster posts it, unless a newer text came
+                if self._latest is None:
+                    self._latest = latest
+                raise
             except Exception as exc:  # the artifact is a view: the night goes on without it
                 log.warning("could not update the progress artifact: %s", exc)
 

@@ -160,13 +160,16 @@ def test_a_progress_post_dropped_unrun_does_not_stop_the_next_ones() -> None:
         with NightLoop() as loop:
             sink = ProgressSink(["a", "b"], loop, key="test-progress-drop")
 
-            async def drop_the_post() -> bool:
-                posting = sink._posting  # the poster the first end started, cancelled unrun
-                return posting is not None and posting.cancel()
+            async def drop_the_post_then_end_b() -> bool:
+                # the poster the first end started, cancelled; in the same step, before the
+                # cancel reached it, the next end's text comes
+                posting = sink._posting
+                dropped = posting is not None and posting.cancel()
+                sink(JobFinished("n", "c", JobOutcome("b", Outcome.SUCCEEDED), t))
+                return dropped
 
             sink(JobFinished("n", "c", JobOutcome("a", Outcome.SUCCEEDED), t))
-            assert loop.run(drop_the_post(), timeout=10)
-            sink(JobFinished("n", "c", JobOutcome("b", Outcome.SUCCEEDED), t))
+            assert loop.run(drop_the_post_then_end_b(), timeout=10)
             assert sink.flush(timeout=20)
 
     progress()

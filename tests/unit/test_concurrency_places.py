@@ -19,7 +19,7 @@ EXECUTORS = {"ThreadPoolExecutor", "ProcessPoolExecutor"}
 # path -> how many, and why they are not the night's loop
 ALLOWED: dict[str, tuple[int, str]] = {
     "nightshift/loop.py": (2, "the loop's own thread, and its executors, made in `blocking`"),
-    "nightshift/engine/ledger_sink.py": (1, "the group commit: writers wait for their turn"),
+    "nightshift/engine/ledger_sink.py": (1, "an abandon ends a retry's wait on the writer thread"),
     "nightshift/backends/gemini/capped.py": (1, "on-demand rows side by side, sync client"),
     "nightshift/backends/gemini/client.py": (1, "a flag: the client was closed"),
 }
@@ -112,7 +112,7 @@ LOCKS_AT_MOST: dict[str, int] = {
     "nightshift/engine/spend.py": 1,  # night state: the spend account
     "nightshift/engine/stopping.py": 1,  # night state: the stop and its listeners
     "nightshift/loop.py": 1,  # the loop's own pools
-    "nightshift/notify/notifier.py": 2,  # threads and the journal; one thread's replies in turn
+    "nightshift/notify/notifier.py": 2,  # its maps and journal; replies in turn (one sender)
     "nightshift/orchestration/leases.py": 3,  # the Prefect slot leases (their wait on the loop)
     "nightshift/store/alert_log.py": 1,  # one writer of the alert log
     "nightshift/store/lease.py": 1,  # the lease's renewals
