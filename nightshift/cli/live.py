@@ -88,7 +88,8 @@ class LiveTable:
 
     def on_event(self, event: NightEvent) -> None:
         """A sink of the night's events: each state change, and each job's outcome."""
-        self.progress.on_event(event)
+        with self._lock:  # the progress is read by the refresh thread too (``render``)
+            self.progress.on_event(event)
         if isinstance(event, JobChanged):
             self.update(event.label, event.state)
         elif isinstance(event, LevelChanged) and self._lines:
@@ -113,17 +114,17 @@ class LiveTable:
 
     def render(self) -> Table:
         """The table as it stands."""
+        wall = self._wall()
         with self._lock:
             rows = list(self._states.items())
-        wall = self._wall()
-        views = {view.label: view for view in self.progress.jobs(wall)}
-        expected = self.progress.known
+            views = {view.label: view for view in self.progress.jobs(wall)}
+            expected = self.progress.known
+            at = self.progress.expected_done(wall) if expected else None
+            incidents = list(self._incidents.values())
         done = sum(is_final(state) for _, (state, _) in rows)
         title = f"nightshift: {done}/{len(rows)} jobs finished"
-        if expected and (at := self.progress.expected_done(wall)) is not None:
+        if at is not None:
             title = f"nightshift: {done}/{len(rows)} finished, expected done {clock_text(at, wall)}"
-        with self._lock:
-            incidents = list(self._incidents.values())
         if incidents:  # one backend's jobs stalled together: said above the jobs
             title = "\n".join([title, *incidents])
         table = Table(title=title, min_width=max(map(len, title.splitlines())))

@@ -9,7 +9,6 @@ Pure: the caller says what time it is.
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -71,10 +70,10 @@ class _Job:
 
 
 class NightProgress:
-    """The night's jobs, fed its events from any thread."""
+    """The night's jobs, fed its events. Not thread-safe: its one owner keeps it (the progress
+    artifact on the night's loop; the CLI's live table under its own lock)."""
 
     def __init__(self, labels: list[str]) -> None:
-        self._lock = threading.Lock()
         self._jobs = {label: _Job() for label in labels}
         self._typical: dict[str, Typical] = {}
         self._finished = 0  # kept as events come: a count per event, not a pass over the jobs
@@ -82,29 +81,28 @@ class NightProgress:
 
     def on_event(self, event: NightEvent) -> None:
         """Take one night event (a sink); events of other jobs or kinds change nothing."""
-        with self._lock:
-            if isinstance(event, ExpectedDurations):
-                self._typical = dict(event.jobs)
-            elif isinstance(event, JobChanged):
-                job = self._jobs.setdefault(event.label, _Job())
-                if job.state == event.state:
-                    return  # a repeat keeps the state's start
-                if event.state == "submitting":
-                    # a re-attached job is first seen later on: its start stays unknown
-                    job.started = event.at
-                self._settle(job, event.state, is_final(event.state))
-                job.since, job.level = event.at, None
-            elif isinstance(event, JobFinished):
-                job = self._jobs.setdefault(event.outcome.label, _Job())
-                self._settle(job, event.outcome.state.value, True)
-                job.level = None
-            elif isinstance(event, LevelChanged):
-                found = self._jobs.get(event.label)
-                if found is not None and found.state == event.alert.state:
-                    found.level = event.alert.level
+        if isinstance(event, ExpectedDurations):
+            self._typical = dict(event.jobs)
+        elif isinstance(event, JobChanged):
+            job = self._jobs.setdefault(event.label, _Job())
+            if job.state == event.state:
+                return  # a repeat keeps the state's start
+            if event.state == "submitting":
+                # a re-attached job is first seen later on: its start stays unknown
+                job.started = event.at
+            self._settle(job, event.state, is_final(event.state))
+            job.since, job.level = event.at, None
+        elif isinstance(event, JobFinished):
+            job = self._jobs.setdefault(event.outcome.label, _Job())
+            self._settle(job, event.outcome.state.value, True)
+            job.level = None
+        elif isinstance(event, LevelChanged):
+            found = self._jobs.get(event.label)
+            if found is not None and found.state == event.alert.state:
+                found.level = event.alert.level
 
     def _settle(self, job: _Job, state: str, finished: bool) -> None:
-        """Under the lock: ``job`` is now in ``state``; the counts follow (out with its old)."""
+        """``job`` is now in ``state``; the counts follow (out with its old)."""
         if job.finished:
             self._finished -= 1
             if job.state != Outcome.SUCCEEDED:
@@ -118,36 +116,31 @@ class NightProgress:
     @property
     def known(self) -> bool:
         """Whether any job has a learned p50 (else no expected times are shown at all)."""
-        with self._lock:
-            return bool(self._typical)
+        return bool(self._typical)
 
     def finished(self) -> tuple[int, int]:
         """(jobs finished, jobs of the night)."""
-        with self._lock:
-            return self._finished, len(self._jobs)
+        return self._finished, len(self._jobs)
 
     def tally(self) -> Tally:
         """The jobs finished, of all, and the finished ones not ok (a copy: no pass over jobs)."""
-        with self._lock:
-            not_ok = {state: n for state, n in self._not_ok.items() if n}
-            return Tally(self._finished, len(self._jobs), not_ok)
+        not_ok = {state: n for state, n in self._not_ok.items() if n}
+        return Tally(self._finished, len(self._jobs), not_ok)
 
     def jobs(self, now: datetime) -> list[JobView]:
         """Every job, in the night's order, with its expected end (None: unknown or done)."""
-        with self._lock:
-            ends = self._ends(now)
-            return [
-                JobView(label, j.state, j.since, j.level, ends.get(label))
-                for label, j in self._jobs.items()
-            ]
+        ends = self._ends(now)
+        return [
+            JobView(label, j.state, j.since, j.level, ends.get(label))
+            for label, j in self._jobs.items()
+        ]
 
     def expected_done(self, now: datetime) -> datetime | None:
         """When the last job should be done (never before ``now``); None if any is unknown."""
-        with self._lock:
-            if not self._typical:  # nothing learned: no estimate, and no pass over the jobs
-                return None
-            ends = self._ends(now)
-            left = [label for label, j in self._jobs.items() if not j.finished]
+        if not self._typical:  # nothing learned: no estimate, and no pass over the jobs
+            return None
+        ends = self._ends(now)
+        left = [label for label, j in self._jobs.items() if not j.finished]
         if not left:
             return None
         if any(ends.get(label) is None for label in left):
@@ -163,7 +156,7 @@ class NightProgress:
         return text
 
     def _ends(self, now: datetime) -> dict[str, datetime | None]:
-        """Under the lock: each unfinished job's expected end, dependencies first."""
+        """Each unfinished job's expected end, dependencies first."""
         ends: dict[str, datetime | None] = {}
 
         def end(label: str, seen: frozenset[str]) -> datetime | None:
