@@ -79,7 +79,8 @@ class ProgressSink:
         is being cancelled (a closing loop cancels its tasks): then a new one."""
         posting = self._posting
         if self._latest is not None and (posting is None or posting.done() or posting.cancelling()):
-            self._posting = posting = self._loop.spawn(self._post(), "nightshift-progress")
+            after = posting if posting is not None and not posting.done() else None
+            self._posting = posting = self._loop.spawn(self._post(after), "nightshift-progress")
         return posting
 
     def flush(self, timeout: float) -> bool:
@@ -101,7 +102,11 @@ class ProgressSink:
             return False
         return True
 
-    async def _post(self) -> None:
+    async def _post(self, after: asyncio.Task[None] | None = None) -> None:
+        """Post the latest text until none is left; ``after``: a poster being cancelled, whose
+        end comes first (one update at a time, in order)."""
+        if after is not None:
+            await asyncio.wait([after])
         while (latest := self._latest) is not None:
             self._latest = None
             try:
@@ -109,7 +114,7 @@ class ProgressSink:
                     self._id, latest[0], description=described(latest[1], self._try)
                 )
             except asyncio.CancelledError:  # the next poster posts it, unless a newer text came
-                if self._latest is None:
+                if self._latest is None and latest[1] == self._shown:
                     self._latest = latest
                 raise
             except Exception as exc:  # the artifact is a view: the night goes on without it

@@ -160,16 +160,16 @@ def test_a_progress_post_dropped_unrun_does_not_stop_the_next_ones() -> None:
         with NightLoop() as loop:
             sink = ProgressSink(["a", "b"], loop, key="test-progress-drop")
 
-            async def drop_the_post_then_end_b() -> bool:
-                # the poster the first end started, cancelled; in the same step, before the
-                # cancel reached it, the next end's text comes
+            async def a_ends_its_post_dropped_unrun_b_ends() -> bool:
+                # in one step of the loop: a's end starts a poster, which is cancelled before
+                # it ran (as a closing loop cancels its tasks), then b's end comes
+                sink(JobFinished("n", "c", JobOutcome("a", Outcome.SUCCEEDED), t))
                 posting = sink._posting
                 dropped = posting is not None and posting.cancel()
                 sink(JobFinished("n", "c", JobOutcome("b", Outcome.SUCCEEDED), t))
                 return dropped
 
-            sink(JobFinished("n", "c", JobOutcome("a", Outcome.SUCCEEDED), t))
-            assert loop.run(drop_the_post_then_end_b(), timeout=10)
+            assert loop.run(a_ends_its_post_dropped_unrun_b_ends(), timeout=10)
             assert sink.flush(timeout=20)
 
     progress()
