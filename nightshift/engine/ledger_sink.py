@@ -97,7 +97,7 @@ class LedgerSink:
         self._queue: list[tuple[_Write, asyncio.Future[None]]] = []
         self._queued_now = asyncio.Event()
         self._writer: asyncio.Task[None] | None = None
-        self._busy = False  # a batch is being committed
+        self._last: asyncio.Future[None] | None = None  # the latest write queued: done last
         self._queued = 0  # writes handed to the writer
         self._given_up = threading.Event()  # set by ``abandon``: a retry's wait ends at once
         self.outages = 0  # writes or reads that met a database not answering (for the logs)
@@ -173,11 +173,11 @@ class LedgerSink:
         """Wait until every write queued so far is over (the night's end); False if the
         database held it past ``timeout``."""
         if self._loop.on_loop() or self._loop.closed:
-            return not self._queue
+            return self._last is None or self._last.done()
 
         async def drained() -> None:
-            while self._queue or (self._writer is not None and self._busy):
-                await asyncio.sleep(0.01)
+            if self._last is not None:  # batches are committed in order: it is over last
+                await asyncio.wait([self._last])
 
         try:
             self._loop.run(drained(), timeout)
@@ -224,6 +224,7 @@ class LedgerSink:
         if not awaited:
             done.add_done_callback(_said)
         self._queue.append((write, done))
+        self._last = done
         self._queued += 1
         self._queued_now.set()
         if self._writer is None:
@@ -241,7 +242,6 @@ class LedgerSink:
             batch, self._queue = self._queue, []
             if not batch:
                 continue
-            self._busy = True
             try:
                 tickets = [(i, write) for i, (write, _) in enumerate(batch)]
                 errors = await loop.run_in_executor(thread, self._commit, tickets)
@@ -250,8 +250,6 @@ class LedgerSink:
                     if not done.done():
                         done.set_exception(LedgerUnavailable(f"not written: {exc!r}"))
                 raise
-            finally:
-                self._busy = False
             for i, (_, done) in enumerate(batch):
                 if done.done():
                     continue
