@@ -249,6 +249,7 @@ def open_night(
             holds=SubmitHolds(watcher.now, watcher.loop),
             trace=parts.trace,
         )
+        ctx.spend.on(loop)  # the spend account is the loop's: a try's start and end run there
         # on a stop: waits for a turn or a slot end at once, every watched job is let go
         for listener in (
             ctx.admission.interrupt,
@@ -371,8 +372,18 @@ def night_spend(catalogue: Catalogue, ledger: Ledger, night: str, now: datetime)
 def finish_night(
     ctx: NightContext, plan: Plan, started_at: str, outcomes: Mapping[str, JobOutcome]
 ) -> NightSummary:
-    """Join the jobs' ``outcomes`` (a job with none failed) and tell the sinks the verdict."""
-    jobs = [outcomes[x] if x in outcomes else _no_outcome(ctx, x) for x in plan.labels]
+    """Join the jobs' ``outcomes`` (a job with none failed) and tell the sinks the verdict; the
+    verdict is made on the night's loop, whose state it reads (its spend, its incidents)."""
+    summary = ctx.loop.run(_verdict(ctx, plan, started_at, outcomes))
+    ctx.events.settle()  # heard before the night's end is reported
+    ctx.records.flush()  # a job ended here (none came back) written too
+    return summary
+
+
+async def _verdict(
+    ctx: NightContext, plan: Plan, started_at: str, outcomes: Mapping[str, JobOutcome]
+) -> NightSummary:
+    jobs = [outcomes[x] if x in outcomes else await _no_outcome(ctx, x) for x in plan.labels]
     finished = ctx.wall()
     summary = join(jobs, started_at, finished.isoformat(timespec="seconds"))
     if ctx.spend.cap_usd is not None or ctx.spend.priced:
@@ -386,16 +397,14 @@ def finish_night(
         url = ctx.catalogue.telemetry.url_of(ctx.trace.hex)
         summary = replace(summary, trace=ctx.trace.hex, trace_url=url)
     ctx.events.publish(NightFinished(ctx.night, ctx.catalogue.key, summary, finished))
-    ctx.events.settle()  # heard before the night's end is reported
-    ctx.records.flush()  # a job ended here (none came back) written too
     return summary
 
 
-def _no_outcome(ctx: NightContext, label: str) -> JobOutcome:
+async def _no_outcome(ctx: NightContext, label: str) -> JobOutcome:
     """A job whose outcome never came back: let go by a stop, else failed."""
     if ctx.stop.requested:  # a job the stop caught between two steps
-        return stopped_outcome(ctx, label)
-    return end_job(ctx, label, Outcome.FAILED, "no outcome recorded (internal error)")
+        return await stopped_outcome(ctx, label)
+    return await end_job(ctx, label, Outcome.FAILED, "no outcome recorded (internal error)")
 
 
 def watcher_stopped(watcher: Watcher) -> str | None:

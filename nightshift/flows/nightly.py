@@ -176,16 +176,16 @@ async def _run_jobs(night: Night, plan: Plan) -> dict[str, JobOutcome]:
     """Every job of the night as an async task run and every chain as an async subflow run,
     awaited together for their outcomes; the night handed to each, quoted (Prefect does not
     walk into it)."""
-    ctx, pools, runner = night.ctx, night.pools, with_retries(night.ctx)
+    ctx, runner = night.ctx, with_retries(night.ctx)
 
     async def job(label: str) -> list[JobOutcome]:
         ran = await job_task(night, label, runner)
-        return [await outcome_of(ctx, label, ran, pools)]
+        return [await outcome_of(ctx, label, ran)]
 
     async def steps(labels: list[str]) -> list[JobOutcome]:
         name = chain_run_name(ctx.night, labels, current_try())
         ran = await chain(name, labels, quote(night), return_state=True)
-        return await chain_outcomes(ctx, labels, ran, pools)
+        return await chain_outcomes(ctx, labels, ran)
 
     # one API client on this loop for every task run (else each task run makes its own)
     async with AsyncClientContext.get_or_create():

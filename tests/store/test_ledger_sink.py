@@ -23,19 +23,27 @@ THREADS = 16
 
 
 class FirstWriteWaits(Ledger):
-    """A ledger whose first write waits until every publisher has queued behind it."""
+    """A ledger whose first write waits until every publisher has queued behind it. ``batches``:
+    the transactions the writer began, a failed one's rows written again one by one not
+    counted (the bad row may be in the first batch, when a loaded machine queued it early)."""
 
     sink: LedgerSink
     bad_label: str | None = None
     batches: list[int]
+    _again = 0  # rows of a failed batch still to be written again, one by one
 
     def transitions(self, rows: Iterable[TransitionRow]) -> None:
         rows = list(rows)
-        self.batches.append(len(rows))
+        if self._again:
+            self._again -= 1
+        else:
+            self.batches.append(len(rows))
         if not getattr(self, "_opened", False):
             self._opened = True
             wait_until(lambda: self.sink._queued >= THREADS, what="every publisher queued")
         if any(row[2] == self.bad_label for row in rows):
+            if len(rows) > 1:
+                self._again = len(rows)
             raise ValueError(f"bad row for {self.bad_label}")
         super().transitions(rows)
 
@@ -69,9 +77,9 @@ def test_changes_published_side_by_side_share_transactions(
     with ThreadPoolExecutor(THREADS) as pool:
         list(pool.map(lambda x: publish_night(sink, x, seen, ledger), labels))
     # the first write took what had queued when the writer began (a row or two); the others'
-    # first changes, queued meanwhile, share the next transaction (then, with the bad row
-    # among them, are written again one by one) (a bad first row: its publisher went on to
-    # its next change, which may join them too): sixteen first changes, two transactions
+    # first changes, queued meanwhile, share the next transaction (a batch with the bad row
+    # among them is written again one by one, not counted; its publisher goes on to its next
+    # change, which may join them too): sixteen first changes, two transactions
     assert ledger.batches[0] < THREADS and ledger.batches[0] + ledger.batches[1] >= THREADS
     for label in labels:
         chain = [(t.from_state, t.to_state, t.dwell_s) for t in ledger.dwells(NIGHT, label)]

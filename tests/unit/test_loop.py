@@ -130,3 +130,18 @@ def test_a_spawned_task_nobody_holds_lives_to_its_end_and_ends_with_the_loop() -
     with NightLoop() as other, pytest.raises(NotTheLoop):  # only the loop spawns its tasks
         other.spawn(work)
     work.close()
+
+
+def test_a_spawned_task_runs_in_a_context_of_its_own(night: NightLoop) -> None:
+    """Not its spawner's: a job's task run may end first and close what its context holds
+    (the progress artifact's last post met the closed Prefect client of the night's tasks)."""
+
+    async def spawner() -> str:
+        flag.set("the job task's client")
+
+        async def spawned() -> str:
+            return flag.get()
+
+        return await night.spawn(spawned())
+
+    assert night.run(spawner(), timeout=5) == "unset"
