@@ -121,6 +121,17 @@ class NightLoop:
             future.cancel()
             raise
 
+    def ask(self, fn: Callable[[], T], timeout: float | None = None) -> T:
+        """``fn()`` on the loop, its value returned: at once when asked there (or once the loop
+        closed: nobody else touches what it owned), else handed over and waited for."""
+        if self.on_loop() or self._closed:
+            return fn()
+
+        async def on_loop() -> T:
+            return fn()
+
+        return self.run(on_loop(), timeout)
+
     def blocking(self, name: str, threads: int) -> concurrent.futures.ThreadPoolExecutor:
         """The bounded executor ``name`` for blocking work, made at first ask; its threads are
         made as work comes, and end when the loop closes."""
