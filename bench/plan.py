@@ -23,6 +23,16 @@ modules from source again), and with bytecode cached (``PYTHONPYCACHEPREFIX`` in
 folder, one run first to fill it), as an installed Nightshift starts after its first run.
 
     python bench/plan.py [--jobs N] [--nights N] [--runs N] [--seed N]
+
+``--accuracy`` measures the forecast instead (issue 45): per seed, 30 nights of history seeded
+in a ledger (each job's durations log-normal around its own mean, a chain's step submitted a
+hand-off after the step before it ended), then a night with two chains and ``limits: {cli: 2}``
+run through the engine on fake backends with durations drawn from the same distributions, on a
+fake clock (``tests/forecast_night.py``). Prints, per night, the forecast p50 finish's error
+against the actual finish as the night forecasts itself now (its learned hand-offs counted) and
+as it did before (the spans alone), and whether its p95 stayed above the finish.
+
+    python bench/plan.py --accuracy [--seeds N]
 """
 
 from __future__ import annotations
@@ -210,13 +220,87 @@ def row(what: str, times: list[float]) -> str:
     )
 
 
+ACCURACY_AIM_PCT = 5.0
+
+
+def accuracy(seeds: int) -> int:
+    """The forecast against ``seeds`` nights run on fake backends (``--accuracy``)."""
+    from nightshift.loop import NightLoop
+    from tests.forecast_night import TWO_CHAINS, TWO_CHAINS_MEANS, measure_night
+
+    print(
+        "a night of 14 jobs: two chains of three, limits {cli: 2}; 30 nights of history each;\n"
+        "error = actual finish - forecast p50 finish, in % of the night: the forecast as made\n"
+        "(now: with the night's learned hand-offs; before: the spans alone), and replayed with\n"
+        "tonight's own durations (the draws' luck taken out: the model's own error)"
+    )
+    print(
+        f"  {'seed':>4} {'night':>7} {'now':>7} {'before':>7} {'replayed':>9} {'before':>7}"
+        "  p95 above"
+    )
+    now_off: list[float] = []
+    before_off: list[float] = []
+    model: list[float] = []
+    model_before: list[float] = []
+    lengths: list[float] = []
+    p95_held = 0
+    for seed in range(1, seeds + 1):
+        with (
+            tempfile.TemporaryDirectory(prefix="nightshift-accuracy-") as tmp,
+            NightLoop("bench-night") as loop,
+        ):
+            night = measure_night(Path(tmp), TWO_CHAINS, TWO_CHAINS_MEANS, loop, seed)
+        assert night.exit_code == 0 and night.check.finished is not None
+        lengths.append(night.length_s)
+        pct = 100.0 / night.length_s
+        now, before = night.off_s(night.made) * pct, night.off_s(night.unaided) * pct
+        replayed = night.replayed_off_s(gaps=True) * pct
+        replayed_before = night.replayed_off_s(gaps=False) * pct
+        held = night.made.finish_p95 >= night.check.finished
+        p95_held += held
+        now_off.append(abs(now))
+        before_off.append(abs(before))
+        model.append(abs(replayed))
+        model_before.append(abs(replayed_before))
+        print(
+            f"  {seed:>4} {night.length_s:>6.0f}s {now:>+6.1f}% {before:>+6.1f}%"
+            f" {replayed:>+8.2f}% {replayed_before:>+6.2f}%  {'yes' if held else 'NO'}"
+        )
+    within = sum(1 for x in now_off if x <= ACCURACY_AIM_PCT)
+    spread = 100.0 * statistics.stdev(lengths) / statistics.mean(lengths) if seeds > 1 else 0.0
+    print(
+        f"the nights' own spread: their finish varies by {spread:.1f} % (one standard deviation"
+        " of their lengths): what no p50 can take out"
+    )
+    print(
+        f"median |error| as made: now {statistics.median(now_off):.1f} %, before"
+        f" {statistics.median(before_off):.1f} %; worst now {max(now_off):.1f} %, before"
+        f" {max(before_off):.1f} %"
+    )
+    print(
+        f"median |error| replayed: now {statistics.median(model):.2f} %, before"
+        f" {statistics.median(model_before):.2f} %"
+    )
+    print(
+        f"p50 within {ACCURACY_AIM_PCT:.0f} % of the finish: {within} of {seeds} nights; p95"
+        f" above the finish: {p95_held} of {seeds}"
+    )
+    ok = within == seeds and p95_held == seeds
+    print("every target met" if ok else "TARGET MISSED")
+    return 0 if ok else 1
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--nights", type=int, default=30, help="nights of history (<= 30)")
     parser.add_argument("--runs", type=int, default=5, help="runs of each timing")
     parser.add_argument("--seed", type=int, default=32)
+    parser.add_argument("--accuracy", action="store_true", help="measure the forecast instead")
+    parser.add_argument("--seeds", type=int, default=10, help="--accuracy: nights measured")
     args = parser.parse_args()
+    if args.accuracy:
+        return accuracy(args.seeds)
 
     with tempfile.TemporaryDirectory(prefix="nightshift-bench-") as tmp:
         folder = Path(tmp)
