@@ -13,7 +13,7 @@ from contextlib import AbstractContextManager, ExitStack, contextmanager, nullco
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, TypedDict, Unpack, runtime_checkable
 
 from nightshift.backends import build_backends, close_backends
 from nightshift.backends.base import Backend
@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 DEADLINE_GRACE_S = 30.0
 
 __all__ = [
+    "GivenParts",
     "Hold",
     "NightId",
     "NightParts",
@@ -128,6 +129,19 @@ class NightParts:
     trace: NightTrace | None = None
 
 
+class GivenParts(TypedDict, total=False):
+    """What a caller gives a night beside what ``build_parts`` makes: one build, no part
+    patched after it (``NightParts`` says what each is)."""
+
+    sinks: list[Sink]
+    budgets: BudgetLoader | None
+    alerts: AlertSink
+    stop_reason: Callable[[Watcher], str | None] | None
+    owns_night: Callable[[], bool]
+    incidents: IncidentDesk | None
+    trace: NightTrace | None
+
+
 @dataclass(frozen=True)
 class NightId:
     """Which night runs: its date, this run of it, and where the run keeps its files."""
@@ -146,9 +160,10 @@ def build_parts(
     slots: Callable[[dict[str, BackendLimit]], Hold] = lambda _limits: no_hold,
     admission: Callable[..., Admission] = Admission,
     loop: NightLoop,
+    **given: Unpack[GivenParts],
 ) -> NightParts:
-    """The real parts: backends from settings, the admission and the slot holder for the limits
-    (no sinks besides the ledger's: the caller adds its own).
+    """The real parts: backends from settings, the admission and the slot holder for the limits,
+    and what the caller ``given`` (its sinks beside the ledger's, its alerts, its rules...).
 
     ``slots`` makes the server-side slot holder (the flow hands in Prefect's); when it fails
     the backends built so far are closed and ``NightEndedEarly`` says why.
@@ -178,6 +193,7 @@ def build_parts(
         broken=broken,
         logger=logger,
         loop=loop,
+        **given,
     )
 
 

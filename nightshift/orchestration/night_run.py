@@ -15,12 +15,20 @@ from typing import Any
 from prefect import get_run_logger
 from prefect.runtime import flow_run
 
+from nightshift.budgets.lookup import Budgets
 from nightshift.engine.admission import Admission
 from nightshift.engine.alerts import NoAlertSink
 from nightshift.engine.context import utcnow
 from nightshift.engine.dwell_watch import incident_desk
 from nightshift.engine.events import Consumer, LogSink, Sink
-from nightshift.engine.night import NightId, NightParts, build_parts, finish_night, open_night
+from nightshift.engine.night import (
+    GivenParts,
+    NightId,
+    NightParts,
+    build_parts,
+    finish_night,
+    open_night,
+)
 from nightshift.engine.outcomes import JobOutcome, NightSummary
 from nightshift.engine.plan import Plan
 from nightshift.engine.steps import JobPools
@@ -30,7 +38,7 @@ from nightshift.notify.sinks import IncidentSink, NoticeSink
 from nightshift.orchestration.artifact_tries import supersede_earlier_tries
 from nightshift.orchestration.leases import slot_lease_s
 from nightshift.orchestration.limits import limit_scope, night_slots
-from nightshift.orchestration.night_forecast import forecast_at_start
+from nightshift.orchestration.night_forecast import forecast_at_start, night_budgets
 from nightshift.orchestration.night_loop import on_a_loop
 from nightshift.orchestration.night_setup import NightSetup, stamp, stop_reason
 from nightshift.orchestration.progress import ProgressSink
@@ -39,6 +47,7 @@ from nightshift.orchestration.states import quiet_job_finish
 from nightshift.store.lease import Lease
 from nightshift.store.slot_holders import SlotHolders
 from nightshift.tracing.night import begin_trace, budget_of, end_trace
+from nightshift.tracing.sink import TraceSink
 
 __all__ = ["RunJobs", "run_night"]
 
@@ -72,12 +81,11 @@ def run_night(
     kept = {r.label for r in ledger.jobs_of(night) if r.state == "succeeded" and r.external_id}
     # a retry: the earlier tries' pages say they are superseded, before this try's come
     supersede_earlier_tries()
-    # the run's first artifact; its budgets are the ones the night then watches with
-    budgets = forecast_at_start(prepared, run_id, logger, kept=kept)
+    # the budgets the night watches with, read once; its forecast from them, the run's first
+    # artifact
+    budgets = night_budgets(prepared, logger)
+    forecast_at_start(prepared, budgets, run_id, logger, kept=kept)
     progress = ProgressSink(plan.labels, loop)
-    parts = _parts(setup, lease, [*live, progress, LogSink(logger)], logger, loop)
-    if budgets is not None:
-        parts.budgets = lambda _ledger, _now, _min_samples: budgets
     tracing = begin_trace(
         os.environ,
         ledger=ledger,
@@ -89,9 +97,10 @@ def run_night(
         logger=logger,
         budget=budget_of(budgets, catalogue),
     )
+    sinks: list[Sink] = [*live, progress, LogSink(logger)]
     if tracing is not None:  # its spans from the night's events; its tries hand theirs on
-        parts.sinks.append(tracing)
-        parts.trace = tracing.trace
+        sinks.append(tracing)
+    parts = _parts(setup, lease, sinks, logger, loop, budgets, tracing)
     notifier = setup.notifier
     if notifier is not None:  # in-night messages posted by one sender thread, in order
         notifier.sending_from(loop.blocking("slack", 1))
@@ -123,10 +132,17 @@ def run_night(
 
 
 def _parts(
-    setup: NightSetup, lease: Lease, sinks: list[Sink], logger: Any, loop: NightLoop
+    setup: NightSetup,
+    lease: Lease,
+    sinks: list[Sink],
+    logger: Any,
+    loop: NightLoop,
+    budgets: Budgets | None,
+    tracing: TraceSink | None,
 ) -> NightParts:
     """The engine's parts of a night under Prefect: its caps as Prefect's concurrency limits,
-    its notices and alert levels to Slack, the lease's rule for submits and ledger rows."""
+    its notices and alert levels to Slack, the lease's rule for submits and ledger rows, the
+    budgets read at its start (None: the dwell watch reads them), its trace."""
     prepared, notifier = setup.prepared, setup.notifier
     catalogue, settings, ledger = prepared.catalogue, prepared.settings, prepared.ledger
     desk = incident_desk(catalogue)  # tonight's incidents: a job's end in one is said there
@@ -135,7 +151,20 @@ def _parts(
         # (each writes the outbox before its post: a consumer of the loop, off it, in order)
         notices: list[Sink] = [NoticeSink(notifier, grouped=desk.grouped), IncidentSink(notifier)]
         sinks += [Consumer(sink, loop, "nightshift-notices") for sink in notices]
-    parts = build_parts(
+    given: GivenParts = {
+        "sinks": sinks,
+        "incidents": desk,
+        # dwell levels into the night's Slack thread; the LogSink in ``sinks`` logs each once
+        "alerts": SlackAlertSink(notifier) if notifier is not None else NoAlertSink(),
+        # a night whose lease ran out (taken, or not renewed in time) must not submit beside
+        # the night that may hold it now, nor write to the ledger rows that night owns
+        "stop_reason": lambda watcher: stop_reason(lease, watcher),
+        "owns_night": lambda: lease.lost_reason is None,
+        "trace": tracing.trace if tracing is not None else None,
+    }
+    if budgets is not None:  # read once at the start: the dwell watch reads no others
+        given["budgets"] = lambda _ledger, _now, _min_samples: budgets
+    return build_parts(
         catalogue,
         settings,
         ledger,
@@ -153,13 +182,5 @@ def _parts(
         ),
         admission=Admission,
         loop=loop,
+        **given,
     )
-    parts.sinks = sinks
-    parts.incidents = desk
-    # dwell levels into the night's Slack thread; the LogSink in ``sinks`` logs each level once
-    parts.alerts = SlackAlertSink(notifier) if notifier is not None else NoAlertSink()
-    # a night whose lease ran out (taken, or not renewed in time) must not submit beside
-    # the night that may hold it now, nor write to the ledger rows that night owns
-    parts.stop_reason = lambda watcher: stop_reason(lease, watcher)
-    parts.owns_night = lambda: lease.lost_reason is None
-    return parts
