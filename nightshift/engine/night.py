@@ -385,20 +385,18 @@ def night_spend(catalogue: Catalogue, ledger: Ledger, night: str, now: datetime)
     )
 
 
-def finish_night(
-    ctx: NightContext, plan: Plan, started_at: str, outcomes: Mapping[str, JobOutcome]
-) -> NightSummary:
-    """Join the jobs' ``outcomes`` (a job with none failed) and tell the sinks the verdict; the
-    verdict is made on the night's loop, whose state it reads (its spend, its incidents)."""
-    summary = ctx.loop.run(_verdict(ctx, plan, started_at, outcomes))
+def finish_night(ctx: NightContext, plan: Plan, started_at: str) -> NightSummary:
+    """Join the jobs' outcomes (``ctx.outcomes``, where each job's end put it, whichever path
+    ended it; a job with none failed) and tell the sinks the verdict; the verdict is made on
+    the night's loop, whose state it reads (its outcomes, its spend, its incidents)."""
+    summary = ctx.loop.run(_verdict(ctx, plan, started_at))
     ctx.events.settle()  # heard before the night's end is reported
     ctx.records.flush()  # a job ended here (none came back) written too
     return summary
 
 
-async def _verdict(
-    ctx: NightContext, plan: Plan, started_at: str, outcomes: Mapping[str, JobOutcome]
-) -> NightSummary:
+async def _verdict(ctx: NightContext, plan: Plan, started_at: str) -> NightSummary:
+    outcomes = ctx.outcomes
     jobs = [outcomes[x] if x in outcomes else await _no_outcome(ctx, x) for x in plan.labels]
     finished = ctx.wall()
     summary = join(jobs, started_at, finished.isoformat(timespec="seconds"))

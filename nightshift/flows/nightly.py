@@ -172,10 +172,10 @@ def _own_night(
         return end_night(setup, summary, progress)
 
 
-async def _run_jobs(night: Night, plan: Plan) -> dict[str, JobOutcome]:
+async def _run_jobs(night: Night, plan: Plan) -> None:
     """Every job of the night as an async task run and every chain as an async subflow run,
-    awaited together for their outcomes; the night handed to each, quoted (Prefect does not
-    walk into it)."""
+    awaited together; the night handed to each, quoted (Prefect does not walk into it). A job
+    whose run raised is settled here: every job's outcome is then the night's."""
     ctx, runner = night.ctx, with_retries(night.ctx)
 
     async def job(label: str) -> list[JobOutcome]:
@@ -189,5 +189,4 @@ async def _run_jobs(night: Night, plan: Plan) -> dict[str, JobOutcome]:
 
     # one API client on this loop for every task run (else each task run makes its own)
     async with AsyncClientContext.get_or_create():
-        done = await asyncio.gather(*map(job, plan.independent), *map(steps, plan.chains))
-    return {outcome.label: outcome for outcomes in done for outcome in outcomes}
+        await asyncio.gather(*map(job, plan.independent), *map(steps, plan.chains))

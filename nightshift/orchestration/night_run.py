@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from prefect import get_run_logger
@@ -51,9 +51,9 @@ from nightshift.tracing.sink import TraceSink
 
 __all__ = ["RunJobs", "run_night"]
 
-# the night's jobs as Prefect runs, awaited together, for their outcomes by label (the flow's:
-# it knows its tasks and chains)
-RunJobs = Callable[[Night, Plan], Coroutine[Any, Any, Mapping[str, JobOutcome]]]
+# the night's jobs as Prefect runs, awaited together (the flow's: it knows its tasks and
+# chains); each job's outcome is the night's (``ctx.outcomes``), put there by its end
+RunJobs = Callable[[Night, Plan], Coroutine[Any, Any, None]]
 
 
 def run_night(
@@ -117,8 +117,8 @@ def run_night(
             logger.info("night %s: %s", night, plan.describe())
             with quiet_job_finish():
                 jobs = run_jobs(Night(ctx, pools, kept), plan)
-                outcomes = on_a_loop(ctx.loop, jobs, setup.stop)
-        summary = finish_night(ctx, plan, started_at, outcomes)
+                on_a_loop(ctx.loop, jobs, setup.stop)
+        summary = finish_night(ctx, plan, started_at)
     finally:
         if notifier is not None:  # what was handed to it posted before the night's digest
             notifier.sending_from(None)
