@@ -5,9 +5,9 @@ through ``run_job_step_async`` on the night's ``JobPools``, retried as the job t
 (transient backend errors only, ``retry_delay`` doubling), and a try's outcome is the job's (a
 job whose tries raised ends in ``settle_job``); a chain's steps go through
 ``run_chain_steps_async``; every job and chain is awaited together on one event loop, and the
-night is joined from the outcomes their ends gave it (``ctx.outcomes``). Time is the test's one ``FakeClock``
-(``tests/support.py``): a ``ClockDriver`` moves it while jobs are in flight, and a retry's
-wait moves it instead of sleeping.
+night is joined from the outcomes their ends gave it (``ctx.outcomes``). Time is the test's one
+``FakeClock`` (``tests/support.py``): a ``ClockDriver`` moves it while jobs are in flight, and a
+retry's wait moves it instead of sleeping.
 """
 
 from __future__ import annotations

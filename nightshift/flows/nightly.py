@@ -26,7 +26,8 @@ from nightshift.orchestration.artifact_tries import current_try
 from nightshift.orchestration.cancel_hook import cancel_in_flight
 from nightshift.orchestration.missed_nights import SKIPPED, check_missed, late_of, quiet_skip
 from nightshift.orchestration.night_end import end_early, end_night
-from nightshift.orchestration.night_run import run_night
+from nightshift.orchestration.night_loop import on_a_loop
+from nightshift.orchestration.night_run import night_under_way
 from nightshift.orchestration.night_setup import NightSetup, notifier_for, prepared_or_none, stamp
 from nightshift.orchestration.running_night import Night
 from nightshift.orchestration.states import name_the_night
@@ -161,9 +162,10 @@ def _own_night(
                 key, ttl = prepared.catalogue.key, prepared.settings.lease_ttl
                 with Lease(prepared.ledger.engine, key, owner=owner, ttl_s=ttl, loop=loop) as lease:
                     live_sinks = [live] if live is not None else []
-                    summary, progress = run_night(
-                        setup, lease, results, live_sinks, _run_jobs, loop
-                    )
+                    with night_under_way(setup, lease, results, live_sinks, loop) as running:
+                        on_a_loop(loop, _run_jobs(running.night, running.plan), stop)
+                    summary, progress = running.summary, running.progress
+                    assert summary is not None  # joined on the way out
         except Exception as exc:
             end_early(setup, exc, results, started_at)
             raise  # the CLI reads a LockHeldError from the flow run's result (exit 3)

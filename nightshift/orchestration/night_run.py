@@ -2,14 +2,16 @@
 slots, Slack, the sinks), the lease's guards, its jobs on an event loop of their own.
 
 The fan-out of the jobs into task runs and chain subflow runs is the flow's (``flows/nightly.py``,
-a layer up), handed in as ``run_jobs``.
+a layer up): it runs them inside ``night_under_way``, which hands it the running night and joins
+it once they are done. Nothing here calls back up into the flow.
 """
 
 from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from prefect import get_run_logger
@@ -39,7 +41,6 @@ from nightshift.orchestration.artifact_tries import supersede_earlier_tries
 from nightshift.orchestration.leases import slot_lease_s
 from nightshift.orchestration.limits import limit_scope, night_slots
 from nightshift.orchestration.night_forecast import forecast_at_start, night_budgets
-from nightshift.orchestration.night_loop import on_a_loop
 from nightshift.orchestration.night_setup import NightSetup, stamp, stop_reason
 from nightshift.orchestration.progress import ProgressSink
 from nightshift.orchestration.running_night import Night
@@ -49,24 +50,30 @@ from nightshift.store.slot_holders import SlotHolders
 from nightshift.tracing.night import begin_trace, budget_of, end_trace
 from nightshift.tracing.sink import TraceSink
 
-__all__ = ["RunJobs", "run_night"]
-
-# the night's jobs as Prefect runs, awaited together (the flow's: it knows its tasks and
-# chains); each job's outcome is the night's (``ctx.outcomes``), put there by its end
-RunJobs = Callable[[Night, Plan], Coroutine[Any, Any, None]]
+__all__ = ["UnderWay", "night_under_way"]
 
 
-def run_night(
+class UnderWay:
+    """A night under way, as its flow sees it: the running night and its plan to fan out; once
+    its ``with`` block ended, its ``summary`` (the jobs joined) and its ``progress`` sink."""
+
+    def __init__(self, night: Night, plan: Plan, progress: ProgressSink) -> None:
+        self.night, self.plan, self.progress = night, plan, progress
+        self.summary: NightSummary | None = None
+
+
+@contextmanager
+def night_under_way(
     setup: NightSetup,
     lease: Lease,
     results: dict[str, JobOutcome],
     live: list[Sink],
-    run_jobs: RunJobs,
     loop: NightLoop,
-) -> tuple[NightSummary, ProgressSink]:
-    """Fan out the prepared plan, watch, join the outcomes ``run_jobs`` gathers: the night's
-    summary and its progress sink. ``results`` fills with each job's outcome as it comes (a
-    night that ends early still says them). The night runs on ``loop``, which the caller closes
+) -> Iterator[UnderWay]:
+    """The prepared night opened: its forecast made, its parts built, its watch begun; the
+    flow fans its jobs out inside the block, and on the way out they are joined
+    (``UnderWay.summary``). ``results`` fills with each job's outcome as it comes (a night
+    that ends early still says them). The night runs on ``loop``, which the caller closes
     once the night's end has posted its progress."""
     prepared = setup.prepared
     catalogue, ledger, night, plan = (
@@ -115,10 +122,10 @@ def run_night(
         ) as ctx:
             pools = JobPools(ctx.loop)
             logger.info("night %s: %s", night, plan.describe())
+            under_way = UnderWay(Night(ctx, pools, kept), plan, progress)
             with quiet_job_finish():
-                jobs = run_jobs(Night(ctx, pools, kept), plan)
-                on_a_loop(ctx.loop, jobs, setup.stop)
-        summary = finish_night(ctx, plan, started_at)
+                yield under_way
+        under_way.summary = finish_night(ctx, plan, started_at)
     finally:
         if notifier is not None:  # what was handed to it posted before the night's digest
             notifier.sending_from(None)
@@ -128,7 +135,6 @@ def run_night(
                 end_trace(tracing, ledger, night, utcnow(), how)
             except Exception as exc:  # tracing never changes the night's verdict
                 logger.warning("tracing: the night's spans could not be ended: %s", exc)
-    return summary, progress
 
 
 def _parts(
