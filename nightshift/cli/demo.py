@@ -17,6 +17,7 @@ from nightshift.config.catalogue import Catalogue, CliJob, CommandJob, HttpJob
 from nightshift.config.loader import load_catalogue
 
 if TYPE_CHECKING:
+    from nightshift.cli.own_server import OwnServer
     from nightshift.sandbox.history import Usual
 
 __all__ = ["demo_catalogue", "register", "run_demo", "usual_nights"]
@@ -27,7 +28,7 @@ HISTORY_NIGHTS = 30
 CALM = """\
 # A sandboxed night: the job CLI is sandbox/agy.py; Gemini and Slack are emulators (sandbox/).
 defaults:
-  poll: {initial: 0.5s, factor: 2, max: 2s}
+  poll: {initial: 0.5s, factor: 2, max: 1s}
   stagger: 0.2s
   deadline: %(deadline)s
   queued_timeout: 10s
@@ -87,13 +88,14 @@ JOBS_TOKEN = "sandbox-jobs-token"
 EXPORT_S = 1.5
 
 # its usual night is [queue=2 run=1] (its month of history says so); tonight it never leaves
-# the queue: a watch past the floor under its learned p95 (6 s: 3 of the demo's 2 s polls), an
-# alert past twice that, 12 s after it entered it, seconds before queued_timeout ends it
+# the queue: a watch past the floor under its learned p95 (5 s, FLOOR_S: more than 3 of the
+# demo's 1 s polls), an alert past twice that, 10 s after it entered it, seconds before
+# queued_timeout ends it
 ROUGH_EXTRA = """\
   - label: generate:article-c
     backend: cli
     task: "generate article: a topic queued briefly [queue=2 run=1], but not tonight [stuck]"
-    queued_timeout: 16s
+    queued_timeout: 13s
 """
 
 # the Gemini emulator's batch: 1 emulated minute passes in 0.1 s, so it queues 1 s and runs 2 s
@@ -246,15 +248,19 @@ def run_demo(scenario: str = "calm", *, as_json: bool = False, workdir: str | No
     """Set up the sandbox, start the emulators, run one night, return its exit code."""
     # the demo never touches the user's Prefect server or profile: a Prefect home of its own
     # (kept between demos, so the temporary server's database is not rebuilt every time)
-    os.environ["PREFECT_HOME"] = str(Path(tempfile.gettempdir()) / "nightshift-demo-prefect")
-    os.environ.pop("PREFECT_API_URL", None)
+    home = Path(tempfile.gettempdir()) / "nightshift-demo-prefect"
+    os.environ["PREFECT_HOME"] = str(home)
     os.environ.pop("PREFECT_PROFILE", None)
     # the sandbox's own ledger: its made-up history must never reach a real one
     os.environ.pop("NIGHTSHIFT_DATABASE_URL", None)
+    from nightshift.cli.own_server import OwnServer
     from nightshift.sandbox.slack_emulator import SlackEmulator
 
-    with SlackEmulator(SLACK_TOKEN) as slack:  # first: the catalogue names its URL
-        code, root = _run_sandboxed(scenario, as_json, workdir, slack.base_url)
+    # the demo's temporary server (most of its start) starts first, up beside the sandbox's
+    # making; Prefect is imported after this, its API there
+    with OwnServer(home) as server, SlackEmulator(SLACK_TOKEN) as slack:
+        os.environ["PREFECT_API_URL"] = server.api_url
+        code, root = _run_sandboxed(scenario, as_json, workdir, slack.base_url, server)
         report = slack_report(slack.messages, root / "slack.json")
     if not as_json:
         print("\n".join(report), file=sys.stderr)
@@ -262,7 +268,7 @@ def run_demo(scenario: str = "calm", *, as_json: bool = False, workdir: str | No
 
 
 def _run_sandboxed(
-    scenario: str, as_json: bool, workdir: str | None, slack_url: str
+    scenario: str, as_json: bool, workdir: str | None, slack_url: str, server: OwnServer
 ) -> tuple[int, Path]:
     """The sandbox folder, the job API, its history, the emulators and the night: its exit code."""
     from nightshift.sandbox.jobs_api import JobApi
@@ -276,7 +282,9 @@ def _run_sandboxed(
     _write_input(root / "admob.jsonl")
     jobs_api = JobApi(redis_url=None, tokens={JOBS_TOKEN: "demo"}).start()  # in-process queue
     try:
-        code, root = _run_with_jobs_api(scenario, as_json, root, slack_url, jobs_api.base_url)
+        code, root = _run_with_jobs_api(
+            scenario, as_json, root, slack_url, jobs_api.base_url, server
+        )
         stats = jobs_api.stats
     finally:
         jobs_api.stop()
@@ -290,10 +298,17 @@ def _run_sandboxed(
 
 
 def _run_with_jobs_api(
-    scenario: str, as_json: bool, root: Path, slack_url: str, jobs_url: str
+    scenario: str,
+    as_json: bool,
+    root: Path,
+    slack_url: str,
+    jobs_url: str,
+    server: OwnServer,
 ) -> tuple[int, Path]:
-    """The rest of the sandboxed night, the job API running at ``jobs_url``."""
+    """The rest of the sandboxed night, the job API running at ``jobs_url``, the demo's
+    Prefect server starting up (``server``)."""
     from nightshift.budgets.lookup import dwell_floor
+    from nightshift.cli import exits
     from nightshift.cli.run import run_catalogue
     from nightshift.engine.plan import tonight
     from nightshift.sandbox.gemini_emulator import BatchScript, GeminiEmulator
@@ -329,6 +344,11 @@ def _run_with_jobs_api(
                 file=sys.stderr,
             )
             print(history, file=sys.stderr)
+        import nightshift.flows.nightly  # noqa: F401  (Prefect's imports, while the server starts)
+
+        if (problem := server.ready()) is not None:
+            exits.say(f"cannot reach the Prefect API: {problem}")
+            return exits.NO_PREFECT, root
         code = run_catalogue(str(catalogue), as_json=as_json, night=night)
     if not as_json:
         print(f"batch output: {root / 'out' / 'admob.jsonl'}", file=sys.stderr)

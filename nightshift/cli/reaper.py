@@ -25,7 +25,7 @@ from typing import Any
 
 from nightshift.backends.command.supervisor import identity_alive, process_identity
 
-__all__ = ["install", "main", "temporary_server_alive"]
+__all__ = ["install", "main", "start_reaper", "temporary_server_alive"]
 
 _GRACE_S = 5.0
 
@@ -37,7 +37,7 @@ def install() -> None:
     class _ReapedServer(SubprocessASGIServer):
         def _run_uvicorn_command(self) -> subprocess.Popen[Any]:
             proc = _own_session(super()._run_uvicorn_command)
-            self._reaper = _start_reaper(proc.pid)  # kept: its pipe must stay open until we die
+            self._reaper = start_reaper(proc.pid)  # kept: its pipe must stay open until we die
             return proc
 
     _ReapedServer()  # registers itself as the instance Prefect's own calls get
@@ -70,7 +70,9 @@ def _own_session(start: Any) -> subprocess.Popen[Any]:
     return proc
 
 
-def _start_reaper(pid: int) -> subprocess.Popen[bytes]:
+def start_reaper(pid: int) -> subprocess.Popen[bytes]:
+    """A reaper of the process ``pid``: it stops it once the pipe to its stdin closes (we
+    closed it, or we are gone, however we died)."""
     ident = json.dumps(process_identity(pid))
     return subprocess.Popen(
         [sys.executable, "-m", "nightshift.cli.reaper", ident],

@@ -229,3 +229,25 @@ def test_the_calm_demo_sends_nothing_to_slack(tmp_path: Path) -> None:
     assert "alerts tonight: none" in done.stderr
     assert _slack(workdir) == []
     assert "slack: nothing sent (an ok night is silent" in done.stderr
+
+
+def test_the_demos_server_that_cannot_start_says_why_in_one_line_and_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The demo starts its Prefect server first, beside its own start-up: one that exits (its
+    port taken) is named with its log, and no process of it is left."""
+    import socket
+
+    from nightshift.cli import own_server
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        monkeypatch.setattr(own_server, "_free_port", lambda: taken.getsockname()[1])
+        monkeypatch.setenv("PREFECT_HOME", str(migrated_home(tmp_path / "home")))
+        with own_server.OwnServer(tmp_path / "home") as server:
+            said = server.ready(timeout_s=120)
+            proc = server._proc
+        assert said is not None and said.startswith("the demo's Prefect server exited with code")
+        assert str(tmp_path / "home" / "server.log") in said and "\n" not in said
+        assert proc is not None and proc.poll() is not None

@@ -1,0 +1,113 @@
+"""A temporary Prefect server of the demo's own, started before anything here imports Prefect.
+
+Prefect's own temporary server (``SubprocessASGIServer``) is started by importing Prefect's whole
+server package into the process that asks for it (about 5 s of CPU on a 2-core machine) and only
+when the API is first asked. The demo starts the same server (uvicorn with Prefect's app, no UI,
+as Prefect starts it) as its first step instead, so it starts up beside the demo's own imports
+and sandbox, and points ``PREFECT_API_URL`` at it: the night then talks to it as to any server.
+It runs in a session of its own with the reaper of ``reaper.py`` (it dies with us, even on
+kill -9), its output in a log file that a failed start names.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from types import TracebackType
+
+from nightshift.cli.reaper import start_reaper
+
+__all__ = ["OwnServer"]
+
+_START_S = 120.0  # a first start on a new database runs every migration: slow on a busy machine
+_STOP_S = 5.0
+
+
+class OwnServer:
+    """Start with ``with``: the server process starts at once; ``ready()`` waits until it
+    answers and says why it did not (None: healthy). Stopped at the ``with``'s end."""
+
+    def __init__(self, home: Path) -> None:
+        self._log_path = home / "server.log"
+        self.api_url = ""
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._reaper: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> OwnServer:
+        spec = importlib.util.find_spec("prefect")  # where it is, without importing it
+        assert spec is not None and spec.origin is not None
+        port = _free_port()
+        self.api_url = f"http://127.0.0.1:{port}/api"
+        env = os.environ | {
+            "PREFECT_UI_ENABLED": "0",
+            "PREFECT__SERVER_EPHEMERAL": "1",
+            "PREFECT__SERVER_FINAL": "1",
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        }
+        argv = [
+            sys.executable, "-m", "uvicorn",
+            "--app-dir", str(Path(spec.origin).parent.parent),
+            "--factory", "prefect.server.api.server:create_app",
+            "--host", "127.0.0.1", "--port", str(port),
+            "--log-level", "error", "--lifespan", "on",
+        ]  # fmt: skip
+        self._log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self._log_path.open("wb") as log:
+            self._proc = subprocess.Popen(
+                argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        self._reaper = start_reaper(self._proc.pid)
+        return self
+
+    def ready(self, timeout_s: float = _START_S) -> str | None:
+        """Wait until the server answers its health check: None, or why it never did."""
+        assert self._proc is not None, "not started"
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if (code := self._proc.poll()) is not None:
+                return f"the demo's Prefect server exited with code {code} (see {self._log_path})"
+            if _healthy(f"{self.api_url}/health"):
+                return None
+            time.sleep(0.1)
+        return f"the demo's Prefect server did not start in {timeout_s:.0f} s ({self._log_path})"
+
+    def __exit__(
+        self,
+        _type: type[BaseException] | None,
+        _value: BaseException | None,
+        _tb: TracebackType | None,
+    ) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(_STOP_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if self._reaper is not None and self._reaper.stdin is not None:
+            self._reaper.stdin.close()  # its job is done: it sees the server gone and ends
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._reaper.wait(_STOP_S)
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as answer:
+            return bool(answer.status == 200)
+    except OSError:  # not listening yet, or not ready (a 5xx)
+        return False
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
