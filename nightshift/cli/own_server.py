@@ -6,7 +6,9 @@ when the API is first asked. The demo starts the same server (uvicorn with Prefe
 as Prefect starts it) as its first step instead, so it starts up beside the demo's own imports
 and sandbox, and points ``PREFECT_API_URL`` at it: the night then talks to it as to any server.
 It runs in a session of its own with the reaper of ``reaper.py`` (it dies with us, even on
-kill -9), its output in a log file that a failed start names.
+kill -9), its output in a log file that a failed start names. It stops once Prefect has sent
+what it still held (the night's last logs): stopped first, Prefect's exit would retry them for
+over a minute.
 """
 
 from __future__ import annotations
@@ -23,11 +25,13 @@ from pathlib import Path
 from types import TracebackType
 
 from nightshift.cli.reaper import start_reaper
+from nightshift.cli.stopping import drain_prefect
 
 __all__ = ["OwnServer"]
 
 _START_S = 120.0  # a first start on a new database runs every migration: slow on a busy machine
 _STOP_S = 5.0
+_DRAIN_S = 10.0  # Prefect's last logs and events, sent before the server stops
 
 
 class OwnServer:
@@ -85,6 +89,8 @@ class OwnServer:
         _tb: TracebackType | None,
     ) -> None:
         proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None and "prefect" in sys.modules:
+            drain_prefect(_DRAIN_S)  # while the server is up: at exit it retries for a minute
         if proc is not None and proc.poll() is None:
             proc.terminate()
             try:

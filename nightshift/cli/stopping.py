@@ -26,7 +26,15 @@ from typing import Any
 
 from nightshift.engine.stopping import INTERRUPTED, NightStop
 
-__all__ = ["GRACE_S", "Ran", "exit_now", "prefect_api_alive", "run_stoppable", "stop_line"]
+__all__ = [
+    "GRACE_S",
+    "Ran",
+    "drain_prefect",
+    "exit_now",
+    "prefect_api_alive",
+    "run_stoppable",
+    "stop_line",
+]
 
 GRACE_S = 0.75  # how long an over night's Prefect bookkeeping may take when it cannot matter
 DRAIN_S = 0.5  # Prefect's queued events and logs, when we leave early
@@ -101,7 +109,7 @@ def exit_now(code: int, *, drain: bool = True) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     if drain:
-        drainer = threading.Thread(target=_drain_prefect, name="nightshift-drain", daemon=True)
+        drainer = threading.Thread(target=drain_prefect, name="nightshift-drain", daemon=True)
         drainer.start()
         drainer.join(DRAIN_S)
     os._exit(code)
@@ -123,11 +131,12 @@ def prefect_api_alive(timeout: float = 1.0) -> bool:
         return False
 
 
-def _drain_prefect() -> None:
+def drain_prefect(timeout: float = DRAIN_S) -> None:
+    """Send what Prefect's services still hold (logs, events), for ``timeout`` seconds at most."""
     from prefect._internal.concurrency.services import QueueService
 
     try:
-        QueueService.drain_all(timeout=DRAIN_S)
+        QueueService.drain_all(timeout=timeout)
     except Exception:  # best effort: we are leaving either way
         return
 
