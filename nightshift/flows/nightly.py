@@ -25,7 +25,7 @@ from nightshift.loop import NightLoop
 from nightshift.orchestration.artifact_tries import current_try
 from nightshift.orchestration.cancel_hook import cancel_in_flight
 from nightshift.orchestration.missed_nights import SKIPPED, check_missed, late_of, quiet_skip
-from nightshift.orchestration.night_end import end_early, end_night
+from nightshift.orchestration.night_end import Ending, end_early, end_night
 from nightshift.orchestration.night_loop import on_a_loop
 from nightshift.orchestration.night_run import night_under_way
 from nightshift.orchestration.night_setup import NightSetup, notifier_for, prepared_or_none, stamp
@@ -152,7 +152,7 @@ def _own_night(
     results: dict[str, JobOutcome] = {}
     logger.info("state folder %s, run folder %s", prepared.settings.state_dir, prepared.run_path)
     stop = stop if stop is not None else NightStop()
-    setup = NightSetup(prepared, stop, notifier, notify, logger)
+    setup = NightSetup(prepared, stop, notifier, logger)
     with NightLoop() as loop:  # the night's one event loop, until its end is posted
         try:
             # a deployment's tags are on the flow run only: jobs and chains carry them too
@@ -167,11 +167,21 @@ def _own_night(
                     summary, progress = running.summary, running.progress
                     assert summary is not None  # joined on the way out
         except Exception as exc:
-            end_early(setup, exc, results, started_at)
+            with end_early(setup, exc, results, started_at) as ending:
+                _tell(ending)
             raise  # the CLI reads a LockHeldError from the flow run's result (exit 3)
         # a night that ran late says so: its slot, its start, the nights missed before it
         summary = replace(summary, late=late_of(prepared, slot, summary.started_at))
-        return end_night(setup, summary, progress)
+        with end_night(setup, summary, progress) as ending:
+            _tell(ending)
+        assert ending.state is not None  # set once the end is over
+        return ending.state
+
+
+def _tell(ending: Ending) -> None:
+    """Slack's digest of the night, by the ``notify`` task (its own bar on the timeline)."""
+    if (tell := ending.tell) is not None:
+        notify(tell.notifier, tell.summary, tell.night, tell.run_id, tell.slow, return_state=True)
 
 
 async def _run_jobs(night: Night, plan: Plan) -> None:
