@@ -3,6 +3,7 @@ still submit."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,6 +30,8 @@ class NightSetup:
     prepared: PreparedNight
     stop: NightStop
     notifier: Notifier | None
+    # the Slack task (``tasks/notify.py``), handed in: this layer does not import tasks
+    notify: Callable[..., Any]
     logger: Any
 
 
