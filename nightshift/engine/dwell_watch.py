@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from typing import TYPE_CHECKING, Literal, TypeVar, cast
 
 from nightshift.budgets.columns import Source
@@ -133,8 +134,9 @@ class DwellWatch:
         self._changed = Signal(self._night)
         self._stopped = False
         self._waiting_for: datetime | None = None  # written on the loop, read anywhere
-        # what is to be delivered, in order: levels reached, or an incident desk's actions
-        self._outbox: asyncio.Queue[list[Alert] | list[Action] | None] = asyncio.Queue()
+        # what is to be delivered, in order: levels reached, or what the incident desk is told
+        self._outbox: asyncio.Queue[list[Alert] | _Tell | None] = asyncio.Queue()
+        self._desk_due = False  # the desk's tick is queued: its wake-up is the deliverer's
         self._tasks: list[Future[None]] = []
 
     # -- the sink -------------------------------------------------------------------------
@@ -149,14 +151,15 @@ class DwellWatch:
             self._entered.pop(event.label, None)
             self.detector.forget(event.label)
             if self._desk is not None:
-                self._deliver(self._desk.ended(event.label, event.state, event.at))
+                self._tell(partial(self._desk.ended, event.label, event.state, event.at))
             return
         previous = self._entered.get(event.label)
         if previous is None or previous[0] != event.state:
             self._entered[event.label] = (event.state, event.at)
         entered_at = self._entered[event.label][1]  # a repeat keeps the state's start
         if self._desk is not None:
-            self._deliver(self._desk.entered(event.label, event.backend, event.state, event.at))
+            desk = self._desk
+            self._tell(partial(desk.entered, event.label, event.backend, event.state, event.at))
         changes = self.detector.observe(
             event.label, event.state, entered_at=entered_at, now=self._wall(),
             backend=event.backend,
@@ -209,14 +212,16 @@ class DwellWatch:
     def _tick(self) -> None:
         """On the loop: every level reached by now, and the levels whose wait for others is
         over, without a poll."""
-        now = self._wall()
-        self._deliver(self.detector.tick(now))
-        if self._desk is not None:
-            self._deliver(self._desk.tick(now))
+        self._deliver(self.detector.tick(self._wall()))
+        desk = self._desk
+        wake = None if desk is None or self._desk_due else desk.next_wake()
+        if desk is not None and wake is not None and wake <= self._wall():
+            self._desk_due = True  # weighed in its turn, after the levels queued before
+            self._tell(lambda: desk.tick(self._wall()), tick=True)
 
     def _next_wake(self) -> datetime | None:
         wakes = [self.detector.next_wake()]
-        if self._desk is not None:
+        if self._desk is not None and not self._desk_due:
             wakes.append(self._desk.next_wake())
         return min((w for w in wakes if w is not None), default=None)
 
@@ -236,9 +241,15 @@ class DwellWatch:
                 await self._changed.wait(_MAX_WAIT)
 
     # -- announcing -----------------------------------------------------------------------
-    def _deliver(self, work: list[Alert] | list[Action]) -> None:
+    def _deliver(self, work: list[Alert]) -> None:
         if work:
             self._outbox.put_nowait(work)
+
+    def _tell(self, call: Callable[[], list[Action]], *, tick: bool = False) -> None:
+        """Queue what the incident desk is to hear: it hears it in its turn, after the levels
+        queued before (a level reaches the desk once the alert log kept it), so its changes
+        go out in the order it made them (an incident's opening before a job joins it)."""
+        self._outbox.put_nowait(_Tell(call, tick))
 
     async def _delivering(self) -> None:
         """The one deliverer: levels kept, told and sent, an incident's changes, in order;
@@ -248,14 +259,25 @@ class DwellWatch:
         chores = self._night.blocking(CHORES, CHORE_THREADS)
         while (work := await self._outbox.get()) is not None:
             try:
-                for item in work:
-                    if isinstance(item, Alert):
-                        actions = await self._announce(item, chores)
-                    else:
-                        actions = [item]
+                if isinstance(work, _Tell):
+                    await self._told(work, chores)
+                    continue
+                for alert in work:
+                    actions = await self._announce(alert, chores)
                     await loop.run_in_executor(chores, self._dispatch, actions)
             except Exception:  # a bug here must not end the night
                 self._logger.exception("delivering a level or an incident failed")
+
+    async def _told(self, tell: _Tell, chores: Executor) -> None:
+        """The desk hears a job's move or the timer's tick, on the loop; its changes go out."""
+        try:
+            actions = tell.call()
+        finally:
+            if tell.tick:
+                self._desk_due = False
+                self.poke()  # the desk's next wake-up is the timer's again
+        if actions:
+            await asyncio.get_running_loop().run_in_executor(chores, self._dispatch, actions)
 
     async def _announce(self, alert: Alert, chores: Executor) -> list[Action]:
         """A level reached: kept in the alert log (once a night), told to the sinks; what it
@@ -335,6 +357,14 @@ class DwellWatch:
                 "could not keep %s in the alert log: %s: %s", alert.key, type(exc).__name__, exc
             )
             return True
+
+
+@dataclass(frozen=True)
+class _Tell:
+    """A call to the incident desk, made when the deliverer comes to it."""
+
+    call: Callable[[], list[Action]]
+    tick: bool = False  # the timer's: its wake-up is the timer's again once made
 
 
 def incident_desk(catalogue: Catalogue) -> IncidentDesk:

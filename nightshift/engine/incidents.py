@@ -187,7 +187,8 @@ class _Held:
 @dataclass
 class IncidentDesk:
     """Tonight's incidents, decided from job moves and levels. Not thread-safe: its owner (the
-    dwell watch) calls it under its lock; ``grouped`` alone may be asked from anywhere."""
+    dwell watch) tells it everything on the night's loop, in the order its deliverer takes it
+    (a level once kept); ``grouped`` alone may be asked from anywhere."""
 
     rule: Callable[[str], IncidentRule] = lambda _backend: IncidentRule()
     gather_s: float = GATHER_S

@@ -1,0 +1,128 @@
+"""An incident's changes reach the night's sinks in the order the desk made them.
+
+The dwell watch hands a level to the incident desk only once the alert log kept it (a database
+write, off the loop), while the timer weighs the levels held for an incident on the loop. A
+level still being kept when the timer opens the incident must not reach the sinks as ``Joined``
+before the incident's ``Opened``: the Slack sink opens an incident on the first of its news it
+hears, so the night's channel got the same incident's opening twice.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+from pathlib import Path
+
+from nightshift.budgets.lookup import Budget, Budgets
+from nightshift.engine.alerts import Alert
+from nightshift.engine.detection import Detector
+from nightshift.engine.dwell_watch import CatalogueBudgets, DwellWatch, LevelOutlets
+from nightshift.engine.events import IncidentChanged, JobChanged, NightEvent
+from nightshift.engine.incidents import IncidentDesk, IncidentRule, Joined
+from nightshift.loop import NightLoop
+from nightshift.store.alert_log import DWELL, AlertLog, AlertRecord
+from nightshift.store.ledger import Ledger
+from tests.support import FakeClock, wait_until
+
+NIGHT, CATALOGUE = "2030-01-01", "test"
+BUDGET = Budget(p50=4.0, p95=10.0, n=20)  # a watch past 10 s queued
+
+
+class SlowToKeep(AlertLog):
+    """The alert log, its write of one label's level held until the test lets it go."""
+
+    def __init__(self, ledger: Ledger, label: str) -> None:
+        super().__init__(ledger.engine)
+        self.label = label
+        self.writing = threading.Event()
+        self.go = threading.Event()
+
+    def record(self, record: AlertRecord) -> bool:
+        if record.kind == DWELL and record.label == self.label:
+            self.writing.set()
+            assert self.go.wait(10), "the test never let the write go"
+        return super().record(record)
+
+
+class Heard:
+    """A night-event sink that keeps what it heard (on the chores thread: one at a time)."""
+
+    def __init__(self) -> None:
+        self.events: list[NightEvent] = []
+
+    def __call__(self, event: NightEvent) -> None:
+        self.events.append(event)
+
+    def changes(self) -> list[tuple[str, str | None]]:
+        out: list[tuple[str, str | None]] = []
+        for event in list(self.events):
+            if isinstance(event, IncidentChanged):
+                change = event.change
+                label = getattr(change, "label", None)
+                if isinstance(change, Joined):
+                    label = change.alert.label
+                out.append((type(change).__name__, label))
+        return out
+
+
+def _changed(label: str, state: str, clock: FakeClock) -> JobChanged:
+    return JobChanged(NIGHT, CATALOGUE, label, "cli", 1, f"x-{label}", state, clock.wall(), None)
+
+
+def test_a_level_kept_while_the_timer_opens_its_incident_is_heard_after_the_opening(
+    tmp_path: Path,
+) -> None:
+    clock = FakeClock()
+    ledger = Ledger(f"sqlite:///{tmp_path / 'ledger.db'}", CATALOGUE)
+    log = SlowToKeep(ledger, "c")
+    heard = Heard()
+    labels = ("a", "b", "c")
+    budgets = Budgets(states={(CATALOGUE, label, "queued"): BUDGET for label in labels})
+    detector = Detector(
+        NIGHT, CATALOGUE, CatalogueBudgets(budgets, CATALOGUE, dict.fromkeys(labels, "cli")),
+        floor_s=0.0,
+    )  # fmt: skip
+    # two of three in flight stalled: an incident, once the first level's gathering is over
+    desk = IncidentDesk(lambda _backend: IncidentRule(jobs=3, window_s=60.0), gather_s=5.0)
+    sent: list[Alert] = []
+    gathered = clock.wall() + timedelta(seconds=10.5 + 5)
+    with NightLoop("test-order") as loop:
+        watch = DwellWatch(
+            detector,
+            LevelOutlets(
+                log, heard, type("Sink", (), {"send": lambda _s, a: sent.append(a)})(), desk
+            ),
+            wall=clock.wall,
+            loop=loop,
+        ).start()
+        try:
+            for label in ("a", "b"):
+                watch(_changed(label, "queued", clock))
+            clock.advance(3)
+            watch(_changed("c", "queued", clock))
+            clock.advance(7.5)  # a and b past their watch: held 5 s for others of theirs
+            watch.poke()
+            wait_until(lambda: len(heard.events) == 2, what="a's and b's levels")
+            clock.advance(3)  # c past its watch: its level is being kept
+            watch.poke()
+            assert log.writing.wait(10)
+            clock.advance(2.5)  # the gathering is over: the incident of a and b is due
+            watch.poke()
+            wait_until(lambda: (watch.waiting_for or gathered) > gathered, what="the tick")
+            log.go.set()
+            wait_until(lambda: heard.changes()[:1] != [], what="the incident's news")
+            for label in labels:
+                watch(_changed(label, "succeeded", clock))
+            wait_until(lambda: ("Closed", None) in heard.changes(), what="the incident's end")
+        finally:
+            log.go.set()
+            watch.stop()
+    changes = heard.changes()
+    # its opening first (naming c, or c joining after it), never a join before it
+    assert changes[0] == ("Opened", None), changes
+    opening = next(e.change for e in heard.events if isinstance(e, IncidentChanged))
+    named = set(opening.incident.labels) | {label for kind, label in changes if kind == "Joined"}
+    assert named == set(labels), changes
+    assert [c for c in changes if c[0] == "Left"] == [("Left", label) for label in labels]
+    assert changes[-1] == ("Closed", None) and [c[0] for c in changes].count("Opened") == 1
+    ledger.close()
