@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import contextvars
 import os
 import threading
 from collections.abc import Callable, Coroutine
@@ -91,9 +92,11 @@ class NightLoop:
 
     def spawn(self, work: Coroutine[Any, Any, T], name: str | None = None) -> asyncio.Task[T]:
         """On the loop: ``work`` as a task of the night's, held until it ends (a task nobody
-        else holds is never collected half-way) and cancelled with the loop at its close."""
+        else holds is never collected half-way) and cancelled with the loop at its close. It
+        runs in a context of its own, not its spawner's: a job's task run that spawned it may
+        end first, closing what its context holds (the Prefect client of the night's tasks)."""
         self.owned("the night's tasks")
-        task = self._loop.create_task(work, name=name)
+        task = self._loop.create_task(work, name=name, context=contextvars.Context())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
@@ -117,6 +120,17 @@ class NightLoop:
         except concurrent.futures.TimeoutError:
             future.cancel()
             raise
+
+    def ask(self, fn: Callable[[], T], timeout: float | None = None) -> T:
+        """``fn()`` on the loop, its value returned: at once when asked there (or once the loop
+        closed: nobody else touches what it owned), else handed over and waited for."""
+        if self.on_loop() or self._closed:
+            return fn()
+
+        async def on_loop() -> T:
+            return fn()
+
+        return self.run(on_loop(), timeout)
 
     def blocking(self, name: str, threads: int) -> concurrent.futures.ThreadPoolExecutor:
         """The bounded executor ``name`` for blocking work, made at first ask; its threads are

@@ -344,8 +344,8 @@ def measure_night(
         parts.sinks.append(settled)
         where = NightId(NIGHT, "tonight", folder / "run")
         with open_night(catalogue, parts, plan, where) as ctx, Driver(clock, ctx.watcher, settled):
-            outcomes = run_jobs(ctx, plan)
-        summary = finish_night(ctx, plan, start.isoformat(), outcomes)
+            run_jobs(ctx, plan)
+        summary = finish_night(ctx, plan, start.isoformat())
         rows = ledger.dwells(NIGHT)
         check = check_night(Forecasts(ledger.engine, catalogue.key).of_night(NIGHT)[0], rows)
     finally:

@@ -3,11 +3,11 @@
 What the nightly flow's tasks run (``tasks/jobs.py``, ``flows/nightly.py``): a job's tries go
 through ``run_job_step_async`` on the night's ``JobPools``, retried as the job task is
 (transient backend errors only, ``retry_delay`` doubling), and a try's outcome is the job's (a
-job whose tries raised ends in ``settle_job_async``); a chain's steps go through
+job whose tries raised ends in ``settle_job``); a chain's steps go through
 ``run_chain_steps_async``; every job and chain is awaited together on one event loop, and the
-night is joined from the outcomes they give back. Time is the test's one ``FakeClock``
-(``tests/support.py``): a ``ClockDriver`` moves it while jobs are in flight, and a retry's
-wait moves it instead of sleeping.
+night is joined from the outcomes their ends gave it (``ctx.outcomes``). Time is the test's one
+``FakeClock`` (``tests/support.py``): a ``ClockDriver`` moves it while jobs are in flight, and a
+retry's wait moves it instead of sleeping.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from nightshift.engine.steps import (
     JobPools,
     run_chain_steps_async,
     run_job_step_async,
-    settle_job_async,
+    settle_job,
 )
 from nightshift.engine.watcher import Watcher
 from nightshift.errors import TransientBackendError
@@ -95,7 +95,7 @@ async def job_with_retries(
         except Exception as exc:  # not retried: the job ends failed, the night goes on
             error = exc
             break
-    return await settle_job_async(ctx, label, error, pools)
+    return await settle_job(ctx, label, error)
 
 
 def retry_delays(defaults: Defaults) -> list[float]:
@@ -119,7 +119,7 @@ async def night_jobs(
     async def one(label: str) -> list[JobOutcome]:
         return [await job(label)]
 
-    chains = [run_chain_steps_async(ctx, chain, job, pools) for chain in plan.chains]
+    chains = [run_chain_steps_async(ctx, chain, job) for chain in plan.chains]
     done = await asyncio.gather(*map(one, plan.independent), *chains)
     return {outcome.label: outcome for outcomes in done for outcome in outcomes}
 
@@ -170,7 +170,9 @@ def run_night(
         )
         with driver:
             outcomes = run_jobs(ctx, plan, clock=clock, waits=waits)
-    return finish_night(ctx, plan, started_at, outcomes)
+    # one channel: what each job's steps gave back is what its end gave the night
+    assert all(ctx.outcomes[label] is outcome for label, outcome in outcomes.items())
+    return finish_night(ctx, plan, started_at)
 
 
 class ClockDriver:

@@ -21,7 +21,7 @@ from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
-from typing import TYPE_CHECKING, Literal, TypeVar, cast
+from typing import TYPE_CHECKING, Literal, cast
 
 from nightshift.budgets.columns import Source
 from nightshift.budgets.lookup import Budget, Budgets, dwell_floor
@@ -66,7 +66,6 @@ __all__ = [
     "watch_dwells",
 ]
 
-T = TypeVar("T")
 _MAX_WAIT = 60.0  # seconds: the timer looks at the wall clock at least this often
 _MIN_WAIT = 0.01  # never spin, even if a wake-up is already past
 _LEVELS: tuple[Literal["watch", "alert"], ...] = ("watch", "alert")
@@ -194,20 +193,11 @@ class DwellWatch:
 
     def raised(self) -> frozenset[Raised]:
         """Every (label, state, level) raised tonight, asked of the loop."""
-        return self._ask(lambda: self.detector.raised)
+        return self._night.ask(lambda: self.detector.raised, timeout=10)
 
     def next_wake(self) -> datetime | None:
         """When the next level of a watched job is due (maybe past), asked of the loop."""
-        return self._ask(self._next_wake)
-
-    def _ask(self, fn: Callable[[], T]) -> T:
-        if self._night.on_loop() or self._night.closed:
-            return fn()
-
-        async def on_loop() -> T:
-            return fn()
-
-        return self._night.run(on_loop(), timeout=10)
+        return self._night.ask(self._next_wake, timeout=10)
 
     def _tick(self) -> None:
         """On the loop: every level reached by now, and the levels whose wait for others is

@@ -1,14 +1,23 @@
 """How a job's try ends: its outcome recorded once (the ledger, its marks, its cost), its log's
 tail kept when it did not succeed; a job that never got its external run ended as one. No Prefect.
+
+On the night's loop, as the try's start is: its state (the spend account, the marks, the
+outcomes) is the loop's; each blocking call (a ledger read, the log's tail, collecting results)
+runs alone on the night's finish pool (``blocking``), handed its arguments, returning a value; the
+outcome's row is awaited on the ledger's writer.
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
+from functools import partial
+from pathlib import Path
+from typing import Any, TypeVar
 
-from nightshift.backends.base import COST_USD
+from nightshift.backends.base import COST_USD, Backend
 from nightshift.engine.context import NightContext
 from nightshift.engine.events import JobFinished
 from nightshift.engine.job_run import JobRun
@@ -20,8 +29,11 @@ from nightshift.files import label_filename
 from nightshift.states import LIVE, JobState
 
 __all__ = [
+    "FINISH_POOL",
+    "FINISH_THREADS",
     "LOG_TAIL_LINES",
     "LOST",
+    "blocking",
     "end_job",
     "finish",
     "left_running",
@@ -32,13 +44,23 @@ __all__ = [
 
 LOG_TAIL_LINES = 40
 LOST = JobState.LOST.value
+T = TypeVar("T")
+# the night's pool for the blocking calls of its jobs' ends (a ledger read, a log's tail,
+# collecting results), apart from the submits: an end never queues behind a slow submit
+FINISH_POOL, FINISH_THREADS = "job-end", 3
 
 
-def stopped_outcome(ctx: NightContext, label: str) -> JobOutcome:
+async def blocking(ctx: NightContext, call: Callable[..., T], *args: Any) -> T:
+    """On the loop: ``call(*args)`` on the night's finish pool, its value returned."""
+    pool = ctx.loop.blocking(FINISH_POOL, FINISH_THREADS)
+    return await asyncio.get_running_loop().run_in_executor(pool, partial(call, *args))
+
+
+async def stopped_outcome(ctx: NightContext, label: str) -> JobOutcome:
     """A job the interrupted night lets go of: left running if it is out there (it stays in
     flight in the ledger, with its id), else not submitted. Nothing is written."""
     try:  # one plain read: a stop must not wait out a database outage
-        record = ctx.ledger.get_job(ctx.night, label)
+        record = await blocking(ctx, ctx.ledger.get_job, ctx.night, label)
     except Exception:  # what the night knows is enough to say what it left running
         record = None
     run = ctx.job_run(label)
@@ -73,7 +95,7 @@ def left_running(
     return report_outcome(ctx, outcome)
 
 
-def end_job(
+async def end_job(
     ctx: NightContext,
     label: str,
     outcome: Outcome,
@@ -88,7 +110,7 @@ def end_job(
     run = ctx.job_run(label)
     attempts = 0
     try:
-        record = ctx.records.get_job(ctx.night, label)
+        record = await blocking(ctx, ctx.records.get_job, ctx.night, label)
     except LedgerUnavailable:  # the lease is gone with the database: what the night knows
         record = None
         attempts = run.attempt if run.external_id is not None else 0
@@ -100,16 +122,16 @@ def end_job(
     # what ends here is the job, not a try of it (one may still be out there): no log tail,
     # no duration
     ended = JobRun(label, run.job, attempts, external_id, started=ctx.wall())
-    return finish(ctx, ended, outcome, detail, data, ledger_state=LOST if live else None)
+    return await finish(ctx, ended, outcome, detail, data, ledger_state=LOST if live else None)
 
 
-def not_submitted(ctx: NightContext, run: JobRun, detail: str, attempt: int) -> JobOutcome:
+async def not_submitted(ctx: NightContext, run: JobRun, detail: str, attempt: int) -> JobOutcome:
     """A try that failed before its job was out there: its outcome names no job."""
     run.attempt = attempt
-    return finish(ctx, replace(run, external_id=None), Outcome.FAILED, detail, release=True)
+    return await finish(ctx, replace(run, external_id=None), Outcome.FAILED, detail, release=True)
 
 
-def finish(
+async def finish(
     ctx: NightContext,
     run: JobRun,
     outcome: Outcome,
@@ -137,7 +159,9 @@ def finish(
     end = ended if ended is not None and ended >= run.started else finished
     tail_path = None
     if outcome is not Outcome.SUCCEEDED and run.watched:
-        tail_path = _save_tail(ctx, run)
+        assert run.backend is not None and external_id is not None  # it was out there
+        path = ctx.run_dir / "logs" / f"{label_filename(label)}.tail.log"
+        tail_path = await blocking(ctx, _save_tail, run.backend, external_id, path)
     result = JobOutcome(
         label=label,
         state=outcome,
@@ -152,7 +176,7 @@ def finish(
     spent = None
     if ledger_state != LOST:
         spent = ctx.spend.settle(label, _cost(data), submitted=not release)
-    ctx.records.record_state(
+    await ctx.records.record_state(
         ctx.night,
         label,
         ledger_state or outcome.value,
@@ -181,13 +205,12 @@ def report_outcome(ctx: NightContext, outcome: JobOutcome) -> JobOutcome:
     return outcome
 
 
-def _save_tail(ctx: NightContext, run: JobRun) -> str | None:
-    assert run.backend is not None and run.external_id is not None  # it was out there
+def _save_tail(backend: Backend, external_id: str, path: Path) -> str:
+    """The tail of the job's log, kept at ``path`` (blocking: the backend, the disk)."""
     try:
-        text = run.backend.logs(run.external_id, tail=LOG_TAIL_LINES)
+        text = backend.logs(external_id, tail=LOG_TAIL_LINES)
     except BackendError as exc:
         text = f"(could not read the job's log: {exc})\n"
-    path = ctx.run_dir / "logs" / f"{label_filename(run.label)}.tail.log"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text if text.endswith("\n") or not text else text + "\n", encoding="utf-8")
     return str(path)

@@ -141,7 +141,7 @@ class LedgerSink:
             )  # fmt: skip
             await self._enqueue(("job", write), awaited=True)
 
-    def record_state(
+    async def record_state(
         self,
         night: str,
         label: str,
@@ -151,12 +151,14 @@ class LedgerSink:
         data: dict[str, Any] | None = None,
         spent_usd: float | None = None,
     ) -> None:
-        """``Ledger.record_state``, in order with the night's other writes."""
-        write = partial(
-            self._ledger.record_state, night, label, state, finished_at=finished_at,
-            detail=detail, data=data, spent_usd=spent_usd,
-        )  # fmt: skip
-        self._write(("job", write))
+        """On the loop: ``Ledger.record_state``, in order with the night's other writes; over
+        (committed) when it returns."""
+        if self._owns_night():
+            write = partial(
+                self._ledger.record_state, night, label, state, finished_at=finished_at,
+                detail=detail, data=data, spent_usd=spent_usd,
+            )  # fmt: skip
+            await self._enqueue(("job", write), awaited=True)
 
     def abandon(self, why: str) -> None:
         """Stop waiting for a database that does not answer or cannot write (the night was

@@ -13,7 +13,7 @@ from contextlib import AbstractContextManager, ExitStack, contextmanager, nullco
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, TypedDict, Unpack, runtime_checkable
 
 from nightshift.backends import build_backends, close_backends
 from nightshift.backends.base import Backend
@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 DEADLINE_GRACE_S = 30.0
 
 __all__ = [
+    "GivenParts",
     "Hold",
     "NightId",
     "NightParts",
@@ -128,6 +129,19 @@ class NightParts:
     trace: NightTrace | None = None
 
 
+class GivenParts(TypedDict, total=False):
+    """What a caller gives a night beside what ``build_parts`` makes: one build, no part
+    patched after it (``NightParts`` says what each is)."""
+
+    sinks: list[Sink]
+    budgets: BudgetLoader | None
+    alerts: AlertSink
+    stop_reason: Callable[[Watcher], str | None] | None
+    owns_night: Callable[[], bool]
+    incidents: IncidentDesk | None
+    trace: NightTrace | None
+
+
 @dataclass(frozen=True)
 class NightId:
     """Which night runs: its date, this run of it, and where the run keeps its files."""
@@ -146,9 +160,10 @@ def build_parts(
     slots: Callable[[dict[str, BackendLimit]], Hold] = lambda _limits: no_hold,
     admission: Callable[..., Admission] = Admission,
     loop: NightLoop,
+    **given: Unpack[GivenParts],
 ) -> NightParts:
-    """The real parts: backends from settings, the admission and the slot holder for the limits
-    (no sinks besides the ledger's: the caller adds its own).
+    """The real parts: backends from settings, the admission and the slot holder for the limits,
+    and what the caller ``given`` (its sinks beside the ledger's, its alerts, its rules...).
 
     ``slots`` makes the server-side slot holder (the flow hands in Prefect's); when it fails
     the backends built so far are closed and ``NightEndedEarly`` says why.
@@ -178,6 +193,7 @@ def build_parts(
         broken=broken,
         logger=logger,
         loop=loop,
+        **given,
     )
 
 
@@ -249,6 +265,7 @@ def open_night(
             holds=SubmitHolds(watcher.now, watcher.loop),
             trace=parts.trace,
         )
+        ctx.spend.on(loop)  # the spend account is the loop's: a try's start and end run there
         # on a stop: waits for a turn or a slot end at once, every watched job is let go
         for listener in (
             ctx.admission.interrupt,
@@ -368,11 +385,19 @@ def night_spend(catalogue: Catalogue, ledger: Ledger, night: str, now: datetime)
     )
 
 
-def finish_night(
-    ctx: NightContext, plan: Plan, started_at: str, outcomes: Mapping[str, JobOutcome]
-) -> NightSummary:
-    """Join the jobs' ``outcomes`` (a job with none failed) and tell the sinks the verdict."""
-    jobs = [outcomes[x] if x in outcomes else _no_outcome(ctx, x) for x in plan.labels]
+def finish_night(ctx: NightContext, plan: Plan, started_at: str) -> NightSummary:
+    """Join the jobs' outcomes (``ctx.outcomes``, where each job's end put it, whichever path
+    ended it; a job with none failed) and tell the sinks the verdict; the verdict is made on
+    the night's loop, whose state it reads (its outcomes, its spend, its incidents)."""
+    summary = ctx.loop.run(_verdict(ctx, plan, started_at))
+    ctx.events.settle()  # heard before the night's end is reported
+    ctx.records.flush()  # a job ended here (none came back) written too
+    return summary
+
+
+async def _verdict(ctx: NightContext, plan: Plan, started_at: str) -> NightSummary:
+    outcomes = ctx.outcomes
+    jobs = [outcomes[x] if x in outcomes else await _no_outcome(ctx, x) for x in plan.labels]
     finished = ctx.wall()
     summary = join(jobs, started_at, finished.isoformat(timespec="seconds"))
     if ctx.spend.cap_usd is not None or ctx.spend.priced:
@@ -386,16 +411,14 @@ def finish_night(
         url = ctx.catalogue.telemetry.url_of(ctx.trace.hex)
         summary = replace(summary, trace=ctx.trace.hex, trace_url=url)
     ctx.events.publish(NightFinished(ctx.night, ctx.catalogue.key, summary, finished))
-    ctx.events.settle()  # heard before the night's end is reported
-    ctx.records.flush()  # a job ended here (none came back) written too
     return summary
 
 
-def _no_outcome(ctx: NightContext, label: str) -> JobOutcome:
+async def _no_outcome(ctx: NightContext, label: str) -> JobOutcome:
     """A job whose outcome never came back: let go by a stop, else failed."""
     if ctx.stop.requested:  # a job the stop caught between two steps
-        return stopped_outcome(ctx, label)
-    return end_job(ctx, label, Outcome.FAILED, "no outcome recorded (internal error)")
+        return await stopped_outcome(ctx, label)
+    return await end_job(ctx, label, Outcome.FAILED, "no outcome recorded (internal error)")
 
 
 def watcher_stopped(watcher: Watcher) -> str | None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor, Future
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
@@ -18,6 +17,7 @@ from nightshift.engine.admission import Deadline
 from nightshift.engine.context import NightContext
 from nightshift.engine.job_end import (
     LOST,
+    blocking,
     end_job,
     finish,
     left_running,
@@ -95,22 +95,25 @@ class Begun:
     resume: bool  # a submit began and never recorded its id: the backend looks first
 
 
-def begin_job(ctx: NightContext, label: str, attempt: int = 1) -> JobOutcome | Begun:
+async def begin_job(
+    ctx: NightContext, label: str, pool: Executor, attempt: int = 1
+) -> JobOutcome | Begun:
     """Take one job from wherever tonight left it: an outcome already (it succeeded tonight, it
     cannot run), or a job to submit or re-attach once its turn comes (``take_turn``), then
     ``start_job``. A job in flight is ended by ``end_job_watch`` with its watch's result.
 
     A job that already succeeded tonight is not run again; one still queued or running is
     re-attached by its external id; anything else is submitted. Transient backend errors
-    propagate (the caller retries); permanent ones end the job as failed. Blocking: each step
-    but the turn runs on a pool thread.
+    propagate (the caller retries); permanent ones end the job as failed. On the loop: the
+    ledger's read of the job runs on ``pool``.
     """
     run = ctx.job_run(label)
     run.begin(ctx.backends[run.job.backend])
     try:
-        record = ctx.records.get_job(ctx.night, label)
+        read = partial(ctx.records.get_job, ctx.night, label)
+        record = await asyncio.get_running_loop().run_in_executor(pool, read)
     except LedgerUnavailable as exc:  # the lease is gone with the database: nothing to start
-        return end_job(ctx, label, Outcome.FAILED, ctx.rules.stop_reason() or str(exc))
+        return await end_job(ctx, label, Outcome.FAILED, ctx.rules.stop_reason() or str(exc))
     if record is not None and record.state == Outcome.SUCCEEDED and record.external_id:
         # not a change of state, so no transition: its JobFinished tells the sinks
         return report_outcome(ctx, outcome_from_record(record))
@@ -122,7 +125,7 @@ def begin_job(ctx: NightContext, label: str, attempt: int = 1) -> JobOutcome | B
     if (
         refused := _cannot_fall_back(run.job, run.backend, record if reattach else None)
     ) is not None:
-        return end_job(ctx, label, Outcome.FAILED, refused)
+        return await end_job(ctx, label, Outcome.FAILED, refused)
     run.attempt = (record.attempts if record else 0) + (0 if reattach or resume else 1)
     # the key lets a backend find or refuse a repeated submit of this attempt
     key = f"{ctx.catalogue.key}/{ctx.night}/{label}/{run.attempt}"
@@ -176,26 +179,26 @@ async def take_slot(ctx: NightContext, begun: Begun, held: ExitStack) -> bool:
     return True
 
 
-def slot_missed(ctx: NightContext, label: str) -> JobOutcome:
+async def slot_missed(ctx: NightContext, label: str) -> JobOutcome:
     """A job whose backend's Prefect limit stayed full: let go by a stop, else timed out."""
     if ctx.stop.requested:
-        return stopped_outcome(ctx, label)
+        return await stopped_outcome(ctx, label)
     backend = ctx.catalogue.job(label).backend
     why = (
         f"night deadline before submit: no free Prefect concurrency slot for {backend} "
         "(a night that died holds its slots until their lease ends)"
     )
-    return end_job(ctx, label, Outcome.TIMEOUT, why)
+    return await end_job(ctx, label, Outcome.TIMEOUT, why)
 
 
-def turn_missed(ctx: NightContext, label: str) -> JobOutcome:
+async def turn_missed(ctx: NightContext, label: str) -> JobOutcome:
     """A job whose turn never came: let go by the night's stop, else timed out."""
     if ctx.stop.requested:  # interrupted while it waited for its turn
-        return stopped_outcome(ctx, label)
+        return await stopped_outcome(ctx, label)
     held = ctx.holds.why(ctx.catalogue.job(label).backend, ctx.spend.paid(label))
     if held is not None:  # its backend's incident held it to the end (or refuses it tonight)
-        return end_job(ctx, label, Outcome.SKIPPED, held)
-    return end_job(ctx, label, Outcome.TIMEOUT, "night deadline before submit")
+        return await end_job(ctx, label, Outcome.SKIPPED, held)
+    return await end_job(ctx, label, Outcome.TIMEOUT, "night deadline before submit")
 
 
 async def start_job(
@@ -203,16 +206,12 @@ async def start_job(
 ) -> JobOutcome | Watching:
     """On the night's loop: submit (or re-attach) a job whose turn came, holding ``held``: its
     watch, or an outcome (what it held then given back). The blocking calls run on ``pool``,
-    each handed its arguments and returning a value (the submit; a slot held on a thread; an
-    outcome that reads the ledger); its records are awaited on the ledger's writer."""
+    each handed its arguments and returning a value (the submit; a slot held on a thread); its
+    records are awaited on the ledger's writer."""
     run, record, reattach, resume = begun.run, begun.record, begun.reattach, begun.resume
     label, job, backend, spec = run.label, run.job, run.backend, run.spec
     assert backend is not None and spec is not None  # begun
     loop = asyncio.get_running_loop()
-
-    def ended(end: Callable[..., JobOutcome], *args: Any) -> Awaitable[JobOutcome]:
-        return loop.run_in_executor(pool, partial(end, ctx, *args))
-
     with held:  # given back here, unless the job goes on to its watch holding it
         if ctx.rules.slot is None:  # else awaited on the loop before (``take_slot``)
             left = max(0.0, ctx.deadline_at - ctx.watcher.now())
@@ -220,7 +219,7 @@ async def start_job(
             try:  # a holder of its own waits on a thread
                 await loop.run_in_executor(pool, slot.__enter__)
             except TimeoutError:  # the Prefect limit stayed full: other nights, or a dead one's
-                return await ended(slot_missed, label)
+                return await slot_missed(ctx, label)
             held.push(slot)
         # a job's duration counts from its submission, not from its wait for a turn
         run.started = ctx.wall()
@@ -230,14 +229,16 @@ async def start_job(
             run.started = record.submitted_at or run.started
         else:
             if ctx.stop.requested:
-                return await ended(stopped_outcome, label)
+                return await stopped_outcome(ctx, label)
             if (cancelled := ctx.rules.cancel_reason(label)) is not None:
-                return await ended(end_job, label, Outcome.CANCELLED, f"not submitted: {cancelled}")
+                why = f"not submitted: {cancelled}"
+                return await end_job(ctx, label, Outcome.CANCELLED, why)
             if (reason := ctx.rules.stop_reason()) is not None:
-                return await ended(not_submitted, run, reason, run.attempt - 1)
+                return await not_submitted(ctx, run, reason, run.attempt - 1)
             # a resumed try's expected cost was committed by the try that began it
             if not resume and (refused := ctx.spend.reserve(label)) is not None:
-                return await ended(end_job, label, Outcome.SKIPPED, refused, {SPEND_REFUSED: True})
+                data = {SPEND_REFUSED: True}
+                return await end_job(ctx, label, Outcome.SKIPPED, refused, data)
             if not resume:
                 # written before the create: a crash after it leaves a trace to look for (and
                 # a paid try's expected cost, which a rerun counts)
@@ -251,14 +252,14 @@ async def start_job(
                 )
             ctx.mark(label, SUBMITTING)
             if (reason := ctx.rules.stop_reason()) is not None:  # lost while the database was away
-                return await ended(not_submitted, run, reason, run.attempt - 1)
+                return await not_submitted(ctx, run, reason, run.attempt - 1)
             # the submit and its id's record go on if the try is cancelled meanwhile: a job out
             # there is never left without its id in the ledger
             submitted = ctx.loop.spawn(_submitted(ctx, run, backend, spec, pool))
             submitted.add_done_callback(_seen_through)
             failed = await asyncio.shield(submitted)
             if failed is not None:  # nothing (more) to watch
-                return await ended(not_submitted, run, failed, run.attempt)
+                return await not_submitted(ctx, run, failed, run.attempt)
         run.watched = True
         if reattach and record is not None and record.state == FALLBACK:
             # a night that crashed during the fallback: finish it, don't watch a cancelled batch
@@ -296,13 +297,13 @@ async def _submitted(
     return None
 
 
-def end_job_watch(
+async def end_job_watch(
     ctx: NightContext, watching: Watching, result: WatchResult | Exception
 ) -> JobOutcome:
-    """The job's outcome from its watch's result (a permanent backend error, or why watching
-    ended): collected, recorded, and what it held given back."""
+    """On the loop: the job's outcome from its watch's result (a permanent backend error, or
+    why watching ended): collected, recorded, and what it held given back."""
     with watching.held:
-        return _conclude(ctx, watching.run, result)
+        return await _conclude(ctx, watching.run, result)
 
 
 def _was_seen(record: JobRecord) -> bool:
@@ -361,7 +362,7 @@ def _watch(
     return ctx.watcher.watch(request)
 
 
-def _conclude(ctx: NightContext, run: JobRun, result: WatchResult | Exception) -> JobOutcome:
+async def _conclude(ctx: NightContext, run: JobRun, result: WatchResult | Exception) -> JobOutcome:
     label, backend, spec, external_id, timers = (
         run.label,
         run.backend,
@@ -374,7 +375,7 @@ def _conclude(ctx: NightContext, run: JobRun, result: WatchResult | Exception) -
     if not isinstance(result, Exception) and result.reason == "detached":
         return left_running(ctx, label, external_id, run.started, run.attempt)
     if isinstance(result, Exception):
-        return finish(ctx, run, Outcome.FAILED, str(result))
+        return await finish(ctx, run, Outcome.FAILED, str(result))
     data: dict[str, Any] = {}
     detail = status_detail(result.status)
     # a job given up on was asked to cancel: how that went, and whether it may still run
@@ -393,13 +394,13 @@ def _conclude(ctx: NightContext, run: JobRun, result: WatchResult | Exception) -
         # a rerun waits for a job never seen as for a fresh id (_was_seen)
         data = {NEVER_SEEN: True} if result.reason == "lost" else {}
         state = LOST if live else None
-        return finish(ctx, run, Outcome.FAILED, detail, data, ledger_state=state)
+        return await finish(ctx, run, Outcome.FAILED, detail, data, ledger_state=state)
     if result.reason == FALLBACK:
         ctx.mark(label, FALLBACK, external_id)
-        ctx.records.record_state(ctx.night, label, FALLBACK)  # live: a rerun resumes it
+        await ctx.records.record_state(ctx.night, label, FALLBACK)  # live: a rerun resumes it
         falls_back = capabilities(backend).falls_back
         assert falls_back is not None  # refused before submit otherwise
-        data = falls_back.fallback(spec, external_id)
+        data = await blocking(ctx, falls_back.fallback, spec, external_id)
         outcome = Outcome.SUCCEEDED if data.get("ok") else Outcome.PARTIAL
         detail = data.get("summary")
     elif result.reason in ("timeout", "stuck_queued"):
@@ -409,8 +410,8 @@ def _conclude(ctx: NightContext, run: JobRun, result: WatchResult | Exception) -
         detail = join_details(timers.queued_why if stuck else timers.timeout_text(ran), detail)
         detail = join_details(detail, cancelled)
         if may_run:  # keep it live in the ledger so a rerun re-attaches
-            return finish(ctx, run, outcome, detail, ledger_state=LOST)
-        data, note = _collect(backend, spec, external_id)
+            return await finish(ctx, run, outcome, detail, ledger_state=LOST)
+        data, note = await blocking(ctx, _collect, backend, spec, external_id)
         # keep what the cancelled job did finish; the rest goes to its dead-letter file
         detail = join_details(detail, note)
     else:
@@ -418,16 +419,17 @@ def _conclude(ctx: NightContext, run: JobRun, result: WatchResult | Exception) -
         outcome = outcome_from_external(result.status.state)
         if result.status.state is ExternalState.CANCELLED:
             # nightshift cancel's reason: its request may be newer than the night's last read
-            detail = join_details(ctx.rules.cancel_reason(label, fresh=True), detail)
+            asked = await blocking(ctx, partial(ctx.rules.cancel_reason, fresh=True), label)
+            detail = join_details(asked, detail)
         else:
-            data, note = _collect(backend, spec, external_id)
+            data, note = await blocking(ctx, _collect, backend, spec, external_id)
             if outcome is Outcome.SUCCEEDED and not data.get("ok", True):
                 outcome = Outcome.PARTIAL
             detail = join_details(detail, note)
             # what the service's final answer says the job cost (an http job's cost_path)
             if COST_USD not in data and (usd := result.status.extra.get(COST_USD)) is not None:
                 data = {**data, COST_USD: usd}
-    return finish(ctx, run, outcome, detail, data)
+    return await finish(ctx, run, outcome, detail, data)
 
 
 def _collect(

@@ -9,12 +9,12 @@ one cost per night), else its declared estimate, else unknown: never guessed.
 what tonight already spent (costs of ended tries, this run and earlier runs of the same night) and
 committed (expected costs of tries still out there); a submit that would pass the night's cap, or
 the job's own, is refused. A try's end settles its commitment at its actual cost (its expected
-cost where the service did not say).
+cost where the service did not say). The account is the night's loop's: a try's start and end
+run there (``engine/runner.py``, ``engine/job_end.py``), one at a time: no lock.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
@@ -23,6 +23,7 @@ from nightshift.usual import percentile
 
 if TYPE_CHECKING:
     from nightshift.config.catalogue import AnyJob, Catalogue
+    from nightshift.loop import NightLoop
 
 __all__ = [
     "SPEND_REFUSED",
@@ -121,7 +122,8 @@ class SpendTotals:
 
 
 class SpendCap:
-    """Tonight's spend, checked before each paid submit. Thread-safe: jobs start side by side."""
+    """Tonight's spend, checked before each paid submit; once bound to the night's loop
+    (``on``), changed and read there only (the owner check says so in the suite)."""
 
     def __init__(
         self,
@@ -139,7 +141,15 @@ class SpendCap:
         self._committed = dict(committed or {})  # label -> what its try out there may cost
         self._refused: list[str] = []
         self._unknown: list[str] = []
-        self._lock = threading.Lock()
+        self._loop: NightLoop | None = None
+
+    def on(self, loop: NightLoop) -> None:
+        """From now on the account is ``loop``'s (the night's)."""
+        self._loop = loop
+
+    def _owned(self) -> None:
+        if self._loop is not None:
+            self._loop.owned("the spend account")
 
     @property
     def priced(self) -> bool:
@@ -159,29 +169,29 @@ class SpendCap:
         """Commit a try's expected cost before its submit; or why it may not be submitted."""
         if not self.paid(label):
             return None
+        self._owned()
         expected = self.expected(label)
-        with self._lock:
-            own = self._job_caps.get(label)
-            if own is not None and expected is not None and expected > own:
-                why = f"spend cap of the job: {money(expected)} expected > {money(own)}"
+        own = self._job_caps.get(label)
+        if own is not None and expected is not None and expected > own:
+            why = f"spend cap of the job: {money(expected)} expected > {money(own)}"
+            return self._refuse(label, why)
+        if self.cap_usd is not None:
+            so_far = sum(self._spent.values()) + sum(self._committed.values())
+            if expected is None and so_far >= self.cap_usd:
+                why = (
+                    f"spend cap: {money(so_far)} spent or committed, cost unknown, "
+                    f">= {money(self.cap_usd)}"
+                )
                 return self._refuse(label, why)
-            if self.cap_usd is not None:
-                so_far = sum(self._spent.values()) + sum(self._committed.values())
-                if expected is None and so_far >= self.cap_usd:
-                    why = (
-                        f"spend cap: {money(so_far)} spent or committed, cost unknown, "
-                        f">= {money(self.cap_usd)}"
-                    )
-                    return self._refuse(label, why)
-                if expected is not None and so_far + expected > self.cap_usd:
-                    why = (
-                        f"spend cap: {money(so_far)} spent or committed + {money(expected)} "
-                        f"expected > {money(self.cap_usd)}"
-                    )
-                    return self._refuse(label, why)
-            if expected is None and label not in self._unknown:
-                self._unknown.append(label)
-            self._committed[label] = expected or 0.0
+            if expected is not None and so_far + expected > self.cap_usd:
+                why = (
+                    f"spend cap: {money(so_far)} spent or committed + {money(expected)} "
+                    f"expected > {money(self.cap_usd)}"
+                )
+                return self._refuse(label, why)
+        if expected is None and label not in self._unknown:
+            self._unknown.append(label)
+        self._committed[label] = expected or 0.0
         return None
 
     def _refuse(self, label: str, why: str) -> str:
@@ -191,35 +201,35 @@ class SpendCap:
 
     def committed(self, label: str) -> float | None:
         """The expected cost committed for a try out there (None: nothing committed)."""
-        with self._lock:
-            return self._committed.get(label)
+        self._owned()
+        return self._committed.get(label)
 
     def settle(self, label: str, actual: float | None, *, submitted: bool = True) -> float | None:
         """A try ended: its commitment becomes what it cost (the commitment where the service
         did not say; nothing when it was not ``submitted``). The label's cost tonight, all
         tries; None: nothing was committed."""
-        with self._lock:
-            if label not in self._committed:
-                return None
-            committed = self._committed.pop(label)
-            said = actual is not None and actual >= 0
-            cost = actual if said and actual is not None else committed
-            cost = cost if submitted else 0.0
-            if said and label in self._unknown:  # its results said: no longer unknown
-                self._unknown.remove(label)
-            self._spent[label] = self._spent.get(label, 0.0) + cost
-            return self._spent[label]
+        self._owned()
+        if label not in self._committed:
+            return None
+        committed = self._committed.pop(label)
+        said = actual is not None and actual >= 0
+        cost = actual if said and actual is not None else committed
+        cost = cost if submitted else 0.0
+        if said and label in self._unknown:  # its results said: no longer unknown
+            self._unknown.remove(label)
+        self._spent[label] = self._spent.get(label, 0.0) + cost
+        return self._spent[label]
 
     def totals(self) -> SpendTotals:
         """The account as it stands."""
-        with self._lock:
-            return SpendTotals(
-                self.cap_usd,
-                sum(self._spent.values()),
-                sum(self._committed.values()),
-                tuple(self._refused),
-                tuple(self._unknown),
-            )
+        self._owned()
+        return SpendTotals(
+            self.cap_usd,
+            sum(self._spent.values()),
+            sum(self._committed.values()),
+            tuple(self._refused),
+            tuple(self._unknown),
+        )
 
 
 @dataclass(frozen=True)

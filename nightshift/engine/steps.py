@@ -1,9 +1,10 @@
 """A night's jobs as awaited steps: one job's try, a chain in order, a crashed job settled.
 
 The one way a night runs its jobs: the Prefect tasks (``tasks/jobs.py``) call these, and tests
-drive them the same way without Prefect (``tests/night_kit.py``). A job in flight is an awaited
-future of the watcher's and a job waiting for its turn an awaited admission; its blocking parts
-(the ledger, the submit, collecting results) run on a night's small pools (``JobPools``).
+drive them the same way without Prefect (``tests/night_kit.py``). A job's try is one coroutine on
+the night's loop: in flight, an awaited future of the watcher's; waiting for its turn, an awaited
+admission; its blocking calls (a ledger read, the submit, collecting results, its log's tail) each
+run alone on a night's small pools (``JobPools``), handed their arguments, returning a value.
 """
 
 from __future__ import annotations
@@ -11,10 +12,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from functools import partial
 from typing import TypeVar
 
 from nightshift.engine.context import NightContext
+from nightshift.engine.job_end import FINISH_POOL, FINISH_THREADS
 from nightshift.engine.outcomes import JobOutcome, Outcome
 from nightshift.engine.runner import (
     Watching,
@@ -37,30 +38,28 @@ __all__ = [
     "run_chain_steps_async",
     "run_job_step_async",
     "settle_job",
-    "settle_job_async",
     "withdraw",
 ]
 
 T = TypeVar("T")
 AsyncStep = Callable[[str], Awaitable[JobOutcome]]
 AsyncSkipped = Callable[[JobOutcome], Awaitable[object]]
-START_THREADS = 4  # per backend: jobs beginning and submitting (one waiting its turn holds none)
-FINISH_THREADS = 3  # jobs whose watch ended: collect, record, release their slot
+START_THREADS = 4  # per backend: jobs' rows read and their submits (one waiting holds none)
 
 
 class JobPools:
-    """The night's threads for the blocking parts of its jobs, on the night's loop
+    """The night's threads for the blocking calls of its jobs, on the night's loop
     (``nightshift/loop.py``); a job in flight, or waiting for its turn, holds none.
 
-    Each backend has its start pool (its jobs' rows read, their Prefect slots taken, their
-    submits), so a backend whose submits are slow holds up no other's; a job's end is
-    concluded on the finish pool, which never queues behind a submit. The pools end with the
-    night's loop.
+    Each backend has its start pool (its jobs' rows read, a Prefect slot held on a thread,
+    their submits), so a backend whose submits are slow holds up no other's; a job's end makes
+    its calls on the finish pool (``job_end.blocking``), which never queues behind a submit.
+    The pools end with the night's loop.
     """
 
     def __init__(self, loop: NightLoop) -> None:
         self._loop = loop
-        self.finish = loop.blocking("job-end", FINISH_THREADS)
+        self.finish = loop.blocking(FINISH_POOL, FINISH_THREADS)
         self._starts: dict[str, ThreadPoolExecutor] = {}
 
     def start(self, backend: str) -> ThreadPoolExecutor:
@@ -80,28 +79,25 @@ async def run_job_step_async(
 ) -> JobOutcome:
     """One try of one job, as one coroutine: failed at once when its backend is broken; else
     begun, its turn awaited (on the loop: a job waiting holds no thread), submitted, watched,
-    concluded. Its blocking parts run on ``pools``. Transient backend errors propagate: the
+    concluded. Its blocking calls run on ``pools``. Transient backend errors propagate: the
     caller retries.
     """
-    loop = asyncio.get_running_loop()
     backend = ctx.catalogue.job(label).backend
     broken = ctx.broken.get(backend)
     if broken is not None:
         try:
-            return await loop.run_in_executor(
-                pools.finish, end_job, ctx, label, Outcome.FAILED, f"not run: {broken}"
-            )
+            return await end_job(ctx, label, Outcome.FAILED, f"not run: {broken}")
         finally:
             withdraw(ctx, label)
     start = pools.start(backend)
     watching: Watching | None = None
     try:
-        begun = await loop.run_in_executor(start, begin_job, ctx, label, attempt)
+        begun = await begin_job(ctx, label, start, attempt)
         if isinstance(begun, JobOutcome):
             return begun
         held = await take_turn(ctx, begun)
         if held is None:
-            return await loop.run_in_executor(pools.finish, turn_missed, ctx, label)
+            return await turn_missed(ctx, label)
         try:  # a capped backend's Prefect slot, awaited here: a job waiting holds no thread
             slotted = await take_slot(ctx, begun, held)
         except BaseException:
@@ -109,16 +105,16 @@ async def run_job_step_async(
             raise
         if not slotted:
             held.close()
-            return await loop.run_in_executor(pools.finish, slot_missed, ctx, label)
+            return await slot_missed(ctx, label)
         # on the loop, its submit on the start pool; cancelled, it gives back what it holds
         started = await start_job(ctx, begun, held, start)
         if isinstance(started, JobOutcome):
             return started
         watching = started
         result = await _watched(watching)
-        # from here its end gives back what it holds, on its thread, even if this is cancelled
+        # from here its end gives back what it holds, even if this is cancelled
         ending, watching = watching, None
-        return await loop.run_in_executor(pools.finish, end_job_watch, ctx, ending, result)
+        return await end_job_watch(ctx, ending, result)
     finally:
         if watching is not None:  # its wait was cancelled: stop watching, give back its slot
             watching.release()
@@ -133,32 +129,21 @@ async def _watched(watching: Watching) -> WatchResult | Exception:
         return exc
 
 
-async def settle_job_async(
-    ctx: NightContext, label: str, error: BaseException | None, pools: JobPools
-) -> JobOutcome:
-    """``settle_job`` off the event loop."""
-    loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(pools.finish, settle_job, ctx, label, error)
-
-
 async def run_chain_steps_async(
     ctx: NightContext,
     labels: list[str],
     step: AsyncStep,
-    pools: JobPools,
     skipped: AsyncSkipped | None = None,
 ) -> list[JobOutcome]:
     """Run dependent jobs one after another; a step that did not succeed skips its dependents,
     each told to ``skipped`` as it is (the chain's subflow gives it a task run)."""
-    loop = asyncio.get_running_loop()
     done: dict[str, JobOutcome] = {}
     for label in labels:
         deps = ctx.catalogue.job(label).depends_on
         blockers = [d for d in deps if d in done and not done[d].ok]
         if blockers:
             reason = f"{blockers[0]} {done[blockers[0]].state.value}"
-            skip = partial(_skip, ctx, label, reason)
-            done[label] = await loop.run_in_executor(pools.finish, skip)
+            done[label] = await _skip(ctx, label, reason)
             if skipped is not None and done[label].state is Outcome.SKIPPED:
                 await skipped(done[label])
             continue
@@ -166,19 +151,19 @@ async def run_chain_steps_async(
     return list(done.values())
 
 
-def _skip(ctx: NightContext, label: str, reason: str) -> JobOutcome:
+async def _skip(ctx: NightContext, label: str, reason: str) -> JobOutcome:
     """A chain step whose dependency did not succeed; an interrupted night only lets it go."""
     if ctx.stop.requested:
-        return stopped_outcome(ctx, label)
-    return end_job(ctx, label, Outcome.SKIPPED, reason)
+        return await stopped_outcome(ctx, label)
+    return await end_job(ctx, label, Outcome.SKIPPED, reason)
 
 
-def settle_job(ctx: NightContext, label: str, error: BaseException | None) -> JobOutcome:
+async def settle_job(ctx: NightContext, label: str, error: BaseException | None) -> JobOutcome:
     """The job's outcome; a job whose tries raised (retries exhausted, a bug) ends as failed."""
     withdraw(ctx, label)  # a try that crashed before its body ran never did
     if label in ctx.outcomes:
         return ctx.outcomes[label]
     if ctx.stop.requested:  # its try was cut short by the stop: nothing failed out there
-        return stopped_outcome(ctx, label)
+        return await stopped_outcome(ctx, label)
     detail = f"{type(error).__name__}: {error}" if error is not None else None
-    return end_job(ctx, label, Outcome.FAILED, detail or "the job task did not return")
+    return await end_job(ctx, label, Outcome.FAILED, detail or "the job task did not return")

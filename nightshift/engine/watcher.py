@@ -190,16 +190,10 @@ class Watcher:
 
     def _ask(self, fn: Callable[[], T], otherwise: T) -> T:
         """``fn()`` run on the loop (at once when called there); ``otherwise`` once it closed."""
-        if self._night.on_loop():
-            return fn()
-        if self._night.closed:
+        if self._night.closed and not self._night.on_loop():
             return otherwise
-
-        async def on_loop() -> T:
-            return fn()
-
         try:
-            return self._night.run(on_loop(), _STOP_S)
+            return self._night.ask(fn, _STOP_S)
         except (RuntimeError, TimeoutError):  # closed meanwhile (or stuck: a bug)
             return otherwise
 

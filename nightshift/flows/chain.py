@@ -43,14 +43,14 @@ async def chain(name: str, labels: list[str], night: Any) -> State:
 
     async def step(label: str) -> JobOutcome:
         ran = await job_task(night, label, runner)
-        outcome = await outcome_of(ctx, label, ran, night.pools)
+        outcome = await outcome_of(ctx, label, ran)
         if not outcome.ok and ctx.logger is not None:
             # its task run said why in this subflow; the night's page shows the night's log
             note = failure_note(outcome, read_tail(outcome), chain=steps)
             ctx.logger.error("%s", note)
         return outcome
 
-    done = await run_chain_steps_async(ctx, labels, step, night.pools, skipped=skip_task)
+    done = await run_chain_steps_async(ctx, labels, step, skipped=skip_task)
     bad = [o.line() for o in done if not o.ok]
     if bad:
         return Failed(message="; ".join(bad), data=done)

@@ -25,8 +25,9 @@ from nightshift.loop import NightLoop
 from nightshift.orchestration.artifact_tries import current_try
 from nightshift.orchestration.cancel_hook import cancel_in_flight
 from nightshift.orchestration.missed_nights import SKIPPED, check_missed, late_of, quiet_skip
-from nightshift.orchestration.night_end import end_early, end_night
-from nightshift.orchestration.night_run import run_night
+from nightshift.orchestration.night_end import Ending, end_early, end_night
+from nightshift.orchestration.night_loop import on_a_loop
+from nightshift.orchestration.night_run import night_under_way
 from nightshift.orchestration.night_setup import NightSetup, notifier_for, prepared_or_none, stamp
 from nightshift.orchestration.running_night import Night
 from nightshift.orchestration.states import name_the_night
@@ -151,7 +152,7 @@ def _own_night(
     results: dict[str, JobOutcome] = {}
     logger.info("state folder %s, run folder %s", prepared.settings.state_dir, prepared.run_path)
     stop = stop if stop is not None else NightStop()
-    setup = NightSetup(prepared, stop, notifier, notify, logger)
+    setup = NightSetup(prepared, stop, notifier, logger)
     with NightLoop() as loop:  # the night's one event loop, until its end is posted
         try:
             # a deployment's tags are on the flow run only: jobs and chains carry them too
@@ -161,33 +162,43 @@ def _own_night(
                 key, ttl = prepared.catalogue.key, prepared.settings.lease_ttl
                 with Lease(prepared.ledger.engine, key, owner=owner, ttl_s=ttl, loop=loop) as lease:
                     live_sinks = [live] if live is not None else []
-                    summary, progress = run_night(
-                        setup, lease, results, live_sinks, _run_jobs, loop
-                    )
+                    with night_under_way(setup, lease, results, live_sinks, loop) as running:
+                        on_a_loop(loop, _run_jobs(running.night, running.plan), stop)
+                    summary, progress = running.summary, running.progress
+                    assert summary is not None  # joined on the way out
         except Exception as exc:
-            end_early(setup, exc, results, started_at)
+            with end_early(setup, exc, results, started_at) as ending:
+                _tell(ending)
             raise  # the CLI reads a LockHeldError from the flow run's result (exit 3)
         # a night that ran late says so: its slot, its start, the nights missed before it
         summary = replace(summary, late=late_of(prepared, slot, summary.started_at))
-        return end_night(setup, summary, progress)
+        with end_night(setup, summary, progress) as ending:
+            _tell(ending)
+        assert ending.state is not None  # set once the end is over
+        return ending.state
 
 
-async def _run_jobs(night: Night, plan: Plan) -> dict[str, JobOutcome]:
+def _tell(ending: Ending) -> None:
+    """Slack's digest of the night, by the ``notify`` task (its own bar on the timeline)."""
+    if (tell := ending.tell) is not None:
+        notify(tell.notifier, tell.summary, tell.night, tell.run_id, tell.slow, return_state=True)
+
+
+async def _run_jobs(night: Night, plan: Plan) -> None:
     """Every job of the night as an async task run and every chain as an async subflow run,
-    awaited together for their outcomes; the night handed to each, quoted (Prefect does not
-    walk into it)."""
-    ctx, pools, runner = night.ctx, night.pools, with_retries(night.ctx)
+    awaited together; the night handed to each, quoted (Prefect does not walk into it). A job
+    whose run raised is settled here: every job's outcome is then the night's."""
+    ctx, runner = night.ctx, with_retries(night.ctx)
 
     async def job(label: str) -> list[JobOutcome]:
         ran = await job_task(night, label, runner)
-        return [await outcome_of(ctx, label, ran, pools)]
+        return [await outcome_of(ctx, label, ran)]
 
     async def steps(labels: list[str]) -> list[JobOutcome]:
         name = chain_run_name(ctx.night, labels, current_try())
         ran = await chain(name, labels, quote(night), return_state=True)
-        return await chain_outcomes(ctx, labels, ran, pools)
+        return await chain_outcomes(ctx, labels, ran)
 
     # one API client on this loop for every task run (else each task run makes its own)
     async with AsyncClientContext.get_or_create():
-        done = await asyncio.gather(*map(job, plan.independent), *map(steps, plan.chains))
-    return {outcome.label: outcome for outcomes in done for outcome in outcomes}
+        await asyncio.gather(*map(job, plan.independent), *map(steps, plan.chains))

@@ -5,12 +5,16 @@ API, which may be gone), then Slack and the report page while the ledger is open
 ledger is closed and ``stop.end()`` said (a caller bounding a stop waits for that), then the
 UI's progress flushed, and only then the artifacts published. Last, a budget snapshot older
 than a week is learned again, so the next night's first submit never waits for pandas.
+
+``end_night`` and ``end_early`` are ``with`` blocks: the flow posts Slack's digest inside
+(``Ending.tell``, with its own task), so nothing here calls back up into the flow.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import replace
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from typing import Any
 
 from prefect.runtime import flow_run
@@ -20,6 +24,7 @@ from nightshift.engine.outcomes import JobOutcome, NightSummary, Outcome, join
 from nightshift.engine.stopping import INTERRUPTED
 from nightshift.errors import LockHeldError
 from nightshift.metrics.export import export_ledger_metrics
+from nightshift.notify.notifier import Notifier
 from nightshift.notify.slow import SlowJob, slow_jobs
 from nightshift.orchestration.night_setup import NightSetup, stamp
 from nightshift.orchestration.progress import ProgressSink
@@ -27,16 +32,36 @@ from nightshift.orchestration.report import not_run, report, why
 from nightshift.orchestration.report_inputs import gather_report
 from nightshift.orchestration.states import night_result
 
-__all__ = ["EXIT_LOCKED", "PROGRESS_FLUSH_S", "end_early", "end_night"]
+__all__ = ["EXIT_LOCKED", "PROGRESS_FLUSH_S", "Ending", "Tell", "end_early", "end_night"]
 
 EXIT_LOCKED = 3  # as the CLI's: another night of the catalogue holds its lease
 PROGRESS_FLUSH_S = 2.0
 
 
-def end_night(
-    setup: NightSetup, summary: NightSummary, progress: ProgressSink
-) -> State | list[State]:
-    """A night that ran to its end, or was stopped (Ctrl-C, SIGTERM): its state."""
+@dataclass(frozen=True)
+class Tell:
+    """What Slack's digest of the night says: the flow's ``notify`` task posts it."""
+
+    notifier: Notifier
+    summary: NightSummary
+    night: str
+    run_id: str | None
+    slow: list[SlowJob]
+
+
+class Ending:
+    """A night's end under way: ``tell`` (None: Slack hears nothing of it), to post inside the
+    ``with`` block; once it ended, the flow run's ``state``."""
+
+    def __init__(self, tell: Tell | None) -> None:
+        self.tell = tell
+        self.state: State | list[State] | None = None
+
+
+@contextmanager
+def end_night(setup: NightSetup, summary: NightSummary, progress: ProgressSink) -> Iterator[Ending]:
+    """A night that ran to its end, or was stopped (Ctrl-C, SIGTERM): its state, once the
+    block (where the flow tells Slack) ended."""
     logger, stop = setup.logger, setup.stop
     if (flow_run.run_count or 1) > 1:  # a retry of the night's flow run (the UI's Retry)
         summary = replace(summary, rerun=True)
@@ -46,7 +71,7 @@ def end_night(
         left = [o for o in summary.jobs if o.state is Outcome.LEFT_RUNNING]
         ended, stopped_code = INTERRUPTED, stop.exit_code
         logger.warning("interrupted: %d job(s) left running, a rerun re-attaches", len(left))
-    _close(
+    with _closing(
         setup,
         summary,
         reason=ended,
@@ -54,19 +79,23 @@ def end_night(
         tell=not stop.requested,  # an interrupted night has no verdict to send
         # the UI's progress reaches its end (bounded: the API may be gone)
         progress=None if stop.requested else progress,
-    )
+    ) as ending:
+        yield ending
     if stop.requested:
-        return Failed(name="Interrupted", message=f"{ended}: {summary.headline()}")
-    return night_result(summary)
+        ending.state = Failed(name="Interrupted", message=f"{ended}: {summary.headline()}")
+    else:
+        ending.state = night_result(summary)
 
 
+@contextmanager
 def end_early(
     setup: NightSetup,
     exc: BaseException,
     results: Mapping[str, JobOutcome],
     started_at: str,
-) -> None:
-    """A night that ended early still says why, where a finished night says how it went."""
+) -> Iterator[Ending]:
+    """A night that ended early still says why, where a finished night says how it went (and
+    tells Slack inside the block)."""
     reason = why(exc)
     summary = join(
         [
@@ -77,17 +106,19 @@ def end_early(
         stamp(),
     )
     locked = isinstance(exc, LockHeldError)  # a refused second night is not a bad night
-    _close(
+    with _closing(
         setup,
         summary,
         reason=reason,
         exit_code=EXIT_LOCKED if locked else summary.exit_code,
         tell=not locked,
         said=f"the night ended early: {reason}",
-    )
+    ) as ending:
+        yield ending
 
 
-def _close(
+@contextmanager
+def _closing(
     setup: NightSetup,
     summary: NightSummary,
     *,
@@ -96,16 +127,19 @@ def _close(
     tell: bool,
     progress: ProgressSink | None = None,
     said: str | None = None,
-) -> None:
-    """The end, in the order the module's docstring gives."""
+) -> Iterator[Ending]:
+    """The end, in the order the module's docstring gives; Slack is told in the block."""
     # summary.json first: what follows may wait on the Prefect API, which may be gone
     report(setup.prepared.run_path, summary, reason=reason, exit_code=exit_code, publish=False)
     if said is not None:
         setup.logger.warning("%s", said)
     page = None
+    ending = Ending(_telling(setup, summary) if tell else None)
     try:
-        if tell:
-            _tell(setup, summary)
+        yield ending  # the flow posts Slack's digest here, with its task
+        if tell:  # metrics: like Slack, they cannot change the night's verdict
+            prepared = setup.prepared
+            export_ledger_metrics(prepared.ledger.engine, prepared.settings, logger=setup.logger)
         # after Slack: the report says what Slack was told
         page = _page(setup, summary)
     finally:
@@ -169,14 +203,12 @@ def _learn(setup: NightSetup) -> None:
         )
 
 
-def _tell(setup: NightSetup, summary: NightSummary) -> None:
-    """Slack (the ``notify`` task) and metrics; neither can change the night's verdict."""
-    prepared = setup.prepared
-    if setup.notifier is not None:
-        run_id = str(flow_run.id) if flow_run.id else None
-        slow = _slow(setup, summary)
-        setup.notify(setup.notifier, summary, prepared.night, run_id, slow, return_state=True)
-    export_ledger_metrics(prepared.ledger.engine, prepared.settings, logger=setup.logger)
+def _telling(setup: NightSetup, summary: NightSummary) -> Tell | None:
+    """What Slack's digest says of the night (None: no ``notify:`` in the catalogue)."""
+    if setup.notifier is None:
+        return None
+    run_id = str(flow_run.id) if flow_run.id else None
+    return Tell(setup.notifier, summary, setup.prepared.night, run_id, _slow(setup, summary))
 
 
 def _slow(setup: NightSetup, summary: NightSummary) -> list[SlowJob]:

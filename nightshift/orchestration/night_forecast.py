@@ -1,9 +1,9 @@
 """The night's forecast at its start: kept in the ledger, published as the run's first artifact.
 
-Made from the budgets the night then watches with (read once, here, and handed on), its plan,
-its caps, stagger and rates, from the night's actual start: the simulation takes milliseconds.
-Nothing here may fail the night: a forecast that cannot be made, kept or published is one
-warning in the night's log.
+Made from the budgets the night then watches with (read once, on their own: ``night_budgets``),
+its plan, its caps, stagger and rates, from the night's actual start: the simulation takes
+milliseconds. Nothing here may fail the night: budgets that cannot be read, a forecast that
+cannot be made, kept or published is one warning in the night's log.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from nightshift.orchestration.prepared_night import PreparedNight
 from nightshift.orchestration.report_inputs import catalogue_name
 from nightshift.store.forecasts import Forecasts, StoredForecast
 
-__all__ = ["forecast_at_start", "stored_forecast"]
+__all__ = ["forecast_at_start", "night_budgets", "stored_forecast"]
 
 
 def _why(exc: BaseException) -> str:
@@ -63,30 +63,38 @@ def stored_forecast(
     )
 
 
+def night_budgets(prepared: PreparedNight, logger: Any) -> Budgets | None:
+    """The budgets the night watches with and forecasts from: the latest snapshot however old
+    (learning waits for the night's end, ``night_end.py``); None, said once, when they could
+    not be read (the dwell watch tries again and says so too)."""
+    catalogue, ledger = prepared.catalogue, prepared.ledger
+    try:
+        return starting_budgets(ledger, datetime.now(UTC), catalogue.defaults.min_samples)
+    except Exception as exc:
+        logger.warning("no forecast tonight: the budgets could not be read: %s", _why(exc))
+        return None
+
+
 def forecast_at_start(
     prepared: PreparedNight,
+    budgets: Budgets | None,
     run_id: str,
     logger: Any,
     *,
     kept: Collection[str] = (),
     publish: bool = True,
-) -> Budgets | None:
-    """Forecast the night from now, keep it and (``publish``) make it the ``nightly-forecast``
-    artifact: the budgets read for it (the night watches with them), None when they could
-    not be read."""
+) -> None:
+    """Forecast the night from now with ``budgets`` (None: none could be read, no forecast),
+    keep it and (``publish``) make it the ``nightly-forecast`` artifact."""
+    if budgets is None:
+        return
     catalogue, ledger = prepared.catalogue, prepared.ledger
     start = datetime.now(UTC)
-    try:
-        # the latest snapshot however old: learning waits for the night's end (night_end.py)
-        budgets = starting_budgets(ledger, start, catalogue.defaults.min_samples)
-    except Exception as exc:  # the dwell watch tries again and says so too
-        logger.warning("no forecast tonight: the budgets could not be read: %s", _why(exc))
-        return None
     try:
         stored = stored_forecast(prepared, budgets, run_id, start, kept)
     except Exception as exc:  # a bug in the forecast must not stop the night
         logger.warning("no forecast tonight: %s", _why(exc))
-        return budgets
+        return
     jobs, kept_ = stored.body.get("jobs", []), stored.body.get("kept", [])
     unknown = unknown_jobs(jobs, kept_)
     if unknown:  # a finish resting on jobs counted as 0 s is no finish
@@ -117,4 +125,3 @@ def forecast_at_start(
             )
         except Exception as exc:  # a view: the night goes on without it
             logger.warning("the forecast artifact could not be published: %s", _why(exc))
-    return budgets

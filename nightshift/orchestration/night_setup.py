@@ -3,7 +3,6 @@ still submit."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,8 +29,6 @@ class NightSetup:
     prepared: PreparedNight
     stop: NightStop
     notifier: Notifier | None
-    # the Slack task (``tasks/notify.py``), handed in: this layer does not import tasks
-    notify: Callable[..., Any]
     logger: Any
 
 

@@ -24,7 +24,7 @@ from nightshift.backoff import JOB_RETRY, Backoff
 from nightshift.engine.context import NightContext
 from nightshift.engine.explain import failure_note
 from nightshift.engine.outcomes import JobOutcome
-from nightshift.engine.steps import JobPools, run_job_step_async, settle_job_async
+from nightshift.engine.steps import run_job_step_async, settle_job
 from nightshift.errors import TransientBackendError
 from nightshift.orchestration.running_night import Night
 from nightshift.orchestration.states import JOB_TASK, SKIP_TASK, job_state
@@ -184,23 +184,21 @@ async def skip_task(outcome: JobOutcome) -> State:
     return state
 
 
-async def outcome_of(ctx: NightContext, label: str, state: State, pools: JobPools) -> JobOutcome:
+async def outcome_of(ctx: NightContext, label: str, state: State) -> JobOutcome:
     """The job's outcome, its task run's result; a task that raised (retries exhausted, or a
     bug) ends as failed."""
     value = await state.aresult(raise_on_failure=False)
     if isinstance(value, JobOutcome):
         return value
     error = value if isinstance(value, BaseException) else None
-    return await settle_job_async(ctx, label, error, pools)
+    return await settle_job(ctx, label, error)
 
 
-async def chain_outcomes(
-    ctx: NightContext, labels: list[str], state: State, pools: JobPools
-) -> list[JobOutcome]:
+async def chain_outcomes(ctx: NightContext, labels: list[str], state: State) -> list[JobOutcome]:
     """The chain's steps' outcomes, its subflow run's result; the steps of a chain that raised
     (a bug) end as failed, but for those that ended before it did."""
     value = await state.aresult(raise_on_failure=False)
     if isinstance(value, list) and all(isinstance(o, JobOutcome) for o in value):
         return value
     error = value if isinstance(value, BaseException) else None
-    return [await settle_job_async(ctx, label, error, pools) for label in labels]
+    return [await settle_job(ctx, label, error) for label in labels]

@@ -96,7 +96,7 @@ def test_a_job_task_run_s_result_is_its_outcome_succeeded_failed_or_kept(
         for label in ("ok", "bad"):
             state = await job_task(night, label, runner)
             value = await state.aresult(raise_on_failure=False)
-            ran[label] = (state, value, await outcome_of(night.ctx, label, state, night.pools))
+            ran[label] = (state, value, await outcome_of(night.ctx, label, state))
         return ran
 
     backend = ScriptedBackend(scripts={"ok": [S], "bad": [F]})
@@ -127,7 +127,7 @@ def test_a_chain_subflow_run_s_result_is_its_steps_outcomes(
         labels = ["fetch", "link"]
         state = await chain("fetch → link", labels, quote(night), return_state=True)
         value = await state.aresult(raise_on_failure=False)
-        return state, value, await chain_outcomes(night.ctx, labels, state, night.pools)
+        return state, value, await chain_outcomes(night.ctx, labels, state)
 
     backend = ScriptedBackend(scripts={"fetch": [F], "link": [S]})
     state, value, outcomes = _night_of(tmp_path, backend, run_chain, kept=set())

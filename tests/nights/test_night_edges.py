@@ -144,11 +144,11 @@ def test_a_job_task_that_fails_before_the_runner_does_not_hold_back_its_backend(
     real = steps_module.begin_job  # the runner's first step, as the job task runs it
     broke: list[str] = []
 
-    def breaks_first(ctx: Any, label: str, attempt: int = 1) -> Any:
+    async def breaks_first(ctx: Any, label: str, pool: Any, attempt: int = 1) -> Any:
         if label == "first":
             broke.append(label)
             raise RuntimeError("the task broke before the runner (injected)")
-        return real(ctx, label, attempt)
+        return await real(ctx, label, pool, attempt)
 
     monkeypatch.setattr(steps_module, "begin_job", breaks_first)
     body = command("first") + command("second") + command("third")

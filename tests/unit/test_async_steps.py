@@ -238,8 +238,7 @@ def test_a_chain_tells_each_skipped_step_as_it_is_skipped(tmp_path: Path) -> Non
         seen.append(f"skipped {outcome.label}: {outcome.detail}")
 
     async def chain() -> list[JobOutcome]:
-        pools = JobPools(ctx.loop)
-        return await run_chain_steps_async(ctx, ["a", "b", "c", "x"], step, pools, skipped)
+        return await run_chain_steps_async(ctx, ["a", "b", "c", "x"], step, skipped)
 
     with night_context(tmp_path, text, {"command": ScriptedBackend(name="command")}) as ctx:
         done = ctx.loop.run(chain())

@@ -11,7 +11,7 @@ import pytest
 from nightshift.config.loader import parse_catalogue
 from nightshift.engine.plan import plan_night
 from nightshift.orchestration import night_forecast
-from nightshift.orchestration.night_forecast import forecast_at_start
+from nightshift.orchestration.night_forecast import forecast_at_start, night_budgets
 from nightshift.orchestration.prepared_night import PreparedNight
 from nightshift.store.forecasts import Forecasts
 from nightshift.store.ledger import Ledger
@@ -41,9 +41,10 @@ def _prepared(tmp_path: Path) -> PreparedNight:
 def test_the_forecast_is_kept_with_the_runs_id_and_its_budgets_handed_on(tmp_path: Path) -> None:
     prepared = _prepared(tmp_path)
 
-    budgets = forecast_at_start(prepared, "run-1", logging.getLogger("t"), publish=False)
-
+    budgets = night_budgets(prepared, logging.getLogger("t"))
     assert budgets is not None
+    forecast_at_start(prepared, budgets, "run-1", logging.getLogger("t"), publish=False)
+
     (kept,) = Forecasts(prepared.ledger.engine, prepared.catalogue.key).of_night("2026-03-01")
     assert kept.run_id == "run-1" and kept.critical_path == ["a", "b"]
     assert [j["basis"] for j in kept.body["jobs"]] == ["none", "none"]  # nothing learned yet
@@ -61,14 +62,14 @@ def test_a_forecast_that_cannot_be_kept_or_read_is_a_warning(
 
     monkeypatch.setattr(Forecasts, "save", refuse)
     with caplog.at_level(logging.WARNING):
-        assert forecast_at_start(prepared, "run-1", logger, publish=False) is not None
+        forecast_at_start(prepared, night_budgets(prepared, logger), "run-1", logger, publish=False)
     assert (
         "the forecast could not be kept in the ledger: OSError: database is locked" in caplog.text
     )
 
     monkeypatch.setattr(night_forecast, "starting_budgets", refuse)
     with caplog.at_level(logging.WARNING):
-        assert forecast_at_start(prepared, "run-2", logger, publish=False) is None
+        assert night_budgets(prepared, logger) is None
     assert "no forecast tonight: the budgets could not be read: OSError" in caplog.text
     prepared.close()
 
@@ -80,7 +81,8 @@ def test_a_forecast_with_nothing_learned_gives_no_finish_on_any_page(
 
     prepared = _prepared(tmp_path)
     with caplog.at_level(logging.INFO):
-        forecast_at_start(prepared, "run-1", logging.getLogger("t"), publish=False)
+        logger = logging.getLogger("t")
+        forecast_at_start(prepared, night_budgets(prepared, logger), "run-1", logger, publish=False)
     said = "2 of 2 jobs have nothing learned yet (a, b): no finish time"
     assert f"forecast: {said}" in caplog.text
     assert "should finish" not in caplog.text and "critical path" not in caplog.text

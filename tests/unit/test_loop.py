@@ -130,3 +130,31 @@ def test_a_spawned_task_nobody_holds_lives_to_its_end_and_ends_with_the_loop() -
     with NightLoop() as other, pytest.raises(NotTheLoop):  # only the loop spawns its tasks
         other.spawn(work)
     work.close()
+
+
+def test_a_spawned_task_runs_in_a_context_of_its_own(night: NightLoop) -> None:
+    """Not its spawner's: a job's task run may end first and close what its context holds
+    (the progress artifact's last post met the closed Prefect client of the night's tasks)."""
+
+    async def spawner() -> str:
+        flag.set("the job task's client")
+
+        async def spawned() -> str:
+            return flag.get()
+
+        return await night.spawn(spawned())
+
+    assert night.run(spawner(), timeout=5) == "unset"
+
+
+def test_asking_the_loop_runs_there_and_at_once_on_it() -> None:
+    loop = NightLoop("asked")
+    where = lambda: threading.current_thread().name  # noqa: E731
+    assert loop.ask(where, timeout=5) == "asked"  # from this thread: handed over
+
+    async def on_it() -> str:
+        return loop.ask(where)  # on the loop: at once, never waiting for itself
+
+    assert loop.run(on_it(), timeout=5) == "asked"
+    loop.close()
+    assert loop.ask(where) == threading.current_thread().name  # closed: whoever is left

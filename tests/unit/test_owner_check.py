@@ -16,6 +16,7 @@ import pytest
 from nightshift.backends.base import ExternalState
 from nightshift.backoff import Backoff
 from nightshift.engine.admission import Admission, Deadline, Held
+from nightshift.engine.spend import JobCost, SpendCap
 from nightshift.engine.streams import StreamListener
 from nightshift.engine.watcher import Watcher, WatchRequest
 from nightshift.loop import OWNER_CHECK, NightLoop, NotTheLoop
@@ -149,3 +150,19 @@ def test_the_cancel_requests_read_are_merged_and_told_on_the_loop(night_loop: Ni
             watch._merge({})
     finally:
         watch.stop()
+
+
+def test_the_spend_account_is_its_nights_loops_once_bound(night_loop: NightLoop) -> None:
+    """A try's start reserves and its end settles on the loop: from a thread, both raise."""
+    spend = SpendCap(1.0, {"paid": JobCost(0.2, 0.4, "declared")})
+    assert spend.reserve("paid") is None  # not bound yet: a plain object (a forecast's)
+    spend.on(night_loop)
+    with pytest.raises(NotTheLoop, match="the spend account is the night loop's"):
+        spend.settle("paid", 0.3)
+    with pytest.raises(NotTheLoop, match="the spend account"):
+        spend.reserve("paid")
+
+    async def on_loop() -> float | None:
+        return spend.settle("paid", 0.3)
+
+    assert night_loop.run(on_loop(), timeout=5) == pytest.approx(0.3)

@@ -63,7 +63,7 @@ def test_a_job_lost_to_errors_stays_live_for_the_rerun(night) -> None:
     ctx, backend = night
     ctx.ledger.record_submit("2026-11-29", "a", "command", "a", 1)
     ctx.job_run("a").external_id = "a"
-    lost = end_job(ctx, "a", Outcome.FAILED, "TransientBackendError: agy unreachable")
+    lost = ctx.loop.run(end_job(ctx, "a", Outcome.FAILED, "TransientBackendError: agy unreachable"))
     assert lost.state is Outcome.FAILED
     assert ctx.ledger.get_job("2026-11-29", "a").state == LOST
     backend.scripts["a"] = [S]
