@@ -49,7 +49,10 @@ _log = logging.getLogger("nightshift.notify")
 
 
 class Notifier:
-    """Sends one catalogue's messages; thread-safe (alerts arrive from the watcher's thread)."""
+    """Sends one catalogue's messages. While a night runs its messages are posted by one sender
+    thread, in order (``sending_from``), whichever thread published them; otherwise by the one
+    thread that uses it (the flow's end, ``notify --flush``, the watchdog). Its lock guards its
+    memory of threads and alerts, never an HTTP post."""
 
     def __init__(
         self,
@@ -73,7 +76,6 @@ class Notifier:
         self._incidents: dict[tuple[str, str], str] = {}  # (night, incident) -> its opening's ts
         self._alerted: set[tuple[str, str]] = set()  # (night, label), when there is no outbox
         self._lock = threading.Lock()
-        self._thread_lock = threading.Lock()
         self.journal: list[str] = []  # one line per message tried: where, how, what Slack said
         # while a night runs, its messages are posted by one sender thread, in order: a status
         # or finish thread that publishes an alert only keeps it in the outbox and goes on
@@ -176,15 +178,14 @@ class Notifier:
             self._note(message, thread, result)
             self._settle(item_id, result, message)
             return result
-        # replies wait for each other: two first alerts at once must not both start a thread
-        with self._thread_lock if message.thread else contextlib.nullcontext():
-            thread = self._thread_of(night, message.destination) if message.thread else None
-            thread = message.reply_to or thread
-            result = self.sender.post(
-                message.route, message.destination, message.text, message.blocks, thread
-            )
-            if result.ok and message.thread and thread is None:
-                self._start_thread(night, message.destination, result.ts)
+        # posted one after another (the night's sender): the first alert starts the thread
+        thread = self._thread_of(night, message.destination) if message.thread else None
+        thread = message.reply_to or thread
+        result = self.sender.post(
+            message.route, message.destination, message.text, message.blocks, thread
+        )
+        if result.ok and message.thread and thread is None:
+            self._start_thread(night, message.destination, result.ts)
         self._note(message, thread, result)
         if message.kind == ALERT and message.label:
             with self._lock:
