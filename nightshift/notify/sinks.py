@@ -81,7 +81,8 @@ class IncidentSink:
         change, config = event.change, self.notifier.config
         incident, night = change.incident, event.night
         if isinstance(change, Opened):
-            if incident.level in config.alert_levels:
+            # once: a join heard first (news out of order) opened it already
+            if incident.level in config.alert_levels and incident.key not in self._opened:
                 self._open(incident, night, change.alerts)
             return
         if isinstance(change, Joined) and incident.key not in self._opened:
