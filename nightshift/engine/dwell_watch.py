@@ -136,6 +136,7 @@ class DwellWatch:
         # what is to be delivered, in order: levels reached, or what the incident desk is told
         self._outbox: asyncio.Queue[list[Alert] | _Tell | None] = asyncio.Queue()
         self._desk_due = False  # the desk's tick is queued: its wake-up is the deliverer's
+        self._drained = False  # the deliverer is gone (stopped): the desk is told at once
         self._tasks: list[Future[None]] = []
 
     # -- the sink -------------------------------------------------------------------------
@@ -238,8 +239,13 @@ class DwellWatch:
     def _tell(self, call: Callable[[], list[Action]], *, tick: bool = False) -> None:
         """Queue what the incident desk is to hear: it hears it in its turn, after the levels
         queued before (a level reaches the desk once the alert log kept it), so its changes
-        go out in the order it made them (an incident's opening before a job joins it)."""
-        self._outbox.put_nowait(_Tell(call, tick))
+        go out in the order it made them (an incident's opening before a job joins it).
+        Once the deliverer is gone, at once: a job ending after the watch stopped still ends
+        its incident (the night's verdict reads it), though nothing is announced any more."""
+        if self._drained:
+            _told_quietly(call)
+        else:
+            self._outbox.put_nowait(_Tell(call, tick))
 
     async def _delivering(self) -> None:
         """The one deliverer: levels kept, told and sent, an incident's changes, in order;
@@ -257,6 +263,11 @@ class DwellWatch:
                     await loop.run_in_executor(chores, self._dispatch, actions)
             except Exception:  # a bug here must not end the night
                 self._logger.exception("delivering a level or an incident failed")
+        # stopped: what came after the mark is not announced, but the desk still hears it
+        self._drained = True
+        while not self._outbox.empty():
+            if isinstance(rest := self._outbox.get_nowait(), _Tell):
+                _told_quietly(rest.call)
 
     async def _told(self, tell: _Tell, chores: Executor) -> None:
         """The desk hears a job's move or the timer's tick, on the loop; its changes go out."""
@@ -265,7 +276,8 @@ class DwellWatch:
         finally:
             if tell.tick:
                 self._desk_due = False
-                self.poke()  # the desk's next wake-up is the timer's again
+        if tell.tick:  # not after a tick that raised: it would be due again at once
+            self.poke()  # the desk's next wake-up is the timer's again
         if actions:
             await asyncio.get_running_loop().run_in_executor(chores, self._dispatch, actions)
 
@@ -280,7 +292,9 @@ class DwellWatch:
         await loop.run_in_executor(chores, self._publish, LevelChanged(alert))
         if self._desk is None:
             return [Alone(alert)]
-        return self._desk.level(alert, self._wall())
+        actions = self._desk.level(alert, self._wall())
+        self.poke()  # a level it holds for others of its backend wakes the timer in time
+        return actions
 
     def _dispatch(self, actions: list[Action]) -> None:
         """A level alone to the alert sink; an incident's change to the night's sinks."""
@@ -355,6 +369,12 @@ class _Tell:
 
     call: Callable[[], list[Action]]
     tick: bool = False  # the timer's: its wake-up is the timer's again once made
+
+
+def _told_quietly(call: Callable[[], list[Action]]) -> None:
+    """The desk told after the watch stopped: its state kept right, its changes not sent."""
+    with contextlib.suppress(Exception):
+        call()
 
 
 def incident_desk(catalogue: Catalogue) -> IncidentDesk:
