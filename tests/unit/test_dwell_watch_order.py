@@ -73,6 +73,30 @@ def _changed(label: str, state: str, clock: FakeClock) -> JobChanged:
     return JobChanged(NIGHT, CATALOGUE, label, "cli", 1, f"x-{label}", state, clock.wall(), None)
 
 
+class Sent:
+    """The alert sink: what it was sent."""
+
+    def __init__(self) -> None:
+        self.alerts: list[Alert] = []
+
+    def send(self, alert: Alert) -> None:
+        self.alerts.append(alert)
+
+
+def _watch(
+    labels: tuple[str, ...], log: AlertLog, heard: Heard, desk: IncidentDesk, clock: FakeClock,
+    loop: NightLoop,
+) -> DwellWatch:  # fmt: skip
+    """A dwell watch of ``labels`` (all on backend cli, a watch past 10 s queued), started."""
+    budgets = Budgets(states={(CATALOGUE, label, "queued"): BUDGET for label in labels})
+    detector = Detector(
+        NIGHT, CATALOGUE, CatalogueBudgets(budgets, CATALOGUE, dict.fromkeys(labels, "cli")),
+        floor_s=0.0,
+    )  # fmt: skip
+    outlets = LevelOutlets(log, heard, Sent(), desk)
+    return DwellWatch(detector, outlets, wall=clock.wall, loop=loop).start()
+
+
 def test_a_level_kept_while_the_timer_opens_its_incident_is_heard_after_the_opening(
     tmp_path: Path,
 ) -> None:
@@ -81,24 +105,11 @@ def test_a_level_kept_while_the_timer_opens_its_incident_is_heard_after_the_open
     log = SlowToKeep(ledger, "c")
     heard = Heard()
     labels = ("a", "b", "c")
-    budgets = Budgets(states={(CATALOGUE, label, "queued"): BUDGET for label in labels})
-    detector = Detector(
-        NIGHT, CATALOGUE, CatalogueBudgets(budgets, CATALOGUE, dict.fromkeys(labels, "cli")),
-        floor_s=0.0,
-    )  # fmt: skip
     # two of three in flight stalled: an incident, once the first level's gathering is over
     desk = IncidentDesk(lambda _backend: IncidentRule(jobs=3, window_s=60.0), gather_s=5.0)
-    sent: list[Alert] = []
     gathered = clock.wall() + timedelta(seconds=10.5 + 5)
     with NightLoop("test-order") as loop:
-        watch = DwellWatch(
-            detector,
-            LevelOutlets(
-                log, heard, type("Sink", (), {"send": lambda _s, a: sent.append(a)})(), desk
-            ),
-            wall=clock.wall,
-            loop=loop,
-        ).start()
+        watch = _watch(labels, log, heard, desk, clock, loop)
         try:
             for label in ("a", "b"):
                 watch(_changed(label, "queued", clock))
@@ -147,21 +158,9 @@ def test_a_job_ending_after_the_watch_stopped_still_ends_its_incident(tmp_path: 
     ledger = Ledger(f"sqlite:///{tmp_path / 'ledger.db'}", CATALOGUE)
     heard = Heard()
     labels = ("a", "b")
-    budgets = Budgets(states={(CATALOGUE, label, "queued"): BUDGET for label in labels})
-    detector = Detector(
-        NIGHT, CATALOGUE, CatalogueBudgets(budgets, CATALOGUE, dict.fromkeys(labels, "cli")),
-        floor_s=0.0,
-    )  # fmt: skip
     desk = IncidentDesk(lambda _backend: IncidentRule(jobs=2, window_s=60.0), gather_s=5.0)
-    sent: list[Alert] = []
-    sink = type("Sink", (), {"send": lambda _s, a: sent.append(a)})()
     with NightLoop("test-order") as loop:
-        watch = DwellWatch(
-            detector,
-            LevelOutlets(AlertLog(ledger.engine), heard, sink, desk),
-            wall=clock.wall,
-            loop=loop,
-        ).start()
+        watch = _watch(labels, AlertLog(ledger.engine), heard, desk, clock, loop)
         for label in labels:
             watch(_changed(label, "queued", clock))
         clock.advance(10.5)  # both past their watch: an incident, once the gathering is over
@@ -195,19 +194,9 @@ def test_a_desk_that_raises_on_its_tick_is_not_asked_again_and_again(tmp_path: P
     clock = FakeClock()
     ledger = Ledger(f"sqlite:///{tmp_path / 'ledger.db'}", CATALOGUE)
     heard = Heard()
-    labels = ("a", "b")
-    budgets = Budgets(states={(CATALOGUE, label, "queued"): BUDGET for label in labels})
-    detector = Detector(
-        NIGHT, CATALOGUE, CatalogueBudgets(budgets, CATALOGUE, dict.fromkeys(labels, "cli")),
-        floor_s=0.0,
-    )  # fmt: skip
     desk = Broken(lambda _backend: IncidentRule(jobs=3, window_s=60.0), gather_s=5.0)
-    sink = type("Sink", (), {"send": lambda _s, _a: None})()
     with NightLoop("test-order") as loop:
-        watch = DwellWatch(
-            detector, LevelOutlets(AlertLog(ledger.engine), heard, sink, desk),
-            wall=clock.wall, loop=loop,
-        ).start()  # fmt: skip
+        watch = _watch(("a", "b"), AlertLog(ledger.engine), heard, desk, clock, loop)
         try:
             watch(_changed("a", "queued", clock))
             watch(_changed("b", "queued", clock))
