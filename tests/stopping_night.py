@@ -124,6 +124,17 @@ class Night:
             rows = db.execute("select name, active_slots from concurrency_limit_v2").fetchall()
         return {str(name): int(n) for name, n in rows}
 
+    def flow_runs(self) -> list[tuple[str, str, str]]:
+        """(name, state name, state type) of each flow run in the temporary server's database,
+        oldest first: what the Prefect UI shows of them."""
+        import sqlite3
+
+        with sqlite3.connect(self.tmp / "prefect" / "prefect.db") as db:
+            rows = db.execute(
+                "select name, state_name, state_type from flow_run order by created"
+            ).fetchall()
+        return [(str(n), str(s), str(t)) for n, s, t in rows]
+
     def agy(self, *argv: str) -> Any:
         out = subprocess.run(
             [sys.executable, "-m", "nightshift.sandbox.agy", *argv, "--json"],

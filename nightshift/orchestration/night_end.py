@@ -147,7 +147,10 @@ def _closing(
         setup.stop.end()
     if progress is not None:
         progress.flush(timeout=PROGRESS_FLUSH_S)
-    plot = setup.prepared.settings.report_plot
+    # an interrupted night's jobs still run (its rerun draws their picture), and the CLI
+    # leaves GRACE_S after ``stop.end()``: a second Python drawing it (a second or more) would
+    # leave the flow run Running in the Prefect UI, its end never said
+    plot = setup.prepared.settings.report_plot and not setup.stop.requested
     report(
         setup.prepared.run_path,
         summary,

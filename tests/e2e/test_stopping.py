@@ -24,6 +24,7 @@ pytestmark = [
 ]
 
 
+@pytest.mark.picture  # as a user's night: its report drawn (on by default)
 @pytest.mark.parametrize(
     ("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"]
 )
@@ -59,6 +60,9 @@ def test_a_signal_to_the_group_stops_the_night_and_a_rerun_re_attaches(
         assert {label: i for label, (_, i) in night.jobs().items()} == left
         assert night.lease_holder() is None
         assert set(night.slots_taken().values()) == {0}, night.slots_taken()
+        # the Prefect UI shows the night's run ended as interrupted, not running for ever
+        (run,) = night.flow_runs()
+        assert run[1:] == ("Interrupted", "FAILED"), run
         submitted = night.submits()
         assert submitted == 3
         # the rerun starts at once, re-attaches to the three and submits nothing
