@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from nightshift.cli.main import main
 from nightshift.config.loader import parse_catalogue
 from tests.unit.test_catalogue import problems
 
@@ -68,17 +67,13 @@ def test_good_money_reads() -> None:
     parse_catalogue(HTTP + "    cost_path: usage.usd\n")
 
 
-def test_validate_exits_4_naming_file_line_job_and_field(tmp_path: Path) -> None:
+def test_validate_exits_4_naming_file_line_job_and_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = tmp_path / "night.yaml"
     path.write_text(CMD + "    spend: {usd: -3}\n")
-    done = subprocess.run(
-        [sys.executable, "-m", "nightshift", "validate", "--catalogue", str(path)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert done.returncode == 4
-    head, line = done.stderr.strip().splitlines()
+    assert main(["validate", "--catalogue", str(path)]) == 4
+    head, line = capsys.readouterr().err.strip().splitlines()
     assert (head, line.strip()) == (
         "invalid catalogue:",
         f"{path}:5: job 'a': field 'spend.usd': Input should be greater than or equal to 0",
