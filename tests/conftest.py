@@ -192,6 +192,28 @@ LAYERS = {
 }
 
 
+_UNIT_TEST_RUNNING = [False]  # whether the test now running is of the unit layer
+
+
+def _no_process_in_a_unit_test(event: str, _args: tuple[object, ...]) -> None:
+    """An audit hook: a unit test that starts a process fails, saying so (a Python subprocess
+    is not a unit test: `-m unit` stays within seconds)."""
+    if _UNIT_TEST_RUNNING[0] and event in ("subprocess.Popen", "os.system", "os.posix_spawn"):
+        raise RuntimeError(f"a unit test started a process ({event}): it belongs in another layer")
+
+
+sys.addaudithook(_no_process_in_a_unit_test)
+
+
+@pytest.fixture(autouse=True)
+def _unit_tests_start_no_process(request: pytest.FixtureRequest) -> Iterator[None]:
+    _UNIT_TEST_RUNNING[0] = request.node.get_closest_marker("unit") is not None
+    try:
+        yield
+    finally:
+        _UNIT_TEST_RUNNING[0] = False
+
+
 def pytest_configure(config: pytest.Config) -> None:
     for name, what in LAYERS.items():
         config.addinivalue_line("markers", f"{name}: {what}")

@@ -1,4 +1,4 @@
-"""Run only by tests/unit/test_no_skips.py (its name is not a test file's): one test that skips
+"""Run only by tests/e2e/test_no_skips.py (its name is not a test file's): one test that skips
 as a test does when a service it needs is missing."""
 
 import pytest

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-PROBE = REPO / "tests" / "unit" / "skip_probe.py"  # not collected on its own
+PROBE = REPO / "tests" / "e2e" / "skip_probe.py"  # not collected on its own
 
 
 def _pytest(probe: Path, switch: str | None) -> subprocess.CompletedProcess[str]:
