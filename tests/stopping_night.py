@@ -124,6 +124,14 @@ class Night:
             rows = db.execute("select name, active_slots from concurrency_limit_v2").fetchall()
         return {str(name): int(n) for name, n in rows}
 
+    def end_agy_jobs_now(self) -> None:
+        """Each job of the fake agy ends now (succeeds as its task said): the service's own
+        time moved on, not the test's clock."""
+        for path in (self.tmp / "agy" / "jobs").glob("agy-*.json"):
+            rec = json.loads(path.read_text())
+            rec["run_s"] = max(0.0, time.time() - rec["created_at"] - rec["queue_s"])
+            path.write_text(json.dumps(rec))
+
     def flow_runs(self) -> list[tuple[str, str, str]]:
         """(name, state name, state type) of each flow run in the temporary server's database,
         oldest first: what the Prefect UI shows of them."""

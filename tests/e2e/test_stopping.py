@@ -31,12 +31,14 @@ pytestmark = [
 def test_a_signal_to_the_group_stops_the_night_and_a_rerun_re_attaches(
     tmp_path: Path, sig: int, code: int
 ) -> None:
+    release = f"while [ ! -e {tmp_path / 'release'} ]; do sleep 0.2; done"
     night = Night(
         tmp_path,
         [
-            "  - {label: a, backend: cli, task: 'a [queue=0 run=40]'}",
-            "  - {label: b, backend: cli, task: 'b [queue=0 run=40]'}",
-            "  - {label: c, backend: command, argv: [sleep, '40']}",
+            "  - {label: a, backend: cli, task: 'a [queue=0 run=600]'}",
+            "  - {label: b, backend: cli, task: 'b [queue=0 run=600]'}",
+            # a command job that runs until the test lets it end
+            f"  - {{label: c, backend: command, argv: [sh, -c, '{release}']}}",
         ],
         limits="{cli: 3}",  # a Prefect limit: its slots must be given back
     )
@@ -65,7 +67,10 @@ def test_a_signal_to_the_group_stops_the_night_and_a_rerun_re_attaches(
         assert run[1:] == ("Interrupted", "FAILED"), run
         submitted = night.submits()
         assert submitted == 3
-        # the rerun starts at once, re-attaches to the three and submits nothing
+        # the jobs end (not 40 s later: the rerun would wait for them); the rerun starts at
+        # once, re-attaches to the three and submits nothing
+        night.end_agy_jobs_now()
+        (tmp_path / "release").touch()
         second = night.start(2)
         try:
             second.wait(timeout=START_S)
