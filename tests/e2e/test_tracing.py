@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from nightshift.store.lease import Lease
 from nightshift.store.ledger import Ledger
 from tests.http_night import TOKEN, http_job
 from tests.otlp_receiver import Received, Receiver, otlp_receiver
+from tests.prefect_processes import PrefectSite, prefect_site
 from tests.stopping_night import START_S, STOP_S, Night, kill_jobs, signalled, stop
 from tests.support import wait_until
 
@@ -38,6 +40,19 @@ pytestmark = [
 
 NIGHTSHIFT = Path(sys.executable).parent / "nightshift"
 NIGHT = "2026-12-01"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrefectSite]:
+    """One Prefect server for the module's eleven runs, as a team's (each ``nightshift run``
+    would start a temporary one of its own: 5-8 s each; that path has tests of its own)."""
+    with prefect_site(tmp_path_factory.mktemp("tracing-server")) as site:
+        yield site
+
+
+@pytest.fixture(autouse=True)
+def _on_the_server(server: PrefectSite, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PREFECT_API_URL", server.api)  # what ``_env`` hands each run
 
 
 def _env(tmp: Path, **more: str) -> dict[str, str]:
@@ -164,7 +179,11 @@ def test_a_night_stopped_and_rerun_has_each_try_once_and_no_orphan_parent(
             name="stopped",
         )
         # a rerun may start 2 s after the kill (the dead night's lease runs out)
-        night.env.update(OTEL_EXPORTER_OTLP_ENDPOINT=receiver.url, NIGHTSHIFT_LEASE_TTL="2")
+        night.env.update(
+            OTEL_EXPORTER_OTLP_ENDPOINT=receiver.url,
+            NIGHTSHIFT_LEASE_TTL="2",
+            PREFECT_API_URL=os.environ["PREFECT_API_URL"],
+        )
         first = night.start(1)
         try:
             wait_until(lambda: night.in_flight(3), START_S, "three jobs in flight", interval=0.2)
