@@ -79,8 +79,10 @@ def test_changes_published_side_by_side_share_transactions(
     # the first write took what had queued when the writer began (a row or two); the others'
     # first changes, queued meanwhile, share the next transaction (a batch with the bad row
     # among them is written again one by one, not counted; its publisher goes on to its next
-    # change, which may join them too): sixteen first changes, two transactions
-    assert ledger.batches[0] < THREADS and ledger.batches[0] + ledger.batches[1] >= THREADS
+    # change, which may join them too): sixteen first changes, two transactions; or one, when
+    # every publisher had queued before the writer began (CI, a loaded machine)
+    first, second = ledger.batches[:2]
+    assert first == THREADS or first + second >= THREADS, ledger.batches
     for label in labels:
         chain = [(t.from_state, t.to_state, t.dwell_s) for t in ledger.dwells(NIGHT, label)]
         if label == bad:
