@@ -7,8 +7,9 @@ flight in the ledger; the night writes its summary and gives its lease and slots
 second signal exits at once. Exit status 128 + the signal: 130 (SIGINT), 143 (SIGTERM).
 
 When the night is over but Prefect's bookkeeping is stuck on an API that is gone (the server
-died mid-night), or the night was interrupted, the process waits for it only a short grace and
-then leaves with ``os._exit``: no minutes of retried events against a dead server.
+died mid-night), or the night was interrupted, the process waits for it only a short grace (an
+interrupted night's, until Prefect has its final state) and then leaves with ``os._exit``: no
+minutes of retried events against a dead server.
 """
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ __all__ = [
     "stop_line",
 ]
 
-GRACE_S = 0.75  # how long an over night's Prefect bookkeeping may take when it cannot matter
+# how long an interrupted night's end may take once it is over, for Prefect to hear its final
+# state (its state hook says so: usually within 0.2 s, and the wait ends there)
+GRACE_S = 2.0
 DRAIN_S = 0.5  # Prefect's queued events and logs, when we leave early
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -84,7 +87,7 @@ def run_stoppable(
                 alive = api_alive()
             if not alive:
                 break  # nothing it still has to say can reach the API
-            if stop.requested and time.monotonic() - over_since >= grace:
+            if stop.requested and (stop.end_said or time.monotonic() - over_since >= grace):
                 break
     finally:
         restore()

@@ -29,6 +29,7 @@ class NightStop:
         self.reason: str | None = None
         self.exit_code: int | None = None
         self._over = False
+        self._said = False
 
     @property
     def requested(self) -> bool:
@@ -44,6 +45,15 @@ class NightStop:
         """The night's summary is written and its lease given back: what is left is Prefect's
         bookkeeping, which a caller may bound when the API is gone."""
         self._over = True
+
+    @property
+    def end_said(self) -> bool:
+        """Whether Prefect has the night's final state (``said``): nothing is left to wait for."""
+        return self._said
+
+    def said(self) -> None:
+        """The night's flow run has its final state in Prefect (the flow's state hook)."""
+        self._said = True
 
     def request(self, reason: str = INTERRUPTED, exit_code: int = 130) -> bool:
         """Ask the night to stop; False if it already was (the first reason stays)."""

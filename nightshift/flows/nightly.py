@@ -30,7 +30,7 @@ from nightshift.orchestration.night_loop import on_a_loop
 from nightshift.orchestration.night_run import night_under_way
 from nightshift.orchestration.night_setup import NightSetup, notifier_for, prepared_or_none, stamp
 from nightshift.orchestration.running_night import Night
-from nightshift.orchestration.states import name_the_night
+from nightshift.orchestration.states import end_said, name_the_night
 from nightshift.store.lease import Lease, default_owner
 from nightshift.tasks.jobs import chain_outcomes, job_task, outcome_of, with_retries
 from nightshift.tasks.notify import notify
@@ -52,7 +52,7 @@ def night_run_name() -> str:
 @flow(
     name="nightly",
     flow_run_name=night_run_name,
-    on_failure=[name_the_night],
+    on_failure=[name_the_night, end_said],  # an interrupted night is Failed too
     on_cancellation=[cancel_in_flight],
 )
 def nightly(

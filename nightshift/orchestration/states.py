@@ -19,6 +19,7 @@ from prefect.states import Cancelled, Completed, Failed, State
 
 from nightshift.engine.explain import failure_reason
 from nightshift.engine.outcomes import JobOutcome, NightSummary, Outcome, state_name
+from nightshift.engine.stopping import NightStop
 
 __all__ = [
     "CHAIN_FLOW",
@@ -74,6 +75,17 @@ def night_result(summary: NightSummary) -> State | list[State]:
     # a job not run (Cancelled, grey) must not make Prefect call the whole night cancelled
     jobs = [job_state(job) for job in summary.jobs]
     return [state, *(s for s in jobs if not s.is_cancelled())]
+
+
+def end_said(flow: Any, flow_run: Any, state: State) -> None:
+    """On a failed night (an interrupted one is): Prefect has the run's final state, so a caller
+    bounding an interrupted night's end (``nightshift run``'s Ctrl-C) waits no longer for it."""
+    from prefect.context import FlowRunContext
+
+    context = FlowRunContext.get()
+    stop = None if context is None else (context.parameters or {}).get("stop")
+    if isinstance(stop, NightStop):
+        stop.said()
 
 
 def name_the_night(flow: Any, flow_run: Any, state: State) -> None:
