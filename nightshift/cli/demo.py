@@ -259,8 +259,7 @@ def run_demo(scenario: str = "calm", *, as_json: bool = False, workdir: str | No
 
     # the demo's temporary server (most of its start) starts first, up beside the sandbox's
     # making; Prefect is imported after this, its API there
-    with OwnServer(home) as server, SlackEmulator(SLACK_TOKEN) as slack:
-        os.environ["PREFECT_API_URL"] = server.api_url
+    with OwnServer(home / "server.log") as server, SlackEmulator(SLACK_TOKEN) as slack:
         code, root = _run_sandboxed(scenario, as_json, workdir, slack.base_url, server)
         report = slack_report(slack.messages, root / "slack.json")
     if not as_json:

@@ -1,14 +1,16 @@
-"""A temporary Prefect server of the demo's own, started before anything here imports Prefect.
+"""A temporary Prefect server of our own, started before anything here imports Prefect.
 
 Prefect's own temporary server (``SubprocessASGIServer``) is started by importing Prefect's whole
 server package into the process that asks for it (about 5 s of CPU on a 2-core machine) and only
-when the API is first asked. The demo starts the same server (uvicorn with Prefect's app, no UI,
-as Prefect starts it) as its first step instead, so it starts up beside the demo's own imports
-and sandbox, and points ``PREFECT_API_URL`` at it: the night then talks to it as to any server.
+when the API is first asked. ``nightshift run`` (when no Prefect API is configured) and the demo
+start the same server (uvicorn with Prefect's app, no UI, as Prefect starts it) as their first
+step instead, so it starts up beside their own imports, and point ``PREFECT_API_URL`` at it (and
+``TEMPORARY_PREFECT_API``, so that it is known for the night's temporary server: its slot leases
+live in its memory, and a job never inherits it): the night then talks to it as to any server.
 It runs in a session of its own with the reaper of ``reaper.py`` (it dies with us, even on
-kill -9), its output in a log file that a failed start names. It stops once Prefect has sent
-what it still held (the night's last logs): stopped first, Prefect's exit would retry them for
-over a minute.
+kill -9; a Ctrl-C for us does not reach it while the night stops), its output in a log file that
+a failed start names. It stops once Prefect has sent what it still held (the night's last logs):
+stopped first, Prefect's exit would retry them for over a minute.
 """
 
 from __future__ import annotations
@@ -20,14 +22,17 @@ import socket
 import subprocess
 import sys
 import time
+import tomllib
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 
 from nightshift.cli.reaper import start_reaper
 from nightshift.cli.stopping import drain_prefect
+from nightshift.config.settings import TEMPORARY_PREFECT_API
 
-__all__ = ["OwnServer"]
+__all__ = ["OwnServer", "prefect_api_configured"]
 
 _START_S = 120.0  # a first start on a new database runs every migration: slow on a busy machine
 _STOP_S = 5.0
@@ -38,11 +43,12 @@ class OwnServer:
     """Start with ``with``: the server process starts at once; ``ready()`` waits until it
     answers and says why it did not (None: healthy). Stopped at the ``with``'s end."""
 
-    def __init__(self, home: Path) -> None:
-        self._log_path = home / "server.log"
+    def __init__(self, log_path: Path) -> None:
+        self._log_path = log_path
         self.api_url = ""
         self._proc: subprocess.Popen[bytes] | None = None
         self._reaper: subprocess.Popen[bytes] | None = None
+        self._before: dict[str, str | None] = {}
 
     def __enter__(self) -> OwnServer:
         spec = importlib.util.find_spec("prefect")  # where it is, without importing it
@@ -68,6 +74,9 @@ class OwnServer:
                 argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
         self._reaper = start_reaper(self._proc.pid)
+        # Prefect, imported after this, talks to it as to any server
+        self._before = {k: os.environ.get(k) for k in ("PREFECT_API_URL", TEMPORARY_PREFECT_API)}
+        os.environ["PREFECT_API_URL"] = os.environ[TEMPORARY_PREFECT_API] = self.api_url
         return self
 
     def ready(self, timeout_s: float = _START_S) -> str | None:
@@ -76,11 +85,11 @@ class OwnServer:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if (code := self._proc.poll()) is not None:
-                return f"the demo's Prefect server exited with code {code} (see {self._log_path})"
+                return f"the temporary Prefect server exited with code {code} ({self._log_path})"
             if _healthy(f"{self.api_url}/health"):
                 return None
             time.sleep(0.1)
-        return f"the demo's Prefect server did not start in {timeout_s:.0f} s ({self._log_path})"
+        return f"the temporary Prefect server did not start in {timeout_s:.0f} s ({self._log_path})"
 
     def __exit__(
         self,
@@ -102,6 +111,43 @@ class OwnServer:
             self._reaper.stdin.close()  # its job is done: it sees the server gone and ends
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self._reaper.wait(_STOP_S)
+        for name, value in self._before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def prefect_api_configured(environ: Mapping[str, str], cwd: Path) -> bool:
+    """Whether Prefect's settings may name an API, read without importing Prefect (2-3 s): the
+    variable, the active profile, or a settings file in ``cwd`` that could set it (``.env``,
+    ``prefect.toml``, ``pyproject.toml``'s ``[tool.prefect]``). In doubt, True: Prefect decides
+    (its own temporary server when it finds none)."""
+    if environ.get("PREFECT_API_URL") or environ.get(
+        "PREFECT_SERVER_ALLOW_EPHEMERAL_MODE", ""
+    ).lower() in ("0", "false", "no", "off"):
+        return True
+    try:
+        if (cwd / "prefect.toml").exists() or "PREFECT_API_URL" in _text(cwd / ".env"):
+            return True
+        if "tool.prefect" in _text(cwd / "pyproject.toml"):
+            return True
+        home = Path(environ.get("PREFECT_HOME") or Path.home() / ".prefect").expanduser()
+        path = Path(environ.get("PREFECT_PROFILES_PATH") or home / "profiles.toml").expanduser()
+        profiles = tomllib.loads(_text(path))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return True
+    active = environ.get("PREFECT_PROFILE") or profiles.get("active") or "ephemeral"
+    profile = profiles.get("profiles", {}).get(active, {})
+    return not isinstance(profile, dict) or bool(profile.get("PREFECT_API_URL"))
+
+
+def _text(path: Path) -> str:
+    """A settings file's text; empty when there is none."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return ""
 
 
 def _healthy(url: str) -> bool:

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -14,9 +18,12 @@ from nightshift.cli.exits import say
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from nightshift.cli.own_server import OwnServer
     from nightshift.orchestration.prepared_night import PreparedNight
 
 __all__ = ["RUN_EXIT_CODES", "register", "run_catalogue"]
+
+STARTING = "starting a temporary Prefect server (about 15 s; set PREFECT_API_URL to use yours)"
 
 RUN_EXIT_CODES = exits.epilog(
     0, 1, 2, 3, 4, 5, 6, 64, c4="invalid catalogue, batch input, --only or --night"
@@ -73,16 +80,38 @@ def run_catalogue(
 
 def _run_prepared(prepared: PreparedNight, path: str, as_json: bool, err: Console) -> int:
     """The prepared night, checked against the lease and the Prefect API, run with a live table."""
+    if (refusal := _check_lease(prepared)) is not None:
+        code, message = refusal
+        say(message)
+        return code
+    with _temporary_server(prepared) as server:
+        return _run_connected(prepared, path, as_json, err, server)
+
+
+@contextmanager
+def _temporary_server(prepared: PreparedNight) -> Iterator[OwnServer | None]:
+    """The night's temporary Prefect server, started now, before Prefect is imported (its start
+    up beside ours), when no API is configured; None when one is (or Prefect is imported)."""
+    from nightshift.cli.own_server import OwnServer, prefect_api_configured
+
+    if "prefect" in sys.modules or prefect_api_configured(os.environ, Path.cwd()):
+        yield None
+        return
+    with OwnServer(prepared.settings.state_dir / "prefect-server.log") as server:
+        yield server
+
+
+def _run_connected(
+    prepared: PreparedNight, path: str, as_json: bool, err: Console, server: OwnServer | None
+) -> int:
+    """The night, once the Prefect API answers (``server``: our temporary one, starting up
+    while the night's modules are imported)."""
     from nightshift.cli.live import LiveTable
     from nightshift.cli.stopping import exit_now, prefect_api_alive, run_stoppable, stop_line
     from nightshift.engine.stopping import NightStop
     from nightshift.flows.nightly import nightly
 
-    if (refusal := _check_lease(prepared)) is not None:
-        code, message = refusal
-        say(message)
-        return code
-    if (problem := _connect(err.is_terminal)) is not None:
+    if (problem := _connect(err.is_terminal, server)) is not None:
         say(problem)
         return exits.NO_PREFECT
     run_dir, settings, catalogue = prepared.run_path, prepared.settings, prepared.catalogue
@@ -178,12 +207,17 @@ def _check_lease(prepared: PreparedNight) -> tuple[int, str] | None:
     return exits.LOCKED, f"refused: {LockHeldError(prepared.catalogue.key, owner, left)}"
 
 
-def _connect(verbose: bool) -> str | None:
-    """Reach the Prefect API now (starting the temporary server if none is configured).
+def _connect(verbose: bool, server: OwnServer | None) -> str | None:
+    """Reach the Prefect API now: our temporary ``server`` once it answers, else the configured
+    one (or Prefect's own temporary server, started now, when Prefect found none to name).
 
     Done before the live table is drawn: the server's start-up would otherwise break it up.
     Returns what went wrong, in one line, or None.
     """
+    if server is not None:
+        if verbose:
+            say(STARTING)
+        return server.ready()
     from prefect.client.orchestration import get_client
     from prefect.settings import PREFECT_API_URL
 
@@ -192,8 +226,8 @@ def _connect(verbose: bool) -> str | None:
     url = PREFECT_API_URL.value()
     if not url:
         install()  # the temporary server must not outlive us, even after a kill -9
-    if verbose and not url:
-        say("starting Prefect's temporary server (about 15 s; set PREFECT_API_URL to use yours)")
+        if verbose:
+            say(STARTING)
     try:
         with get_client(sync_client=True) as client:
             error = client.api_healthcheck()

@@ -9,7 +9,18 @@ from pathlib import Path
 from pydantic import SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["Settings", "child_environment", "is_secret_variable", "load_settings"]
+__all__ = [
+    "TEMPORARY_PREFECT_API",
+    "Settings",
+    "child_environment",
+    "is_secret_variable",
+    "load_settings",
+    "temporary_prefect_api",
+]
+
+# the API URL of the temporary Prefect server ``nightshift`` started for this process (set
+# beside PREFECT_API_URL, which then names it): a server of the night's own, not the jobs'
+TEMPORARY_PREFECT_API = "NIGHTSHIFT_TEMPORARY_PREFECT_API"
 
 
 class Settings(BaseSettings):
@@ -57,6 +68,12 @@ class Settings(BaseSettings):
         return f"sqlite:///{(self.state_dir / 'ledger.sqlite3').resolve()}"
 
 
+def temporary_prefect_api(url: str | None, environ: Mapping[str, str]) -> bool:
+    """Whether ``url``, the Prefect API in effect, is a temporary server: Prefect's own (no URL)
+    or the one ``nightshift`` started for this process (``TEMPORARY_PREFECT_API``)."""
+    return not url or url == environ.get(TEMPORARY_PREFECT_API)
+
+
 def load_settings(**overrides: object) -> Settings:
     """Settings from the environment, with explicit overrides winning."""
     return Settings(**overrides)  # type: ignore[arg-type]
@@ -96,6 +113,10 @@ def child_environment(
     gives values outright and wins over both.
     """
     out = {k: v for k, v in parent.items() if not is_secret_variable(k, v)}
+    if parent.get(TEMPORARY_PREFECT_API):  # the night's temporary server dies with the night:
+        out.pop(TEMPORARY_PREFECT_API, None)  # a job (one left running too) never uses it
+        if out.get("PREFECT_API_URL") == parent[TEMPORARY_PREFECT_API]:
+            del out["PREFECT_API_URL"]
     out.update({name: parent[name] for name in pass_env if name in parent})
     out.update(env or {})
     return out

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from prefect.client.orchestration import SyncPrefectClient
 
 from nightshift.backoff import Backoff
+from nightshift.config.settings import temporary_prefect_api
 from nightshift.loop import CHORE_THREADS, CHORES, NightLoop
 
 __all__ = [
@@ -381,8 +383,9 @@ class PrefectLeaseApi:
         self.lease_s = lease_s
         from prefect.settings import PREFECT_API_URL
 
-        # no API URL: Prefect's temporary server, whose slot leases live in its memory only
-        self.temporary = not PREFECT_API_URL.value()
+        # a temporary server (Prefect's, or the one `nightshift run` started): its slot leases
+        # live in its memory only
+        self.temporary = temporary_prefect_api(PREFECT_API_URL.value(), os.environ)
         self._client: SyncPrefectClient | None = None
         self._lock = threading.Lock()
 
@@ -433,7 +436,8 @@ class PrefectLeaseApi:
         """Which server this is: its API URL, or ``temporary:<PREFECT_HOME>``."""
         from prefect.settings import PREFECT_API_URL, PREFECT_HOME
 
-        return PREFECT_API_URL.value() or f"temporary:{PREFECT_HOME.value()}"
+        url = PREFECT_API_URL.value()
+        return f"temporary:{PREFECT_HOME.value()}" if self.temporary else str(url)
 
     def close(self) -> None:
         with self._lock:

@@ -249,9 +249,9 @@ def test_the_demos_server_that_cannot_start_says_why_in_one_line_and_leaves_noth
         taken.listen()
         monkeypatch.setattr(own_server, "_free_port", lambda: taken.getsockname()[1])
         monkeypatch.setenv("PREFECT_HOME", str(migrated_home(tmp_path / "home")))
-        with own_server.OwnServer(tmp_path / "home") as server:
+        with own_server.OwnServer(tmp_path / "home" / "server.log") as server:
             said = server.ready(timeout_s=120)
             proc = server._proc
-        assert said is not None and said.startswith("the demo's Prefect server exited with code")
+        assert said is not None and said.startswith("the temporary Prefect server exited with code")
         assert str(tmp_path / "home" / "server.log") in said and "\n" not in said
         assert proc is not None and proc.poll() is not None

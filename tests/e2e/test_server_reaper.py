@@ -1,4 +1,5 @@
-"""Prefect's temporary server dies with ``nightshift run``, even after a kill -9."""
+"""Prefect's temporary server dies with ``nightshift run``, even after a kill -9; it starts before
+the run imports Prefect, and no job inherits it."""
 
 from __future__ import annotations
 
@@ -27,10 +28,8 @@ def _alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc")
-def test_kill_9_of_nightshift_run_leaves_no_temporary_server(tmp_path: Path) -> None:
-    catalogue = tmp_path / "n.yaml"
-    catalogue.write_text("jobs:\n  - {label: long, backend: command, argv: [sleep, '300']}\n")
+def _env(tmp_path: Path) -> dict[str, str]:
+    """A night with no Prefect API configured: its temporary server's."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     env.update(
         NIGHTSHIFT_STATE_DIR=str(tmp_path / "state"),
@@ -40,6 +39,43 @@ def test_kill_9_of_nightshift_run_leaves_no_temporary_server(tmp_path: Path) -> 
         PYTHONPATH=str(REPO),
     )
     env.pop("NIGHTSHIFT_DATABASE_URL", None)
+    return env
+
+
+def test_the_temporary_server_starts_first_and_no_job_inherits_it(tmp_path: Path) -> None:
+    """Started before Prefect is imported (its start-up beside ours; Prefect's own would import
+    its server into this process first, ~3 s more CPU, and start it only then); the job's
+    environment has no PREFECT_API_URL: the server dies with the night, the job outlives it."""
+    catalogue = tmp_path / "n.yaml"
+    seen = tmp_path / "job.env"
+    catalogue.write_text(
+        f"jobs:\n  - {{label: e, backend: command, argv: [sh, -c, 'env > {seen}']}}\n"
+    )
+    env = _env(tmp_path) | {"PYTHONPROFILEIMPORTTIME": "1"}  # each import, on stderr
+    done = subprocess.run(
+        [str(NIGHTSHIFT), "run", "--catalog", str(catalogue), "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    imported = [line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()]
+    assert "prefect.flows" in imported  # the night's own imports are on stderr
+    assert "prefect.server.api.server" not in imported  # the server is another process
+    job_env = dict(line.split("=", 1) for line in seen.read_text().splitlines() if "=" in line)
+    assert "PREFECT_API_URL" not in job_env
+    assert not any(name.startswith("NIGHTSHIFT_TEMPORARY") for name in job_env)
+    log = tmp_path / "state" / "prefect-server.log"
+    assert log.exists()  # the server's own output: where a failed start points
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc")
+def test_kill_9_of_nightshift_run_leaves_no_temporary_server(tmp_path: Path) -> None:
+    catalogue = tmp_path / "n.yaml"
+    catalogue.write_text("jobs:\n  - {label: long, backend: command, argv: [sleep, '300']}\n")
+    env = _env(tmp_path)
     night = subprocess.Popen(
         [str(NIGHTSHIFT), "run", "--catalog", str(catalogue)],
         env=env,

@@ -9,7 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from nightshift.config.settings import child_environment, is_secret_variable
+from nightshift.config.settings import (
+    TEMPORARY_PREFECT_API,
+    child_environment,
+    is_secret_variable,
+    temporary_prefect_api,
+)
 
 SECRETS = {
     "GEMINI_API_KEY": "sekrit-gemini-1111",
@@ -57,6 +62,21 @@ def test_child_environment_drops_secrets_and_adds_what_the_job_names() -> None:
         "GEMINI_API_KEY": "job-own",
     }
     assert child_environment(parent, pass_env=["NOT_SET"]) == {"PATH": "/bin", "HOME": "/root"}
+
+
+def test_a_job_never_inherits_the_nights_temporary_prefect_server() -> None:
+    """It dies with the night; a job (one left running after Ctrl-C too) uses its own API."""
+    url = "http://127.0.0.1:40001/api"
+    parent = {"PATH": "/bin", "PREFECT_API_URL": url, TEMPORARY_PREFECT_API: url}
+    assert child_environment(parent) == {"PATH": "/bin"}
+    assert child_environment(parent, {"PREFECT_API_URL": "http://team:4200/api"}) == {
+        "PATH": "/bin",
+        "PREFECT_API_URL": "http://team:4200/api",  # what the job names wins
+    }
+    configured = {"PATH": "/bin", "PREFECT_API_URL": "http://team:4200/api"}
+    assert child_environment(configured) == configured  # a team's server: passed on as before
+    assert temporary_prefect_api(url, parent) and temporary_prefect_api(None, configured)
+    assert not temporary_prefect_api("http://team:4200/api", configured)
 
 
 def test_the_catalogue_names_what_a_job_may_inherit(tmp_path: Path) -> None:
