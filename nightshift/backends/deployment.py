@@ -16,6 +16,7 @@ team's real server's pools).
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import uuid
 from collections.abc import Iterable
@@ -27,6 +28,7 @@ from nightshift.backends.base import JobSpec, JobStatus
 from nightshift.backends.deployment_client import open_client, translate
 from nightshift.backends.deployment_states import flow_run_status
 from nightshift.backends.submission import submission_key
+from nightshift.config.settings import temporary_prefect_api
 from nightshift.errors import (
     BackendError,
     PermanentBackendError,
@@ -80,7 +82,8 @@ class DeploymentBackend:
             return self.api_url
         from prefect.settings import PREFECT_API_URL
 
-        return PREFECT_API_URL.value() or "Prefect's temporary server"
+        url = PREFECT_API_URL.value()
+        return "Prefect's temporary server" if temporary_prefect_api(url, os.environ) else str(url)
 
     def _deployment_id(self, name: str) -> uuid.UUID:
         if (found := self._deployments.get(name)) is not None:

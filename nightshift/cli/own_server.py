@@ -32,7 +32,7 @@ from nightshift.cli.reaper import start_reaper
 from nightshift.cli.stopping import drain_prefect
 from nightshift.config.settings import TEMPORARY_PREFECT_API
 
-__all__ = ["OwnServer", "prefect_api_configured"]
+__all__ = ["OwnServer", "temporary_server_wanted"]
 
 _START_S = 120.0  # a first start on a new database runs every migration: slow on a busy machine
 _STOP_S = 5.0
@@ -116,30 +116,71 @@ class OwnServer:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+        if "prefect.context" in sys.modules:  # Prefect read them at its import: again, so that
+            from prefect.context import refresh_global_settings_context  # a later night in this
+
+            refresh_global_settings_context()  # process does not ask a server that is gone
 
 
-def prefect_api_configured(environ: Mapping[str, str], cwd: Path) -> bool:
-    """Whether Prefect's settings may name an API, read without importing Prefect (2-3 s): the
-    variable, the active profile, or a settings file in ``cwd`` that could set it (``.env``,
-    ``prefect.toml``, ``pyproject.toml``'s ``[tool.prefect]``). In doubt, True: Prefect decides
-    (its own temporary server when it finds none)."""
-    if environ.get("PREFECT_API_URL") or environ.get(
-        "PREFECT_SERVER_ALLOW_EPHEMERAL_MODE", ""
-    ).lower() in ("0", "false", "no", "off"):
-        return True
+def temporary_server_wanted(environ: Mapping[str, str], cwd: Path) -> bool:
+    """Whether Prefect, asked for its API, would start its own temporary server: no API URL in
+    its settings and its ephemeral mode on, read as Prefect 3 reads them (the environment, then
+    the active profile of the profiles file, or of Prefect's default profiles when there is
+    none) without importing Prefect (2-3 s). In doubt False, and Prefect decides as before: a
+    settings file in ``cwd`` (``.env`` naming any PREFECT_ setting, ``prefect.toml``,
+    ``pyproject.toml``'s ``[tool.prefect]``), a profiles file Prefect could not read."""
+    env = {name.upper(): value for name, value in environ.items()}
+    if env.get("PREFECT_API_URL"):
+        return False
     try:
-        if (cwd / "prefect.toml").exists() or "PREFECT_API_URL" in _text(cwd / ".env"):
-            return True
+        if (cwd / "prefect.toml").exists() or "PREFECT_" in _text(cwd / ".env").upper():
+            return False
         if "tool.prefect" in _text(cwd / "pyproject.toml"):
-            return True
-        home = Path(environ.get("PREFECT_HOME") or Path.home() / ".prefect").expanduser()
-        path = Path(environ.get("PREFECT_PROFILES_PATH") or home / "profiles.toml").expanduser()
-        profiles = tomllib.loads(_text(path))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-        return True
-    active = environ.get("PREFECT_PROFILE") or profiles.get("active") or "ephemeral"
-    profile = profiles.get("profiles", {}).get(active, {})
-    return not isinstance(profile, dict) or bool(profile.get("PREFECT_API_URL"))
+            return False
+        profile = _active_profile(env)
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, ValueError):
+        return False
+    profile = {str(name).upper(): value for name, value in profile.items()}
+    if profile.get("PREFECT_API_URL"):
+        return False
+    ephemeral = next(
+        (
+            str(where[name])
+            for where in (env, profile)
+            for name in _EPHEMERAL
+            if where.get(name) not in (None, "")
+        ),
+        "false",  # Prefect 3.9's default: no temporary server unless a profile turns it on
+    )
+    return ephemeral.strip().lower() in ("1", "true", "t", "yes", "y", "on")
+
+
+_EPHEMERAL = ("PREFECT_SERVER_EPHEMERAL_ENABLED", "PREFECT_SERVER_ALLOW_EPHEMERAL_MODE")
+
+
+def _active_profile(env: Mapping[str, str]) -> dict[str, object]:
+    """The active profile's settings, as Prefect's profiles loader finds them (``sources.py``:
+    ``_get_profiles_path``, ``ProfileSettingsTomlLoader``)."""
+    spec = importlib.util.find_spec("prefect")  # where it is, without importing it
+    if spec is None or spec.origin is None:
+        raise ValueError("Prefect is not installed")
+    bundled = Path(spec.origin).parent / "settings" / "profiles.toml"
+    if env.get("PREFECT_PROFILES_PATH"):
+        path = Path(env["PREFECT_PROFILES_PATH"])
+    elif env.get("PREFECT_HOME"):
+        path = Path(env["PREFECT_HOME"]) / "profiles.toml"
+    else:
+        path = Path.home() / ".prefect" / "profiles.toml"
+        path = path if path.exists() else bundled
+    defaults = tomllib.loads(bundled.read_text(encoding="utf-8"))
+    found = defaults.get("profiles", {}).get(defaults.get("active", "ephemeral"), {})
+    if path.expanduser().exists():
+        profiles = tomllib.loads(path.expanduser().read_text(encoding="utf-8"))
+        active = env.get("PREFECT_PROFILE") or profiles.get("active")
+        found = profiles.get("profiles", {}).get(active, found) if active else found
+    if not isinstance(found, dict):
+        raise ValueError(f"the active profile of {path} is not a table")
+    return found
 
 
 def _text(path: Path) -> str:

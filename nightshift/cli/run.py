@@ -91,13 +91,14 @@ def _run_prepared(prepared: PreparedNight, path: str, as_json: bool, err: Consol
 @contextmanager
 def _temporary_server(prepared: PreparedNight) -> Iterator[OwnServer | None]:
     """The night's temporary Prefect server, started now, before Prefect is imported (its start
-    up beside ours), when no API is configured; None when one is (or Prefect is imported)."""
-    from nightshift.cli.own_server import OwnServer, prefect_api_configured
+    up beside ours), where Prefect would start its own; None where it would not (an API named,
+    its ephemeral mode off) or Prefect is imported already."""
+    from nightshift.cli.own_server import OwnServer, temporary_server_wanted
 
-    if "prefect" in sys.modules or prefect_api_configured(os.environ, Path.cwd()):
+    if "prefect" in sys.modules or not temporary_server_wanted(os.environ, Path.cwd()):
         yield None
         return
-    with OwnServer(prepared.settings.state_dir / "prefect-server.log") as server:
+    with OwnServer(prepared.run_path / "prefect-server.log") as server:
         yield server
 
 

@@ -67,8 +67,8 @@ def test_the_temporary_server_starts_first_and_no_job_inherits_it(tmp_path: Path
     job_env = dict(line.split("=", 1) for line in seen.read_text().splitlines() if "=" in line)
     assert "PREFECT_API_URL" not in job_env
     assert not any(name.startswith("NIGHTSHIFT_TEMPORARY") for name in job_env)
-    log = tmp_path / "state" / "prefect-server.log"
-    assert log.exists()  # the server's own output: where a failed start points
+    # the server's own output, in the run's folder: where a failed start points
+    assert [p.name for p in (tmp_path / "state" / "runs").rglob("prefect-server.log")]
 
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc")
