@@ -11,6 +11,7 @@ __all__ = [
     "BAD_CATALOGUE",
     "DATABASE_ERRORS",
     "FAILED",
+    "INTERRUPTED",
     "LOCKED",
     "NO_LEDGER",
     "NO_PREFECT",
@@ -32,6 +33,7 @@ BAD_CATALOGUE = 4
 NO_PREFECT = 5
 NO_LEDGER = 6
 USAGE = 64  # EX_USAGE: never 2, which a wrapper reads as "partial night"
+INTERRUPTED = 130  # 128 + SIGINT, as a shell says Ctrl-C
 
 # what a code means wherever a command does not say more
 MEANING = {

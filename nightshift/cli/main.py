@@ -23,7 +23,7 @@ from nightshift.cli import (
     watchdog,
 )
 from nightshift.cli.args import HelpFormatter, Parser
-from nightshift.cli.exits import USAGE
+from nightshift.cli.exits import INTERRUPTED, USAGE, say
 from nightshift.cli.run import RUN_EXIT_CODES
 
 __all__ = ["build_parser", "main"]
@@ -32,6 +32,10 @@ DESCRIPTION = """\
 Nightshift runs a team's nightly batch of external async jobs on Prefect: run a
 night locally, validate a catalogue, forecast it, read its report, or run the
 sandboxed demo. `nightshift COMMAND --help` says more of one command."""
+
+
+# a Ctrl-C before a night began submits nothing; one after its end loses nothing
+INTERRUPTED_LINE = "interrupted (Ctrl-C): nothing more was done"
 
 
 class _Version(argparse.Action):
@@ -70,7 +74,11 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     # the temporary server takes ~15 s on a new database, more on a busy 2-core machine
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
-    code: int = args.handler(args)
+    try:
+        code: int = args.handler(args)
+    except KeyboardInterrupt:  # Ctrl-C outside a night's own handling (which stops the night):
+        say(INTERRUPTED_LINE)  # its start (the server starting, Prefect imported), another command
+        return INTERRUPTED
     return code
 
 

@@ -110,3 +110,38 @@ def test_kill_9_of_nightshift_run_leaves_no_temporary_server(tmp_path: Path) -> 
         for path in child_pid.glob("*/child.pid"):  # the detached job outlives us by design
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(int(json.loads(path.read_text())["pid"]), signal.SIGKILL)
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc")
+def test_ctrl_c_while_the_temporary_server_starts_is_one_line_and_leaves_nothing(
+    tmp_path: Path,
+) -> None:
+    """Before the night's own Ctrl-C handling (its server starting, Prefect being imported): exit
+    130 with one line, no traceback, nothing submitted, no server left behind."""
+    catalogue = tmp_path / "n.yaml"
+    catalogue.write_text("jobs:\n  - {label: j, backend: command, argv: [sleep, '300']}\n")
+    night = subprocess.Popen(
+        [str(NIGHTSHIFT), "run", "--catalog", str(catalogue)],
+        env=_env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_until(
+            lambda: [p for p, cmd in children(night.pid).items() if "uvicorn" in cmd],
+            120,
+            "the temporary server to start",
+            interval=0.05,
+        )
+        servers = [p for p, cmd in children(night.pid).items() if "uvicorn" in cmd]
+        night.send_signal(signal.SIGINT)
+        _out, err = night.communicate(timeout=60)
+    finally:
+        if night.poll() is None:
+            night.kill()
+            night.wait()
+    assert night.returncode == 130, err
+    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("interrupted"), err
+    assert not list((tmp_path / "state").rglob("child.pid"))  # nothing submitted
+    wait_until(lambda: not any(_alive(p) for p in servers), 30, "its server to end", 0.1)
