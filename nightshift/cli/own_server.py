@@ -37,6 +37,7 @@ __all__ = ["OwnServer", "temporary_server_wanted"]
 _START_S = 120.0  # a first start on a new database runs every migration: slow on a busy machine
 _STOP_S = 5.0
 _DRAIN_S = 10.0  # Prefect's last logs and events, sent before the server stops
+_STARTUP_FAILED = 3  # uvicorn's exit code when its server could not start (a port taken)
 
 
 class OwnServer:
@@ -51,6 +52,12 @@ class OwnServer:
         self._before: dict[str, str | None] = {}
 
     def __enter__(self) -> OwnServer:
+        self._before = {k: os.environ.get(k) for k in ("PREFECT_API_URL", TEMPORARY_PREFECT_API)}
+        self._start("wb")
+        return self
+
+    def _start(self, mode: str) -> None:
+        """The server process on a free port, its reaper, and the environment pointed at it."""
         spec = importlib.util.find_spec("prefect")  # where it is, without importing it
         assert spec is not None and spec.origin is not None
         port = _free_port()
@@ -69,27 +76,41 @@ class OwnServer:
             "--log-level", "error", "--lifespan", "on",
         ]  # fmt: skip
         self._log_path.parent.mkdir(parents=True, exist_ok=True)
-        with self._log_path.open("wb") as log:
+        with self._log_path.open(mode) as log:
             self._proc = subprocess.Popen(
                 argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
+        self._end_reaper()
         self._reaper = start_reaper(self._proc.pid)
-        # Prefect, imported after this, talks to it as to any server
-        self._before = {k: os.environ.get(k) for k in ("PREFECT_API_URL", TEMPORARY_PREFECT_API)}
+        # Prefect, imported after this, talks to it as to any server (imported before: told)
         os.environ["PREFECT_API_URL"] = os.environ[TEMPORARY_PREFECT_API] = self.api_url
-        return self
+        _refresh_prefect()
 
     def ready(self, timeout_s: float = _START_S) -> str | None:
-        """Wait until the server answers its health check: None, or why it never did."""
+        """Wait until the server answers its health check: None, or why it never did. A server
+        that could not start (uvicorn's 3: its port taken since we found it free, as Prefect's
+        own temporary server allows for) is started again once, on another port."""
         assert self._proc is not None, "not started"
         deadline = time.monotonic() + timeout_s
+        again = True
         while time.monotonic() < deadline:
             if (code := self._proc.poll()) is not None:
+                if code == _STARTUP_FAILED and again:
+                    again = False
+                    self._start("ab")
+                    continue
                 return f"the temporary Prefect server exited with code {code} ({self._log_path})"
             if _healthy(f"{self.api_url}/health"):
                 return None
             time.sleep(0.1)
         return f"the temporary Prefect server did not start in {timeout_s:.0f} s ({self._log_path})"
+
+    def _end_reaper(self) -> None:
+        if self._reaper is not None and self._reaper.stdin is not None:
+            self._reaper.stdin.close()  # its job is done: it sees the server gone and ends
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._reaper.wait(_STOP_S)
+        self._reaper = None
 
     def __exit__(
         self,
@@ -107,19 +128,21 @@ class OwnServer:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        if self._reaper is not None and self._reaper.stdin is not None:
-            self._reaper.stdin.close()  # its job is done: it sees the server gone and ends
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self._reaper.wait(_STOP_S)
+        self._end_reaper()
         for name, value in self._before.items():
             if value is None:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-        if "prefect.context" in sys.modules:  # Prefect read them at its import: again, so that
-            from prefect.context import refresh_global_settings_context  # a later night in this
+        _refresh_prefect()  # a later night in this process asks no server that is gone
 
-            refresh_global_settings_context()  # process does not ask a server that is gone
+
+def _refresh_prefect() -> None:
+    """Prefect, when imported, reads the environment again (it read it at its import)."""
+    if "prefect.context" in sys.modules:
+        from prefect.context import refresh_global_settings_context
+
+        refresh_global_settings_context()
 
 
 def temporary_server_wanted(environ: Mapping[str, str], cwd: Path) -> bool:

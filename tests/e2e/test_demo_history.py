@@ -255,3 +255,29 @@ def test_the_demos_server_that_cannot_start_says_why_in_one_line_and_leaves_noth
         assert said is not None and said.startswith("the temporary Prefect server exited with code")
         assert str(tmp_path / "home" / "server.log") in said and "\n" not in said
         assert proc is not None and proc.poll() is not None
+
+
+def test_a_server_whose_port_was_taken_meanwhile_starts_again_on_another(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The port found free is taken before uvicorn binds it (uvicorn exits 3): the server starts
+    once more on another port, as Prefect's own temporary server does, and the environment
+    names that one."""
+    import socket
+
+    from nightshift.cli import own_server
+
+    free = own_server._free_port
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        ports = iter([taken.getsockname()[1]])
+        monkeypatch.setattr(own_server, "_free_port", lambda: next(ports, None) or free())
+        monkeypatch.setenv("PREFECT_HOME", str(migrated_home(tmp_path / "home")))
+        with own_server.OwnServer(tmp_path / "home" / "server.log") as server:
+            first = server.api_url
+            said = server.ready(timeout_s=120)
+            assert said is None, said
+            assert server.api_url != first and os.environ["PREFECT_API_URL"] == server.api_url
+            proc = server._proc
+        assert proc is not None and proc.poll() is not None  # stopped at the end
