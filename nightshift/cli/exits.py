@@ -12,6 +12,7 @@ __all__ = [
     "DATABASE_ERRORS",
     "FAILED",
     "INTERRUPTED",
+    "INTERRUPTED_LINE",
     "LOCKED",
     "NO_LEDGER",
     "NO_PREFECT",
@@ -34,6 +35,8 @@ NO_PREFECT = 5
 NO_LEDGER = 6
 USAGE = 64  # EX_USAGE: never 2, which a wrapper reads as "partial night"
 INTERRUPTED = 130  # 128 + SIGINT, as a shell says Ctrl-C
+# a Ctrl-C before a night began submits nothing; one after its end loses nothing
+INTERRUPTED_LINE = "interrupted (Ctrl-C): nothing more was done"
 
 # what a code means wherever a command does not say more
 MEANING = {

@@ -23,7 +23,7 @@ from nightshift.cli import (
     watchdog,
 )
 from nightshift.cli.args import HelpFormatter, Parser
-from nightshift.cli.exits import INTERRUPTED, USAGE, say
+from nightshift.cli.exits import INTERRUPTED, INTERRUPTED_LINE, USAGE, say
 from nightshift.cli.run import RUN_EXIT_CODES
 
 __all__ = ["build_parser", "main"]
@@ -32,10 +32,6 @@ DESCRIPTION = """\
 Nightshift runs a team's nightly batch of external async jobs on Prefect: run a
 night locally, validate a catalogue, forecast it, read its report, or run the
 sandboxed demo. `nightshift COMMAND --help` says more of one command."""
-
-
-# a Ctrl-C before a night began submits nothing; one after its end loses nothing
-INTERRUPTED_LINE = "interrupted (Ctrl-C): nothing more was done"
 
 
 class _Version(argparse.Action):

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from nightshift.cli import exits
 from nightshift.cli.args import add_command, catalogue_flag
-from nightshift.cli.exits import say
+from nightshift.cli.exits import INTERRUPTED_LINE, say
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -84,8 +86,25 @@ def _run_prepared(prepared: PreparedNight, path: str, as_json: bool, err: Consol
         code, message = refusal
         say(message)
         return code
+    _leave_on_ctrl_c()  # until the night's own stop handling takes over (``run_stoppable``)
     with _temporary_server(prepared) as server:
         return _run_connected(prepared, path, as_json, err, server)
+
+
+def _leave_on_ctrl_c() -> None:
+    """Before the night begins (its server starting, Prefect imported) a Ctrl-C leaves at once
+    with one line: nothing is submitted yet, and the reaper stops the server. Not Python's
+    ``KeyboardInterrupt``, which a garbage collector's callback can swallow (CI: the run went
+    on to its night)."""
+    if threading.current_thread() is not threading.main_thread():
+        return  # called as a library: the caller's own handling
+
+    def leave(signum: int, _frame: object) -> None:
+        sys.stdout.flush()
+        os.write(2, f"{INTERRUPTED_LINE}\n".encode())
+        os._exit(128 + signum)
+
+    signal.signal(signal.SIGINT, leave)
 
 
 @contextmanager
@@ -132,6 +151,8 @@ def _run_connected(
         )
 
     with table.shown(enabled=err.is_terminal):
+        if threading.current_thread() is threading.main_thread():  # the night's own, from here
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         ran = run_stoppable(night_run, stop, prefect_api_alive)
     code = _after_night(ran.state, run_dir, catalogue, settings, as_json)
     if stop.requested and (run_dir / "summary.json").exists():
