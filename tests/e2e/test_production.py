@@ -42,10 +42,15 @@ time.sleep(float(sys.argv[2]))
 sys.exit(0 if sys.argv[1] != "flaky" or (marks / "fixed").exists() else 3)
 """
 
-pytestmark = pytest.mark.skipif(
-    not os.environ.get("NIGHTSHIFT_TEST_POSTGRES_URL"),
-    reason="NIGHTSHIFT_TEST_POSTGRES_URL is not set (the server runs on PostgreSQL)",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        not os.environ.get("NIGHTSHIFT_TEST_POSTGRES_URL"),
+        reason="NIGHTSHIFT_TEST_POSTGRES_URL is not set (the server runs on PostgreSQL)",
+    ),
+    # a server's migration on PostgreSQL, a worker, six flow runs: 144 s on a quiet 2-core
+    # machine, past the default 300 s on a loaded one (CI at 295c9e4: cut in its teardown)
+    pytest.mark.timeout(900),
+]
 
 
 @pytest.fixture
