@@ -23,13 +23,12 @@ import subprocess
 import sys
 import time
 import tomllib
-import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 
 from nightshift.cli.reaper import start_reaper
-from nightshift.cli.stopping import drain_prefect
+from nightshift.cli.stopping import answers_health, drain_prefect
 from nightshift.config.settings import TEMPORARY_PREFECT_API
 
 __all__ = ["OwnServer", "temporary_server_wanted"]
@@ -100,7 +99,7 @@ class OwnServer:
                     self._start("ab")
                     continue
                 return f"the temporary Prefect server exited with code {code} ({self._log_path})"
-            if _healthy(f"{self.api_url}/health"):
+            if answers_health(self.api_url, timeout=2.0):
                 return None
             time.sleep(0.1)
         return f"the temporary Prefect server did not start in {timeout_s:.0f} s ({self._log_path})"
@@ -212,14 +211,6 @@ def _text(path: Path) -> str:
         return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return ""
-
-
-def _healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as answer:
-            return bool(answer.status == 200)
-    except OSError:  # not listening yet, or not ready (a 5xx)
-        return False
 
 
 def _free_port() -> int:

@@ -20,6 +20,7 @@ import signal
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
@@ -29,7 +30,9 @@ from nightshift.engine.stopping import INTERRUPTED, NightStop
 
 __all__ = [
     "GRACE_S",
+    "STOP_BUDGET_S",
     "Ran",
+    "answers_health",
     "drain_prefect",
     "exit_now",
     "prefect_api_alive",
@@ -40,6 +43,10 @@ __all__ = [
 # how long an interrupted night's end may take once it is over, for Prefect to hear its final
 # state (its state hook says so: usually within 0.2 s, and the wait ends there)
 GRACE_S = 2.0
+# the promise: a stopped night leaves within 5 s of the signal. Its summary and lease come first
+# whatever that takes; Prefect's bookkeeping gets what is left of this (``run_stoppable``), and
+# what follows it (the summary printed, ``exit_now``'s drain) the rest
+STOP_BUDGET_S = 4.0
 DRAIN_S = 0.5  # Prefect's queued events and logs, when we leave early
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -60,8 +67,11 @@ def run_stoppable(
     api_alive: Callable[[], bool],
     *,
     grace: float = GRACE_S,
+    budget: float = STOP_BUDGET_S,
 ) -> Ran:
-    """Run ``night()`` on its own thread (this thread's context) under the stop signals."""
+    """Run ``night()`` on its own thread (this thread's context) under the stop signals. An
+    interrupted night, once over, is left when Prefect has its final state, after ``grace``,
+    or ``budget`` seconds after the stop was asked, whichever comes first."""
     box: dict[str, Any] = {}
 
     def target() -> None:
@@ -87,7 +97,7 @@ def run_stoppable(
                 alive = api_alive()
             if not alive:
                 break  # nothing it still has to say can reach the API
-            if stop.requested and (stop.end_said or time.monotonic() - over_since >= grace):
+            if stop.requested and (stop.end_said or _waited(stop, over_since, grace, budget)):
                 break
     finally:
         restore()
@@ -95,6 +105,13 @@ def run_stoppable(
         raise box["error"]
     lingering = thread.is_alive()
     return Ran(box.get("state"), lingering, stop.requested or lingering or not alive, alive)
+
+
+def _waited(stop: NightStop, over_since: float, grace: float, budget: float) -> bool:
+    """Whether an interrupted night's end has waited for Prefect long enough."""
+    now = time.monotonic()
+    asked = stop.requested_at if stop.requested_at is not None else over_since
+    return now - over_since >= grace or now - asked >= budget
 
 
 def stop_line(left: list[dict[str, Any]], catalogue: str, night: str) -> str:
@@ -120,7 +137,6 @@ def exit_now(code: int, *, drain: bool = True) -> None:
 
 def prefect_api_alive(timeout: float = 1.0) -> bool:
     """Whether the Prefect API answers its health check now (the temporary server too)."""
-    import httpx
     from prefect.settings import PREFECT_API_URL
 
     from nightshift.cli.reaper import temporary_server_alive
@@ -128,9 +144,17 @@ def prefect_api_alive(timeout: float = 1.0) -> bool:
     url = PREFECT_API_URL.value()
     if not url:
         return bool(temporary_server_alive())
+    return answers_health(url, timeout)
+
+
+def answers_health(api_url: str, timeout: float) -> bool:
+    """Whether the Prefect API at ``api_url`` answers its health check with a 200. Plain
+    ``urllib``: an ``http://`` server costs no TLS context (httpx builds one per client, tens
+    of milliseconds of CPU, when a stopping night has none to spare)."""
     try:
-        return httpx.get(f"{url.rstrip('/')}/health", timeout=timeout).status_code == 200
-    except httpx.HTTPError:
+        with urllib.request.urlopen(f"{api_url.rstrip('/')}/health", timeout=timeout) as answer:
+            return bool(answer.status == 200)
+    except (OSError, ValueError):  # not listening, not ready (a 5xx), or no URL it can open
         return False
 
 

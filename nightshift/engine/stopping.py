@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Callable
 
 __all__ = ["INTERRUPTED", "LEFT_RUNNING_DETAIL", "NOT_SUBMITTED_DETAIL", "NightStop"]
@@ -30,6 +31,7 @@ class NightStop:
         self.exit_code: int | None = None
         self._over = False
         self._said = False
+        self.requested_at: float | None = None  # ``time.monotonic()`` when it was asked
 
     @property
     def requested(self) -> bool:
@@ -61,6 +63,7 @@ class NightStop:
             if self._requested:
                 return False
             self.reason, self.exit_code = reason, exit_code
+            self.requested_at = time.monotonic()
             self._requested = True
             listeners = list(self._listeners)
         for listener in listeners:
