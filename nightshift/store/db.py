@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sqlite3
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -9,7 +11,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.pool import StaticPool
 
-__all__ = ["UTCDateTime", "db_now", "make_engine", "shares_clock"]
+__all__ = ["UTCDateTime", "db_now", "make_engine", "shares_clock", "use_wal"]
 
 _SQLITE_BUSY_MS = 30_000
 
@@ -55,10 +57,9 @@ def make_engine(url: str) -> sa.Engine:
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         cursor.execute(f"PRAGMA busy_timeout = {_SQLITE_BUSY_MS}")
-        if not in_memory:
-            cursor.execute("PRAGMA journal_mode = WAL")
-            cursor.execute("PRAGMA synchronous = NORMAL")
         cursor.close()
+        if not in_memory:
+            use_wal(dbapi_connection, _SQLITE_BUSY_MS / 1000)
 
     @sa.event.listens_for(engine, "begin")
     def _on_begin(connection: Any) -> None:
@@ -67,6 +68,29 @@ def make_engine(url: str) -> sa.Engine:
         connection.exec_driver_sql("BEGIN IMMEDIATE")
 
     return engine
+
+
+def use_wal(dbapi_connection: sqlite3.Connection, wait_s: float) -> None:
+    """Put a SQLite file in WAL mode (once per file: a connection that finds it there is done).
+    Two connections switching a new file at once can deadlock, and SQLite then refuses one at
+    once ("database is locked") without its busy handler: that one tries again, for up to
+    ``wait_s`` seconds, and finds the other's switch done."""
+    deadline = time.monotonic() + wait_s
+    pause = 0.005
+    while True:
+        cursor = dbapi_connection.cursor()
+        try:
+            if str(cursor.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
+                cursor.execute("PRAGMA journal_mode = WAL")
+            cursor.execute("PRAGMA synchronous = NORMAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() + pause > deadline:
+                raise
+        finally:
+            cursor.close()
+        time.sleep(pause)
+        pause = min(pause * 2, 0.25)
 
 
 def shares_clock(engine: sa.Engine) -> bool:
