@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from nightshift.cli import exits
 from nightshift.cli.args import add_command, catalogue_flag
-from nightshift.cli.exits import INTERRUPTED_LINE, say
+from nightshift.cli.exits import say
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -86,25 +86,11 @@ def _run_prepared(prepared: PreparedNight, path: str, as_json: bool, err: Consol
         code, message = refusal
         say(message)
         return code
-    _leave_on_ctrl_c()  # until the night's own stop handling takes over (``run_stoppable``)
-    with _temporary_server(prepared) as server:
+    from nightshift.cli.stopping import leaving_on_ctrl_c
+
+    # until the night's own stop handling takes over (``run_stoppable``)
+    with leaving_on_ctrl_c(), _temporary_server(prepared) as server:
         return _run_connected(prepared, path, as_json, err, server)
-
-
-def _leave_on_ctrl_c() -> None:
-    """Before the night begins (its server starting, Prefect imported) a Ctrl-C leaves at once
-    with one line: nothing is submitted yet, and the reaper stops the server. Not Python's
-    ``KeyboardInterrupt``, which a garbage collector's callback can swallow (CI: the run went
-    on to its night)."""
-    if threading.current_thread() is not threading.main_thread():
-        return  # called as a library: the caller's own handling
-
-    def leave(signum: int, _frame: object) -> None:
-        sys.stdout.flush()
-        os.write(2, f"{INTERRUPTED_LINE}\n".encode())
-        os._exit(128 + signum)
-
-    signal.signal(signal.SIGINT, leave)
 
 
 @contextmanager

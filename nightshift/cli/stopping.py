@@ -21,11 +21,13 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
+from nightshift.cli.exits import INTERRUPTED_LINE
 from nightshift.engine.stopping import INTERRUPTED, NightStop
 
 __all__ = [
@@ -35,6 +37,7 @@ __all__ = [
     "answers_health",
     "drain_prefect",
     "exit_now",
+    "leaving_on_ctrl_c",
     "prefect_api_alive",
     "run_stoppable",
     "stop_line",
@@ -59,6 +62,28 @@ class Ran:
     lingering: bool = False  # the night is over but its thread still waits on the Prefect API
     exit_early: bool = False  # leave with ``exit_now``: interrupted, or the API is gone
     api_alive: bool = True  # as seen when the night was over
+
+
+@contextmanager
+def leaving_on_ctrl_c() -> Iterator[None]:
+    """Before the night begins (its server starting, Prefect imported) a Ctrl-C leaves at once
+    with one line: nothing is submitted yet, and the reaper stops the server. Not Python's
+    ``KeyboardInterrupt``, which a garbage collector's callback can swallow (CI: the run went
+    on to its night). The handler before it is back when the block ends."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # called as a library: the caller's own handling
+        return
+
+    def leave(signum: int, _frame: FrameType | None) -> None:
+        sys.stdout.flush()
+        os.write(2, f"{INTERRUPTED_LINE}\n".encode())
+        os._exit(128 + signum)
+
+    previous = signal.signal(signal.SIGINT, leave)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def run_stoppable(
