@@ -104,10 +104,11 @@ class JobOutcome:
         return not self.kept and self.state is not Outcome.SKIPPED and reached
 
     def took(self) -> str:
-        """Its time, one way on every page: ``12m``, ``4ms earlier`` (kept), ``not run``."""
-        # a job that ran took some time, however little its clocks could see: never "0ms" (a
-        # command that ended before its submit returned measures 0: it ran under a second)
-        took = format_duration(self.duration_s) if self.duration_s > 0 else "<1s"
+        """Its time, one way on every page: ``12m``, ``42s``, ``<1s earlier`` (kept), ``not
+        run``. Under a second is ``<1s`` whatever the clocks saw: a command that ended before
+        its submit returned measures 0 (never "0ms"), another 968ms, and one table showed both
+        notations; the exact figure is ``duration_s``."""
+        took = format_duration(self.duration_s) if self.duration_s >= 1 else "<1s"
         if self.kept:
             return f"{took} earlier"
         return took if self.ran else "not run"

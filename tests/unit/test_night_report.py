@@ -364,3 +364,13 @@ def test_a_night_that_ran_late_says_so_above_its_jobs() -> None:
     assert f"**{late}**" in page
     assert page.index("ran late") < page.index("## Jobs, worst first")
     assert "ran late" not in render_report(report())  # on time: nothing said
+
+
+def test_a_job_under_a_second_reads_the_same_whatever_its_clocks_measured() -> None:
+    """One notation in one table: a job its clocks saw end at once (0) and one they measured at
+    968 ms both ran under a second (a stop's review: ``<1s`` beside ``968ms``)."""
+    took = [job(x, Outcome.SUCCEEDED, s).took() for x, s in [("a", 0.0), ("b", 0.968), ("c", 1.0)]]
+    assert took == ["<1s", "<1s", "1s"]
+    kept = JobOutcome("d", Outcome.SUCCEEDED, 0.004, 1, external_id="d-1", kept=True)
+    assert kept.took() == "<1s earlier"
+    assert job("e", Outcome.FAILED, 0.0002).named() == "e (<1s, failed)"
