@@ -209,14 +209,16 @@ class IncidentDesk:
         self._jobs[label] = _Job(backend, state)
         if job is None:
             return []
-        return self._left((job.backend, job.state), label, state, final=False, at=at)
+        key = (job.backend, job.state)
+        return self._no_company(key) + self._left(key, label, state, final=False, at=at)
 
     def ended(self, label: str, outcome: str, at: datetime) -> list[Action]:
         """The job has its outcome: it leaves its state, and the desk forgets it."""
         job = self._jobs.pop(label, None)
         if job is None:
             return []
-        return self._left((job.backend, job.state), label, outcome, final=True, at=at)
+        key = (job.backend, job.state)
+        return self._no_company(key) + self._left(key, label, outcome, final=True, at=at)
 
     def level(self, alert: Alert, now: datetime) -> list[Action]:
         """The detector raised ``alert``: what to announce now (maybe nothing yet)."""
@@ -259,6 +261,18 @@ class IncidentDesk:
             else:
                 del self._held[key]
         return out
+
+    def _no_company(self, key: tuple[str, str]) -> list[Action]:
+        """The levels held in ``key`` once at most one job of theirs is left in that state: no
+        incident can gather there (one job is none), so they go alone now, not at the end of
+        their wait. A job that left the state meanwhile is announced, not lost: a night that
+        ended before the wait did sent it nowhere (the rough demo on a loaded machine: its
+        stuck job's alert held for the jobs queued beside it, the night over first)."""
+        held = self._held.get(key)
+        if held is None or sum((j.backend, j.state) == key for j in self._jobs.values()) > 1:
+            return []
+        del self._held[key]
+        return [Alone(h.alert) for h in held]
 
     # -- what it answers ----------------------------------------------------------------
     def next_wake(self) -> datetime | None:

@@ -209,8 +209,13 @@ def test_the_rough_demo_shows_a_digest_and_the_nights_alerts_in_one_thread(
     (root,) = [m for m in alerts if m["thread_ts"] is None]
     assert [m["thread_ts"] for m in alerts if m is not root] == [root["ts"]] * (len(alerts) - 1)
     texts = [m["text"] for m in alerts]
-    dwell = next(i for i, t in enumerate(texts) if t.startswith(f"dwell alert: {STALLED} queued"))
-    stuck = next(i for i, t in enumerate(texts) if t.startswith(f"stuck in queue: {STALLED}"))
+    dwell = next(
+        (i for i, t in enumerate(texts) if t.startswith(f"dwell alert: {STALLED} queued")), None
+    )
+    stuck = next(
+        (i for i, t in enumerate(texts) if t.startswith(f"stuck in queue: {STALLED}")), None
+    )
+    assert dwell is not None and stuck is not None, texts
     assert dwell < stuck  # alerted as it overstayed, told it was stuck when its timer ended it
     # and the demo says so, channel by channel, the replies under their thread
     assert f"slack: {len(messages)} message(s) received" in done.stderr

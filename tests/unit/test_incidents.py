@@ -177,3 +177,29 @@ def test_a_refused_backend_says_why_and_the_deadline_ends_a_wait() -> None:
     holds.interrupt()
     holds.hold("http", "http: 2 jobs stalled", everything=True)
     assert asyncio.run(holds.clear("http", False, deadline=None)) is not None  # not forever
+
+
+def test_a_held_level_goes_alone_once_no_other_job_is_left_in_its_state() -> None:
+    """Held for the company of the jobs queued beside it; once they moved on, nothing can
+    gather: it goes now, not at the end of its wait (when the night may be over)."""
+    desk = desk_with({"a": "cli", "b": "cli", "c": "cli"})
+    assert desk.level(alert("a"), at(10.0)) == []  # b and c are queued too: it waits
+    assert desk.entered("b", "cli", "running", at(11.0)) == []  # c still keeps it company
+    assert desk.entered("c", "cli", "running", at(11.5)) == [Alone(alert("a"))]
+    assert desk.next_wake() is None and desk.tick(at(15.0)) == []
+
+
+def test_a_held_level_of_a_job_that_ended_is_announced_not_lost() -> None:
+    desk = desk_with({"a": "cli", "b": "cli"})
+    assert desk.level(alert("a"), at(10.0)) == []
+    # a ends (its queued timeout) before its wait: one job left queued, no incident to gather
+    assert desk.ended("a", "timeout", at(12.0)) == [Alone(alert("a"))]
+    assert desk.next_wake() is None
+
+
+def test_a_held_level_keeps_waiting_while_two_jobs_are_left_in_its_state() -> None:
+    desk = desk_with({"a": "cli", "b": "cli", "c": "cli", "d": "cli"})
+    assert desk.level(alert("a"), at(10.0)) == []
+    assert desk.entered("d", "cli", "running", at(11.0)) == []  # a, b, c still queued
+    assert desk.entered("c", "cli", "running", at(11.5)) == []  # a and b: still a pair
+    assert desk.next_wake() == at(15.0)
