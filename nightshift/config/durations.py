@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 
-__all__ = ["format_duration", "parse_duration"]
+__all__ = ["format_duration", "job_time", "parse_duration"]
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _LONGEST = 366 * 86400.0  # a year: anything longer is a typo, and would overflow a clock
@@ -51,3 +51,10 @@ def format_duration(seconds: float) -> str:
         return f"{minutes}m"
     hours, minutes = divmod(minutes, 60)
     return f"{hours}h{minutes:02d}m"
+
+
+def job_time(seconds: float) -> str:
+    """A job's time as every page says it: ``format_duration``'s, but ``<1s`` under a second,
+    whatever the clocks measured (a job that ended before its submit returned measures 0, another
+    968 ms: one table showed both notations)."""
+    return format_duration(seconds) if seconds >= 1 else "<1s"

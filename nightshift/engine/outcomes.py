@@ -8,7 +8,7 @@ from enum import StrEnum
 from typing import Any
 
 from nightshift.backends.base import ExternalState, JobStatus
-from nightshift.config.durations import format_duration
+from nightshift.config.durations import job_time
 from nightshift.engine.spend import SpendTotals
 from nightshift.states import Outcome, is_final
 
@@ -104,11 +104,9 @@ class JobOutcome:
         return not self.kept and self.state is not Outcome.SKIPPED and reached
 
     def took(self) -> str:
-        """Its time, one way on every page: ``12m``, ``42s``, ``<1s earlier`` (kept), ``not
-        run``. Under a second is ``<1s`` whatever the clocks saw: a command that ended before
-        its submit returned measures 0 (never "0ms"), another 968ms, and one table showed both
-        notations; the exact figure is ``duration_s``."""
-        took = format_duration(self.duration_s) if self.duration_s >= 1 else "<1s"
+        """Its time, one way on every page (``job_time``): ``12m``, ``42s``, ``<1s earlier``
+        (kept), ``not run``; the exact figure is ``duration_s``."""
+        took = job_time(self.duration_s)
         if self.kept:
             return f"{took} earlier"
         return took if self.ran else "not run"

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from nightshift.config.durations import format_duration
+from nightshift.config.durations import format_duration, job_time
 from nightshift.engine.outcomes import (
     JobOutcome,
     NightSummary,
@@ -231,7 +231,7 @@ def _job_row(job: Mapping[str, Any]) -> str:
         usual = f"{format_duration(job['usual_p50_s'])} / {format_duration(job['usual_p95_s'])}"
     ratio = "" if job["ratio"] is None else f"x{job['ratio']:.1f}"
     # whether it ran tonight is in its time: a kept job's is the earlier run's
-    took = format_duration(job["duration_s"])  # as JobOutcome.took says it
+    took = job_time(job["duration_s"])  # as JobOutcome.took says it
     if job["tonight"] == "kept":
         took = f"{took} earlier"
     elif job["tonight"] == "not run":

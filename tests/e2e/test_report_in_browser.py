@@ -387,7 +387,7 @@ def _current(cards: list[Any]) -> list[Any]:
 
 
 def _seconds(took: str) -> float:
-    """``2s``, ``850ms``, ``1m`` as seconds (the pages' short form)."""
+    """``2s``, ``1m`` as seconds (the pages' short form; ``<1s`` has none)."""
     found = re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s|m)", took)
     assert found, took
     return float(found.group(1)) * {"ms": 0.001, "s": 1.0, "m": 60.0}[found.group(2)]

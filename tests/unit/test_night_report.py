@@ -374,3 +374,7 @@ def test_a_job_under_a_second_reads_the_same_whatever_its_clocks_measured() -> N
     kept = JobOutcome("d", Outcome.SUCCEEDED, 0.004, 1, external_id="d-1", kept=True)
     assert kept.took() == "<1s earlier"
     assert job("e", Outcome.FAILED, 0.0002).named() == "e (<1s, failed)"
+    # the report's table says it so too (review: it said 968ms)
+    night = join([job("b", Outcome.SUCCEEDED, 0.968), job("c", Outcome.SUCCEEDED, 12.0)])
+    text = render_report(build_report(night, night="n", catalogue="c"))
+    assert "| `b` | Completed | <1s |" in text and "| `c` | Completed | 12s |" in text
