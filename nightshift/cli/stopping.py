@@ -15,11 +15,13 @@ minutes of retried events against a dead server.
 from __future__ import annotations
 
 import contextvars
+import http.client
 import os
 import signal
 import sys
 import threading
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -50,6 +52,9 @@ GRACE_S = 2.0
 # whatever that takes; Prefect's bookkeeping gets what is left of this (``run_stoppable``), and
 # what follows it (the summary printed, ``exit_now``'s drain) the rest
 STOP_BUDGET_S = 4.0
+# what Prefect gets to hear the final state even when the budget is spent (usually enough: its
+# state hook says so within 0.2 s); a flow run left Running in the UI is the price past it
+_SAY_FLOOR_S = 0.3
 DRAIN_S = 0.5  # Prefect's queued events and logs, when we leave early
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -136,7 +141,8 @@ def _waited(stop: NightStop, over_since: float, grace: float, budget: float) -> 
     """Whether an interrupted night's end has waited for Prefect long enough."""
     now = time.monotonic()
     asked = stop.requested_at if stop.requested_at is not None else over_since
-    return now - over_since >= grace or now - asked >= budget
+    over_for = now - over_since
+    return over_for >= grace or (now - asked >= budget and over_for >= _SAY_FLOOR_S)
 
 
 def stop_line(left: list[dict[str, Any]], catalogue: str, night: str) -> str:
@@ -173,13 +179,24 @@ def prefect_api_alive(timeout: float = 1.0) -> bool:
 
 
 def answers_health(api_url: str, timeout: float) -> bool:
-    """Whether the Prefect API at ``api_url`` answers its health check with a 200. Plain
-    ``urllib``: an ``http://`` server costs no TLS context (httpx builds one per client, tens
-    of milliseconds of CPU, when a stopping night has none to spare)."""
+    """Whether the Prefect API at ``api_url`` answers its health check with a 200. A server on
+    this host over plain HTTP (the temporary one) is asked with ``urllib``, no proxy: no TLS
+    context to build (httpx builds one per client, tens of milliseconds of CPU, when a stopping
+    night has none to spare); any other as Prefect's own client would, with httpx."""
+    url = f"{api_url.rstrip('/')}/health"
+    parsed = urllib.parse.urlsplit(url)
+    if parsed.scheme == "http" and parsed.hostname in ("127.0.0.1", "localhost", "::1"):
+        direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        try:
+            with direct.open(url, timeout=timeout) as answer:
+                return bool(answer.status == 200)
+        except (OSError, ValueError, http.client.HTTPException):  # not (yet) a server there
+            return False
+    import httpx
+
     try:
-        with urllib.request.urlopen(f"{api_url.rstrip('/')}/health", timeout=timeout) as answer:
-            return bool(answer.status == 200)
-    except (OSError, ValueError):  # not listening, not ready (a 5xx), or no URL it can open
+        return httpx.get(url, timeout=timeout).status_code == 200
+    except httpx.HTTPError:
         return False
 
 

@@ -9,7 +9,6 @@ loop's: the night's events are taken there, no lock.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from datetime import datetime
@@ -53,9 +52,6 @@ class ProgressSink:
         self._latest: tuple[float, str] | None = None  # the update not posted yet
         self._loop = loop  # what it keeps is the loop's: events are taken there, no lock
         self._posting: asyncio.Task[None] | None = None
-        # one client for its posts, the loop's (a new one per post builds a TLS context: tens
-        # of milliseconds of CPU each, 300 jobs ending at once a stopping night's second)
-        self._client: PrefectClient | None = None
         self._try = current_try()  # read here, in the flow run: the loop's posts have no context
         self._id: Any = create_progress_artifact(
             percent, key=key, description=described(self._shown, self._try)
@@ -100,10 +96,6 @@ class ProgressSink:
                 except asyncio.CancelledError:
                     if (me := asyncio.current_task()) is not None and me.cancelling():
                         raise  # the flush itself ran out of time
-            client, self._client = self._client, None
-            if client is not None:  # the night's end: nothing more to post
-                with contextlib.suppress(Exception):
-                    await client.__aexit__(None, None, None)
 
         try:
             self._loop.run(posted(), timeout)
@@ -112,10 +104,21 @@ class ProgressSink:
         return True
 
     async def _post(self, after: asyncio.Task[None] | None = None) -> None:
-        """Post the latest text until none is left; ``after``: a poster being cancelled, whose
-        end comes first (one update at a time, in order)."""
+        """Post the latest text until none is left, on one client (a new one per post builds a
+        TLS context: tens of milliseconds of CPU each, 300 jobs ending at once a stopping
+        night's second); ``after``: a poster being cancelled, whose end comes first (one update
+        at a time, in order)."""
         if after is not None:
             await asyncio.wait([after])
+        if self._latest is None:
+            return
+        try:
+            async with get_client() as client:
+                await self._post_on(client)
+        except Exception as exc:  # no client: the night goes on, the next text tries again
+            log.warning("could not update the progress artifact: %s", exc)
+
+    async def _post_on(self, client: PrefectClient) -> None:
         while (latest := self._latest) is not None:
             self._latest = None
             try:
@@ -123,7 +126,7 @@ class ProgressSink:
                     self._id,
                     latest[0],
                     description=described(latest[1], self._try),
-                    client=await self._opened(),
+                    client=client,
                 )
             except asyncio.CancelledError:  # the next poster posts it, unless a newer text came
                 if self._latest is None and latest[1] == self._shown:
@@ -131,14 +134,6 @@ class ProgressSink:
                 raise
             except Exception as exc:  # the artifact is a view: the night goes on without it
                 log.warning("could not update the progress artifact: %s", exc)
-
-    async def _opened(self) -> PrefectClient:
-        """The sink's client, opened on the loop at its first post."""
-        if self._client is None:
-            client = get_client()
-            await client.__aenter__()
-            self._client = client
-        return self._client
 
     def _view(self) -> tuple[float, str]:
         """The bar's percentage and its words, from one tally: ``Jobs of the night finished:

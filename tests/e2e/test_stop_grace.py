@@ -4,13 +4,14 @@ a unit test)."""
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Callable
 
 import pytest
 
-from nightshift.cli.stopping import run_stoppable
+from nightshift.cli.stopping import answers_health, run_stoppable
 from nightshift.engine.stopping import NightStop
 
 
@@ -65,3 +66,21 @@ def test_an_interrupted_night_whose_end_came_late_is_left_within_the_stop_budget
         release.set()
     assert time.monotonic() - began < 30  # not the 60 s grace
     assert ran.exit_early and ran.lingering
+
+
+def test_a_port_answering_garbage_is_no_prefect_api_not_an_error() -> None:
+    """The health check of a server on this host says False for an answer that is not HTTP
+    (review: urllib raises ``BadStatusLine``, no ``OSError``, where httpx raised its error)."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        port = server.getsockname()[1]
+
+        def answer() -> None:
+            conn, _ = server.accept()
+            with conn:
+                conn.recv(4096)
+                conn.sendall(b"garbage\r\n\r\n")
+
+        threading.Thread(target=answer, daemon=True).start()
+        assert answers_health(f"http://127.0.0.1:{port}/api", timeout=10.0) is False
