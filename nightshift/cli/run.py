@@ -5,9 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -137,8 +135,6 @@ def _run_connected(
         )
 
     with table.shown(enabled=err.is_terminal):
-        if threading.current_thread() is threading.main_thread():  # the night's own, from here
-            signal.signal(signal.SIGINT, signal.default_int_handler)
         ran = run_stoppable(night_run, stop, prefect_api_alive)
     code = _after_night(ran.state, run_dir, catalogue, settings, as_json)
     if stop.requested and (run_dir / "summary.json").exists():

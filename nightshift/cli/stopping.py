@@ -74,7 +74,8 @@ def leaving_on_ctrl_c() -> Iterator[None]:
     """Before the night begins (its server starting, Prefect imported) a Ctrl-C leaves at once
     with one line: nothing is submitted yet, and the reaper stops the server. Not Python's
     ``KeyboardInterrupt``, which a garbage collector's callback can swallow (CI: the run went
-    on to its night). The handler before it is back when the block ends."""
+    on to its night). ``run_stoppable``'s handlers stand in for it while the night runs, and
+    give it back for the night's last lines; the handler before it is back when the block ends."""
     if threading.current_thread() is not threading.main_thread():
         yield  # called as a library: the caller's own handling
         return
