@@ -74,23 +74,23 @@ class LeaseHolder:
     pid: int | None
     flow_run: str | None
     expires_at: datetime
+    gone: bool = False  # a process of this machine that no longer runs (kill -9)
 
 
 def lease_holder(ledger: Ledger, key: str, now: datetime | None = None) -> LeaseHolder | None:
     """Who holds the catalogue's lease now (an expired lease is held by nobody)."""
     from nightshift.store.db import db_now
     from nightshift.store.lease import Lease
+    from nightshift.store.lease_owner import gone_here, parse_owner
 
     held = Lease(ledger.engine, key).holder()
     # on the clock the lease expires by: the database's, not this host's
     if held is None or held[1] <= db_now(ledger.engine, lambda: now or datetime.now(UTC)):
         return None
     owner, expires_at = held
-    # host:pid:tag, and :flow-run-id when the night knew its flow run
-    parts = owner.split(":")
-    pid = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
-    run = parts[3] if len(parts) > 3 else None
-    return LeaseHolder(owner, parts[0], pid, run, expires_at)
+    found = parse_owner(owner)
+    gone = gone_here(owner)
+    return LeaseHolder(owner, found.host, found.pid, found.flow_run, expires_at, gone)
 
 
 def show_status(url: str, catalogue: Catalogue, night: str, *, as_json: bool) -> int:
@@ -199,6 +199,7 @@ def _holder_json(holder: LeaseHolder) -> dict[str, Any]:
         "host": holder.host,
         "pid": holder.pid,
         "flow_run": holder.flow_run,
+        "gone": holder.gone,
         "expires_at": _iso(holder.expires_at),
     }
 
@@ -250,4 +251,9 @@ def _print(key: str, night: str, rows: list[dict[str, Any]], holder: LeaseHolder
     else:
         run = f", flow run {holder.flow_run}" if holder.flow_run else ""
         line = f"lease: held by host {holder.host}, pid {holder.pid}{run}"
+        if holder.gone:
+            line = (
+                f"lease: left by host {holder.host}, pid {holder.pid}{run}, whose process is "
+                "gone: the next run takes it over at once"
+            )
     console.print(line, markup=False, highlight=False)

@@ -31,7 +31,8 @@ from nightshift.orchestration.night_run import night_under_way
 from nightshift.orchestration.night_setup import NightSetup, notifier_for, prepared_or_none, stamp
 from nightshift.orchestration.running_night import Night
 from nightshift.orchestration.states import end_said, name_the_night
-from nightshift.store.lease import Lease, default_owner
+from nightshift.store.lease import Lease
+from nightshift.store.lease_owner import default_owner
 from nightshift.tasks.jobs import chain_outcomes, job_task, outcome_of, with_retries
 from nightshift.tasks.notify import notify
 
@@ -158,7 +159,7 @@ def _own_night(
             # a deployment's tags are on the flow run only: jobs and chains carry them too
             with tags(*(flow_run.tags or [])):
                 # the owner names the flow run too: `nightshift status` shows it
-                owner = default_owner() + (f":{flow_run.id}" if flow_run.id else "")
+                owner = default_owner(str(flow_run.id) if flow_run.id else None)
                 key, ttl = prepared.catalogue.key, prepared.settings.lease_ttl
                 with Lease(prepared.ledger.engine, key, owner=owner, ttl_s=ttl, loop=loop) as lease:
                     live_sinks = [live] if live is not None else []

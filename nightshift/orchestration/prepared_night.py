@@ -17,6 +17,7 @@ from nightshift.engine.plan import Plan, check_only, expected_durations, plan_ni
 from nightshift.errors import NightArgumentError
 from nightshift.store.db import db_now
 from nightshift.store.lease import Lease
+from nightshift.store.lease_owner import gone_here
 from nightshift.store.ledger import Ledger
 
 __all__ = ["PreparedNight", "prepare_night", "run_dir_for"]
@@ -54,14 +55,16 @@ class PreparedNight:
     def lease_holder(self, now: datetime | None = None) -> tuple[str, float] | None:
         """Who holds the catalogue's lease and its seconds left; None when it is free or expired
         (a crashed night's lease: this night takes it over), on the ledger's clock as the lease
-        decides it (``now``: a SQLite ledger's, this host's). Raises the database's errors."""
+        decides it (``now``: a SQLite ledger's, this host's); None too when its holder was a
+        process of this machine that is gone (``lease_owner.gone_here``: taken over at once).
+        Raises the database's errors."""
         engine = self.ledger.engine
         holder = Lease(engine, self.catalogue.key).holder()
         if holder is None:
             return None
         owner, expires_at = holder
         left = (expires_at - db_now(engine, lambda: now or datetime.now(UTC))).total_seconds()
-        return (owner, left) if left > 0 else None
+        return (owner, left) if left > 0 and not gone_here(owner) else None
 
     def listed_labels(self) -> list[str]:
         """The night's jobs as the catalogue lists them, chains after (a table's rows)."""

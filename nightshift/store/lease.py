@@ -14,11 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import socket
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from concurrent.futures import Future
 from datetime import UTC, datetime, timedelta
@@ -39,6 +36,7 @@ from sqlalchemy import (
     literal,
     or_,
     select,
+    update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
@@ -46,8 +44,9 @@ from sqlalchemy.exc import SQLAlchemyError
 from nightshift.errors import LockHeldError
 from nightshift.loop import NightLoop
 from nightshift.store.db import UTCDateTime, db_now, make_engine, shares_clock
+from nightshift.store.lease_owner import default_owner, gone_here
 
-__all__ = ["LEASES_TABLE", "Clock", "Lease", "default_owner"]
+__all__ = ["LEASES_TABLE", "Clock", "Lease"]
 
 Clock = Callable[[], datetime]
 
@@ -66,11 +65,6 @@ _leases = Table(
 LEASES_TABLE = _leases  # for readers (store/slot_holders.py); writes go through Lease
 
 _INSERTS: dict[str, Any] = {"sqlite": sqlite.insert, "postgresql": postgresql.insert}
-
-
-def default_owner() -> str:
-    """``host:pid:uuid8``: names the holder for humans and stays unique per Lease."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 def _now() -> datetime:
@@ -140,7 +134,8 @@ class Lease:
         return self._lapsed
 
     def acquire(self) -> None:
-        """Take the lease; raises LockHeldError while another owner's lease is unexpired."""
+        """Take the lease; raises LockHeldError while another owner's lease is unexpired, unless
+        that owner was a process of this machine that is gone (killed: ``lease_owner.py``)."""
         self._claim()
 
     def renew(self) -> None:
@@ -230,10 +225,30 @@ class Lease:
                     return
                 holder = self._holder(conn)
                 then = db_now(conn, lambda at=asked_at: at)
+                if holder is not None and gone_here(holder[0]):
+                    if self._take_from(conn, holder[0], expires_at):
+                        self._renewed_at = asked_at
+                        return
+                    continue  # another night took it first, or its holder renewed: look again
             if holder is not None:
                 owner, expires_at = holder
                 raise LockHeldError(self.key, owner, max(0.0, (expires_at - then).total_seconds()))
         raise LockHeldError(self.key, "unknown", self.ttl_s)
+
+    def _take_from(self, conn: Connection, gone: str, expires_at: Any) -> bool:
+        """Take the lease from ``gone``, a holder of this machine whose process is dead: only
+        while the row is still its (of two reruns, one takes it)."""
+        taken = conn.execute(
+            update(_leases)
+            .where(_leases.c.key == self.key, _leases.c.owner == gone)
+            .values(owner=self.owner, expires_at=expires_at)
+            .returning(_leases.c.owner)
+        ).first()
+        if taken is not None:
+            _log.warning(
+                "took over the lease on %r from %s: its process is gone (killed?)", self.key, gone
+            )
+        return taken is not None
 
     def _now_in_sql(self, host_now: datetime) -> tuple[Any, Any]:
         """Now and our expiry as the statement sees them: on the server's clock where hosts

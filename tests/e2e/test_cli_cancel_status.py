@@ -8,6 +8,7 @@ cancelled out there and recorded ``cancelled``; with a live night, the night see
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from datetime import UTC, datetime
@@ -21,6 +22,7 @@ from nightshift.config.settings import load_settings
 from nightshift.loop import NightLoop
 from nightshift.states import LIVE as LIVE_STATES
 from nightshift.store.lease import Lease
+from nightshift.store.lease_owner import machine
 from nightshift.store.ledger import Ledger
 from tests.support import start_run, wait_until
 
@@ -89,9 +91,21 @@ def test_status_shows_the_nights_jobs_and_who_holds_its_lease(
     assert jobs["done"]["state"] == "succeeded" and not jobs["done"]["in_flight"]
     lease = shown["lease"]
     assert (lease["host"], lease["pid"], lease["flow_run"]) == ("night-host", 4242, "flow-run-1")
+    assert lease["gone"] is False
     # and once nobody holds it, a table and a line that says so
     assert main(["status", "--catalogue", str(catalogue), "--night", NIGHT]) == 0
     assert "lease: free" in capsys.readouterr().out
+    # a night of this machine killed with -9: its lease is left, and says the next run takes it
+    dead = f"{socket.gethostname()}:2000000000:abcd1234:flow-run-2@{machine()}"
+    ledger = _ledger()
+    try:
+        with Lease(ledger.engine, NAME, owner=dead, loop=night_loop):
+            assert main(["status", "--catalogue", str(catalogue), "--night", NIGHT]) == 0
+    finally:
+        ledger.close()
+    out = " ".join(capsys.readouterr().out.split())
+    assert "lease: left by host" in out and "pid 2000000000, flow run flow-run-2" in out, out
+    assert "whose process is gone: the next run takes it over at once" in out, out
 
 
 def test_cancel_with_no_night_alive_cancels_and_records_the_jobs(catalogue: Path, capsys) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import socket
 import subprocess
 import sys
 import threading
@@ -13,7 +15,8 @@ import pytest
 
 from nightshift.errors import LockHeldError
 from nightshift.loop import NightLoop
-from nightshift.store.lease import Lease, default_owner
+from nightshift.store.lease import Lease
+from nightshift.store.lease_owner import default_owner, machine
 from tests.support import FakeClock, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -125,11 +128,13 @@ def _holder_expiry(lease: Lease) -> datetime:
     return holder[1]
 
 
-def test_default_owner_is_host_pid_uuid8() -> None:
-    host, pid, tag = default_owner().rsplit(":", 2)
+def test_default_owner_is_host_pid_uuid8_at_machine() -> None:
+    head, machine_ = default_owner().rsplit("@", 1)
+    host, pid, tag = head.rsplit(":", 2)
     assert host
     assert int(pid) > 0
     assert len(tag) == 8
+    assert machine_ == machine() and len(machine_) == 8
     assert default_owner() != default_owner()
 
 
@@ -162,25 +167,31 @@ _HOLDER = """
 import sys
 from nightshift.loop import NightLoop
 from nightshift.store.lease import Lease
-with NightLoop() as loop, Lease(
-    sys.argv[1], sys.argv[2], "child:" + sys.argv[3], ttl_s=1.0, loop=loop
-):
+owner = "child:" + sys.argv[3] if sys.argv[3] else None  # None: the default, as a night's
+ttl = float(sys.argv[4])
+with NightLoop() as loop, Lease(sys.argv[1], sys.argv[2], owner, ttl_s=ttl, loop=loop):
     print("acquired", flush=True)
     sys.stdin.read()
 """
 
 
-def test_a_lease_held_by_a_killed_process_becomes_free_once_expired(url: str) -> None:
+def _holding(url: str, owner: str, ttl_s: float) -> subprocess.Popen[str]:
+    """A child process holding the lease (renewing it) until its stdin closes, or it is killed."""
     child = subprocess.Popen(
-        [sys.executable, "-c", _HOLDER, url, KEY, "holder"],
+        [sys.executable, "-c", _HOLDER, url, KEY, owner, str(ttl_s)],
         cwd=REPO,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     )
+    assert child.stdout is not None
+    assert child.stdout.readline().strip() == "acquired"
+    return child
+
+
+def test_a_lease_held_by_a_killed_process_becomes_free_once_expired(url: str) -> None:
+    child = _holding(url, "holder", 1.0)  # an owner that names no machine: its ttl runs out
     try:
-        assert child.stdout is not None
-        assert child.stdout.readline().strip() == "acquired"
         me = Lease(url, KEY, "parent", ttl_s=1.0)
 
         # the child keeps renewing: we stay locked out for well beyond one ttl
@@ -203,6 +214,33 @@ def test_a_lease_held_by_a_killed_process_becomes_free_once_expired(url: str) ->
 
         wait_until(acquired, 10, "the dead holder's lease to expire", interval=0.05)
         assert me.holder() is not None
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(timeout=10)
+
+
+def test_a_lease_of_a_process_of_this_machine_killed_is_taken_over_at_once(url: str) -> None:
+    """A night killed with kill -9 (no release): its rerun on the same machine need not wait
+    out the lease's ttl (60 s), once the holder's process is gone, and not before."""
+    child = _holding(url, "", 60.0)  # the default owner: host:pid:tag@machine
+    try:
+        me = Lease(url, KEY, ttl_s=60.0)
+        with pytest.raises(LockHeldError) as refused:  # alive: refused, its ttl left
+            me.acquire()
+        holder = refused.value.owner
+        assert holder.startswith(f"{socket.gethostname()}:{child.pid}:")
+        assert refused.value.expires_in_s > 50
+
+        child.kill()  # SIGKILL: no release
+        child.wait(timeout=10)
+        me.acquire()  # at once: its process is gone
+
+        held = me.holder()
+        assert held is not None and held[0] == me.owner
+        # the dead night's row is gone with it: a third comer is refused, naming us
+        with pytest.raises(LockHeldError, match=re.escape(me.owner)):
+            Lease(url, KEY, ttl_s=60.0).acquire()
     finally:
         if child.poll() is None:
             child.kill()

@@ -3,6 +3,7 @@ ledger open; its errors are the one-line ones ``nightshift run`` prints, in thei
 
 from __future__ import annotations
 
+import socket
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -12,8 +13,12 @@ from nightshift.errors import CatalogueError, NightArgumentError
 from nightshift.loop import NightLoop
 from nightshift.orchestration.prepared_night import PreparedNight, prepare_night
 from nightshift.store.lease import Lease
+from nightshift.store.lease_owner import machine
 from nightshift.store.ledger import Ledger
 from tests.support import new_ledger_url
+
+# no process has it: above any pid_max Linux allows (2**22)
+NO_SUCH_PID = 2_000_000_000
 
 CATALOGUE = """\
 name: prep
@@ -112,5 +117,22 @@ def test_the_lease_holder_while_it_holds_it_and_none_once_expired(
             assert 0 < held[1] <= 60
             later = datetime.now(UTC) + timedelta(seconds=61)
             assert prepared.lease_holder(now=later) is None  # a crashed night's: taken over
+    finally:
+        prepared.close()
+
+
+def test_a_lease_left_by_a_gone_process_of_this_machine_holds_nobody(
+    catalogue: Path, night_loop: NightLoop
+) -> None:
+    prepared = prepare_night(catalogue)
+    dead = f"{socket.gethostname()}:{NO_SUCH_PID}:abcd1234:run-1@{machine()}"
+    try:
+        key = prepared.catalogue.key
+        with Lease(prepared.ledger.engine, key, owner=dead, ttl_s=60, loop=night_loop):
+            assert prepared.lease_holder() is None  # the night takes it over at once
+        elsewhere = dead.replace(machine(), "0badc0de" if machine() != "0badc0de" else "1")
+        with Lease(prepared.ledger.engine, key, owner=elsewhere, ttl_s=60, loop=night_loop):
+            held = prepared.lease_holder()  # another machine's pid: never looked up here
+            assert held is not None and held[0] == elsewhere
     finally:
         prepared.close()
