@@ -1,7 +1,8 @@
 """A night's jobs as the ledger has them, for ``nightshift status`` and ``nightshift cancel``.
 
 Read only: each job's row (state, attempts, external id, submitted, finished) and since when it
-is in its state (its latest transition).
+is in its state (its latest transition). A job in flight is in the state its latest transition
+says (the row is written at its submit and its end only: ``queued`` for a job seen running).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
+from nightshift.states import PATH
 from nightshift.store.ledger import JOBS_TABLE, TRANSITIONS_TABLE
 
 if TYPE_CHECKING:
@@ -51,12 +53,20 @@ def night_jobs(engine: sa.Engine, catalogue: str, night: str) -> list[NightJob]:
         .group_by(t.c.label)
         .subquery()
     )
-    since = sa.select(t.c.label, t.c.at).join(latest, t.c.id == latest.c.id).subquery()
+    since = (
+        sa.select(t.c.label, t.c.at, t.c.to_state, t.c.attempt)
+        .join(latest, t.c.id == latest.c.id)
+        .subquery()
+    )
+    # a job on its way (its row as its submit wrote it): in the state its try was last seen in
+    on_its_way = sa.and_(
+        jobs.c.state.in_(PATH), since.c.to_state.in_(PATH), since.c.attempt == jobs.c.attempts
+    )
     query = (
         sa.select(
             jobs.c.label,
             jobs.c.backend,
-            jobs.c.state,
+            sa.case((on_its_way, since.c.to_state), else_=jobs.c.state),
             since.c.at,
             jobs.c.attempts,
             jobs.c.external_id,

@@ -58,12 +58,13 @@ def _ledger() -> Ledger:
 
 
 def _in_flight(job_id: str) -> None:
-    """A night that submitted ``long`` and saw it run, and whose ``done`` succeeded."""
+    """A night that submitted ``long`` and saw it run, and whose ``done`` succeeded: the rows
+    a night writes (its job's row says ``queued`` from its submit to its end)."""
     ledger = _ledger()
     try:
         ledger.record_submit(NIGHT, "long", "cli", job_id, 1)
+        ledger.transition(NIGHT, "run-1", "long", "cli", job_id, "submitted", attempt=1)
         ledger.transition(NIGHT, "run-1", "long", "cli", job_id, "running", attempt=1)
-        ledger.record_state(NIGHT, "long", "running")
         ledger.record_submit(NIGHT, "done", "cli", "agy-old", 1)
         ledger.record_state(NIGHT, "done", "succeeded", finished_at=datetime.now(UTC))
     finally:
