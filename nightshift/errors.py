@@ -109,10 +109,11 @@ class InputFileError(NightshiftError):
 class LockHeldError(NightshiftError):
     """Another night of the same catalogue holds the lease."""
 
-    def __init__(self, key: str, owner: str, expires_in_s: float) -> None:
+    def __init__(self, key: str, owner: str, expires_in_s: float, who: str | None = None) -> None:
+        """``who``: the owner as people read it (``host vm, pid 4242``); else the owner."""
         self.key, self.owner, self.expires_in_s = key, owner, expires_in_s
         super().__init__(
-            f"another night of {key!r} is running ({owner}); "
+            f"another night of {key!r} is running ({who or owner}); "
             f"its lease expires in {expires_in_s:.0f}s unless renewed"
         )
 

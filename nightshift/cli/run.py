@@ -200,6 +200,7 @@ def _say_outbox(url: str, key: str) -> None:
 def _check_lease(prepared: PreparedNight) -> tuple[int, str] | None:
     """Look at the catalogue's lease: (exit code, one line), or None when the night may run."""
     from nightshift.errors import LockHeldError
+    from nightshift.store.lease_owner import described
 
     try:
         holder = prepared.lease_holder()
@@ -208,7 +209,8 @@ def _check_lease(prepared: PreparedNight) -> tuple[int, str] | None:
     if holder is None:
         return None
     owner, left = holder
-    return exits.LOCKED, f"refused: {LockHeldError(prepared.catalogue.key, owner, left)}"
+    held = LockHeldError(prepared.catalogue.key, owner, left, who=described(owner))
+    return exits.LOCKED, f"refused: {held}"
 
 
 def _connect(verbose: bool, server: OwnServer | None) -> str | None:

@@ -44,7 +44,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from nightshift.errors import LockHeldError
 from nightshift.loop import NightLoop
 from nightshift.store.db import UTCDateTime, db_now, make_engine, shares_clock
-from nightshift.store.lease_owner import default_owner, gone_here
+from nightshift.store.lease_owner import default_owner, described, gone_here
 
 __all__ = ["LEASES_TABLE", "Clock", "Lease"]
 
@@ -232,7 +232,8 @@ class Lease:
                     continue  # another night took it first, or its holder renewed: look again
             if holder is not None:
                 owner, expires_at = holder
-                raise LockHeldError(self.key, owner, max(0.0, (expires_at - then).total_seconds()))
+                left = max(0.0, (expires_at - then).total_seconds())
+                raise LockHeldError(self.key, owner, left, who=described(owner))
         raise LockHeldError(self.key, "unknown", self.ttl_s)
 
     def _take_from(self, conn: Connection, gone: str, expires_at: Any) -> bool:

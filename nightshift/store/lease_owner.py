@@ -18,7 +18,15 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-__all__ = ["Owner", "default_owner", "gone_here", "machine", "parse_owner", "pid_alive"]
+__all__ = [
+    "Owner",
+    "default_owner",
+    "described",
+    "gone_here",
+    "machine",
+    "parse_owner",
+    "pid_alive",
+]
 
 
 @dataclass(frozen=True)
@@ -47,6 +55,16 @@ def parse_owner(owner: str) -> Owner:
     pid = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
     run = parts[3] if len(parts) > 3 and parts[3] else None
     return Owner(parts[0], pid, run, where or None)
+
+
+def described(owner: str) -> str:
+    """The owner as people read it: ``host vm, pid 4242, flow run 0b7e...`` (an owner string of
+    another shape as it is)."""
+    found = parse_owner(owner)
+    if found.pid is None:
+        return owner
+    run = f", flow run {found.flow_run}" if found.flow_run else ""
+    return f"host {found.host}, pid {found.pid}{run}"
 
 
 def gone_here(

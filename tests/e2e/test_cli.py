@@ -92,7 +92,7 @@ def test_a_second_night_is_refused_while_the_first_holds_the_lease(
         code = main(["run", "--catalog", str(catalogue)])
     assert code == 3
     err = capsys.readouterr().err
-    assert "another night of 'cli-test' is running (other-host:123:abcd)" in err
+    assert "another night of 'cli-test' is running (host other-host, pid 123)" in err
     assert "Traceback" not in err
     assert not (Path(load_settings().state_dir) / "jobs").exists()  # nothing was submitted
 

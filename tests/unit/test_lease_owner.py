@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import socket
 
-from nightshift.store.lease_owner import default_owner, gone_here, machine, parse_owner
+from nightshift.store.lease_owner import default_owner, described, gone_here, machine, parse_owner
 
 
 def test_an_owner_is_read_back_into_its_parts() -> None:
@@ -43,3 +43,9 @@ def test_only_a_dead_process_of_this_machine_is_gone() -> None:
 def test_a_process_that_runs_is_alive() -> None:
     assert gone_here(default_owner()) is False
     assert machine() == machine()
+
+
+def test_an_owner_reads_as_its_host_pid_and_flow_run() -> None:
+    assert described("vm:4242:abcd1234:0b7e-run@da4d8bdc") == "host vm, pid 4242, flow run 0b7e-run"
+    assert described("vm:4242:abcd1234") == "host vm, pid 4242"
+    assert described("thread-3") == "thread-3"  # another shape: as it is
