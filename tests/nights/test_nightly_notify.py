@@ -239,7 +239,9 @@ def test_a_digest_sent_anyway_names_tonights_slow_job_in_one_line(
     assert state.is_failed()
     (digest,) = slack.in_channel(DIGEST)
     assert digest.text is not None and digest.text.startswith("partial: 2/3 succeeded")
-    said = r"slow: extract:orders [67]s, usual 1s \([3-5]\.\d× p95\)"  # 6 s against ~1.5 s
+    # 6 s against ~1.5 s; its time counts from its submit's return, which a loaded machine
+    # (the supervisor's start) can hold up to a second after the job began: 5 s then (CI-like run)
+    said = r"slow: extract:orders [5-7]s, usual 1s \([3-5]\.\d× p95\)"
     (line,) = [ln for ln in digest.text.splitlines() if ln.startswith("slow:")]
     assert re.fullmatch(said, line), line
     assert digest.blocks is not None
