@@ -247,7 +247,9 @@ class Lease:
         ).first()
         if taken is not None:
             _log.warning(
-                "took over the lease on %r from %s: its process is gone (killed?)", self.key, gone
+                "took over the lease on %r from %s: its process is gone (killed?)",
+                self.key,
+                described(gone),
             )
         return taken is not None
 
