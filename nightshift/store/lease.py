@@ -136,11 +136,12 @@ class Lease:
     def acquire(self) -> None:
         """Take the lease; raises LockHeldError while another owner's lease is unexpired, unless
         that owner was a process of this machine that is gone (killed: ``lease_owner.py``)."""
-        self._claim()
+        self._claim(take_over=True)
 
     def renew(self) -> None:
-        """Push our expiry ttl_s into the future; raises LockHeldError if someone took over."""
-        self._claim()
+        """Push our expiry ttl_s into the future; raises LockHeldError if someone took over (a
+        renewal never takes the lease back from another holder, gone or not)."""
+        self._claim(take_over=False)
 
     def release(self) -> None:
         """Give the lease up if we still hold it."""
@@ -204,7 +205,7 @@ class Lease:
                 time.sleep(min(delay, left))
                 delay = min(delay * 2, 5.0)
 
-    def _claim(self) -> None:
+    def _claim(self, *, take_over: bool) -> None:
         # a row deleted between our failed upsert and the holder lookup (PostgreSQL, read
         # committed) is simply free again: try once more
         for _ in range(3):
@@ -225,7 +226,7 @@ class Lease:
                     return
                 holder = self._holder(conn)
                 then = db_now(conn, lambda at=asked_at: at)
-                if holder is not None and gone_here(holder[0]):
+                if take_over and holder is not None and gone_here(holder[0]):
                     if self._take_from(conn, holder[0], expires_at):
                         self._renewed_at = asked_at
                         return

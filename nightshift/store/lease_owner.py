@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 import socket
+import sys
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -101,13 +102,16 @@ def pid_alive(pid: int) -> bool:
 @cache
 def machine() -> str:
     """Eight hex digits naming this machine since its boot and this process namespace: its
-    boot id and pid namespace on Linux, else its hardware address and host name."""
-    parts: list[str] = []
-    try:
-        parts.append(Path("/proc/sys/kernel/random/boot_id").read_text().strip())
-        parts.append(os.readlink("/proc/self/ns/pid"))
-    except OSError:
-        pass
-    if not parts:
+    boot id and pid namespace on Linux, its hardware address and host name on macOS; where
+    neither can be read, this process's own (no lease of it is ever found gone)."""
+    if sys.platform == "darwin":  # no pid namespaces
         parts = [f"{uuid.getnode():x}", socket.gethostname()]
+    else:
+        try:
+            parts = [
+                Path("/proc/sys/kernel/random/boot_id").read_text().strip(),
+                os.readlink("/proc/self/ns/pid"),
+            ]
+        except OSError:  # one without the other could name two containers alike: this
+            return uuid.uuid4().hex[:8]  # process's own, so nobody takes a lease over here
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:8]

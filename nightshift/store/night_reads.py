@@ -58,9 +58,15 @@ def night_jobs(engine: sa.Engine, catalogue: str, night: str) -> list[NightJob]:
         .join(latest, t.c.id == latest.c.id)
         .subquery()
     )
-    # a job on its way (its row as its submit wrote it): in the state its try was last seen in
+    # a job on its way (its row as its submit wrote it): in the state its try was last seen in,
+    # when that is further along (a row `queued` with its id, whose `submitted` transition is
+    # not written yet, stays `queued`: in flight, a target of `nightshift cancel`)
+    rank = {state: i for i, state in enumerate(PATH)}
     on_its_way = sa.and_(
-        jobs.c.state.in_(PATH), since.c.to_state.in_(PATH), since.c.attempt == jobs.c.attempts
+        jobs.c.state.in_(PATH),
+        since.c.to_state.in_(PATH),
+        since.c.attempt == jobs.c.attempts,
+        sa.case(rank, value=since.c.to_state) >= sa.case(rank, value=jobs.c.state),
     )
     query = (
         sa.select(

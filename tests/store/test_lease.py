@@ -249,6 +249,21 @@ def test_a_lease_of_a_process_of_this_machine_killed_is_taken_over_at_once(url: 
             child.wait(timeout=10)
 
 
+def test_a_renewal_never_takes_the_lease_back_from_another_holder(one_host_url: str) -> None:
+    """A night whose lease lapsed (a database outage) and was taken meanwhile by a rerun that
+    then died: its renewal is refused (the night stops), not a silent take-back."""
+    mine = Lease(one_host_url, KEY, ttl_s=60.0)
+    mine.acquire()
+    dead = f"{socket.gethostname()}:2000000000:abcd1234@{machine()}"  # no such pid here
+    from sqlalchemy import text
+
+    with mine.engine.begin() as conn:
+        conn.execute(text("UPDATE leases SET owner = :o WHERE key = :k"), {"o": dead, "k": KEY})
+    with pytest.raises(LockHeldError):
+        mine.renew()
+    Lease(one_host_url, KEY, ttl_s=60.0).acquire()  # a new night takes it over at once
+
+
 def _break_database(url: str) -> None:
     """Take the lease table away: OperationalError on SQLite, ProgrammingError on PostgreSQL."""
     from sqlalchemy import create_engine, text

@@ -23,7 +23,7 @@ def test_a_job_in_flight_is_in_the_state_it_was_last_seen_in(db_url: str) -> Non
     try:
         # as a night writes them: the row at the submit (queued) and at the end, transitions
         # as the job is seen
-        for label in ("running", "queued", "done", "lost", "retried"):
+        for label in ("running", "queued", "done", "lost", "retried", "racing", "again"):
             ledger.record_submit(NIGHT, label, "cli", f"{label}-1", 1, at=T0)
         _seen(ledger, "running", ["submitted", "queued", "running"])
         _seen(ledger, "queued", ["submitted", "queued"])
@@ -35,6 +35,13 @@ def test_a_job_in_flight_is_in_the_state_it_was_last_seen_in(db_url: str) -> Non
         _seen(ledger, "retried", ["submitted", "running", "failed"])
         ledger.record_submit(NIGHT, "retried", "cli", "retried-2", 2, at=T0 + timedelta(hours=1))
 
+        # its id's row written, its `submitted` transition not yet (a night killed then):
+        # still in flight with its id, a target of `nightshift cancel`
+        _seen(ledger, "racing", ["submitting"])
+        # seen running on its first try; its second submitted, not seen yet
+        _seen(ledger, "again", ["submitted", "running"])
+        ledger.record_submit(NIGHT, "again", "cli", "again-2", 2, at=T0 + timedelta(hours=1))
+
         states = {job.label: job.state for job in night_jobs(ledger.engine, "cat", NIGHT)}
     finally:
         ledger.close()
@@ -44,4 +51,6 @@ def test_a_job_in_flight_is_in_the_state_it_was_last_seen_in(db_url: str) -> Non
         "done": "succeeded",
         "lost": "lost",
         "retried": "queued",  # its row: the failed try's transitions are another attempt's
+        "racing": "queued",  # never back to `submitting`: not further along
+        "again": "queued",  # the first try's `running` is another attempt's
     }
